@@ -1,0 +1,39 @@
+//! The closed sets of inputs and outputs: [`Command`] in, [`Response`] out.
+
+use serde::{Deserialize, Serialize};
+
+use crate::challenges::{ChallengeCommand, ChallengeError, ChallengeReply};
+use crate::leases::{Lease, LeaseCommand, LeaseError, LeaseReply};
+
+/// Everything that can change the state; one variant family per module.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// A lease command.
+    Lease(LeaseCommand),
+    /// A challenge-token command.
+    Challenge(ChallengeCommand),
+    /// Advance the machine clock and reclaim what has expired. Proposed periodically by the
+    /// leader; it decides nothing that time alone has not already decided.
+    Tick,
+}
+
+/// What [`crate::apply`] answers, one variant per [`Command`] family.
+///
+/// An `Err` inside means the command was refused and the state is unchanged (but for the machine
+/// clock and applied index, which every command advances).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// The answer to a lease command.
+    Lease(Result<LeaseReply, LeaseError>),
+    /// The answer to a challenge-token command.
+    Challenge(Result<ChallengeReply, ChallengeError>),
+    /// The answer to a tick.
+    Tick(TickReply),
+}
+
+/// What a tick did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TickReply {
+    /// Leases reclaimed because their time ran out, oldest expiry first.
+    pub expired_leases: Vec<Lease>,
+}

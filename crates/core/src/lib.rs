@@ -1,0 +1,38 @@
+//! The replicated state machine of Certus.
+//!
+//! Raft orders commands; this crate says what they mean. [`apply`] takes the [`State`], one
+//! [`Command`] and the [`Stamp`] the log gave it (index and the leader's clock) and returns a
+//! [`Response`]. It is the only way the state changes.
+//!
+//! The crate is pure and deterministic: no IO, no clock, no randomness, no threads, no async, and
+//! only ordered maps. Time arrives on the stamp; the machine's own clock is the largest stamp seen,
+//! so it never runs backwards. The same log therefore gives the same state, and the same snapshot
+//! bytes, on every replica.
+//!
+//! One module per concern, each with its invariants written at its top and checked in code:
+//! - [`leases`]: named leases with TTLs and fencing tokens;
+//! - [`challenges`]: HTTP-01 challenge tokens served by every node.
+
+#![deny(missing_docs, unreachable_pub)]
+
+pub mod challenges;
+mod command;
+pub mod leases;
+pub mod limits;
+mod snapshot;
+mod state;
+mod text;
+mod time;
+
+pub use challenges::{
+    Challenge, ChallengeCommand, ChallengeError, ChallengeReply, ChallengeToken, KeyAuthorization,
+};
+pub use command::{Command, Response, TickReply};
+pub use leases::{
+    Acquisition, FencingToken, HolderId, Lease, LeaseCommand, LeaseError, LeaseName, LeaseReply,
+    Ttl,
+};
+pub use snapshot::SnapshotError;
+pub use state::{InvariantViolation, State, apply};
+pub use text::{TextError, TextKind};
+pub use time::Stamp;

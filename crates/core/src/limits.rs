@@ -1,0 +1,29 @@
+//! Every bound the state machine enforces, in one place.
+//!
+//! These are part of the replicated behaviour: changing one changes what `apply` answers, so
+//! every replica must run the same values. They are constants, not configuration, for that
+//! reason.
+
+/// Longest lease name, in bytes.
+pub const LEASE_NAME_BYTES_MAX: usize = 256;
+/// Longest lease holder identity, in bytes.
+pub const HOLDER_ID_BYTES_MAX: usize = 256;
+/// Shortest lease TTL. Shorter leases would expire within ordinary clock skew and network delay.
+pub const LEASE_TTL_MS_MIN: u64 = 500;
+/// Longest lease TTL: one day. A holder that needs longer renews.
+pub const LEASE_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// Most leases held at once; an acquire beyond it is refused until others expire or are released.
+pub const LEASES_MAX: usize = 100_000;
+/// Most expired leases one `Tick` removes; the rest go on the next tick. Expiry itself never
+/// waits for a tick (every lookup compares against the clock), so this bounds work, not safety.
+pub const TICK_EXPIRED_LEASES_MAX: usize = 1024;
+
+/// Longest HTTP-01 challenge token, in bytes (RFC 8555 tokens are about 43).
+pub const CHALLENGE_TOKEN_BYTES_MAX: usize = 256;
+/// Longest stored key authorization, in bytes.
+pub const KEY_AUTHORIZATION_BYTES_MAX: usize = 1024;
+/// Most challenge tokens stored at once.
+pub const CHALLENGES_MAX: usize = 100_000;
+
+/// Largest page a list query returns.
+pub const LIST_PAGE_MAX: usize = 1000;

@@ -1,0 +1,185 @@
+//! The snapshot format: the whole state as deterministic bytes.
+//!
+//! Layout: the 8-byte magic `CERTUS\0\x01` (the last byte is the format version), then the state
+//! in postcard encoding. Maps are written in key order and the derived indexes are not written at
+//! all (they are rebuilt on load), so the same state always gives the same bytes. Loading checks
+//! the magic, refuses trailing bytes, validates every string as its type, rebuilds the indexes
+//! and runs [`State::check_invariants`]: a snapshot that loads is a state `apply` could have made.
+
+use serde::{Deserialize, Serialize};
+
+use crate::challenges::{Challenge, Challenges};
+use crate::leases::{FencingToken, Lease, Leases};
+use crate::state::State;
+
+const MAGIC: [u8; 8] = *b"CERTUS\x00\x01";
+
+/// Why snapshot bytes could not be loaded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    /// The bytes do not start with the snapshot magic and a known version.
+    #[error("not a Certus snapshot of format version 1 (bad magic or version)")]
+    BadMagic,
+    /// The body could not be decoded.
+    #[error("snapshot body does not decode: {0}")]
+    Decode(String),
+    /// Bytes follow the body.
+    #[error("{0} unexpected bytes after the snapshot body")]
+    TrailingBytes(usize),
+    /// The body decoded but describes a state `apply` could not have made.
+    #[error("snapshot describes an impossible state: {0}")]
+    Inconsistent(String),
+}
+
+/// Field order is the format: append only, and bump the version byte of [`MAGIC`] on change.
+#[derive(Serialize)]
+struct BodyRef<'a> {
+    applied_index: u64,
+    clock_ms: u64,
+    last_token: FencingToken,
+    leases: Vec<&'a Lease>,
+    challenges: Vec<&'a Challenge>,
+}
+
+#[derive(Deserialize)]
+struct Body {
+    applied_index: u64,
+    clock_ms: u64,
+    last_token: FencingToken,
+    leases: Vec<Lease>,
+    challenges: Vec<Challenge>,
+}
+
+impl State {
+    /// Encodes the state; equal states give equal bytes.
+    pub fn to_snapshot(&self) -> Vec<u8> {
+        let body = BodyRef {
+            applied_index: self.applied_index,
+            clock_ms: self.clock_ms,
+            last_token: self.last_token,
+            leases: self.leases.iter().collect(),
+            challenges: self.challenges.iter().collect(),
+        };
+        let bytes = MAGIC.to_vec();
+        // Encoding into a Vec cannot fail: every field is plainly serializable.
+        postcard::to_extend(&body, bytes).expect("the state always encodes")
+    }
+
+    /// Decodes and validates a snapshot made by [`State::to_snapshot`].
+    pub fn from_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
+        let body = bytes.strip_prefix(&MAGIC).ok_or(SnapshotError::BadMagic)?;
+        let (body, rest): (Body, _) =
+            postcard::take_from_bytes(body).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(SnapshotError::TrailingBytes(rest.len()));
+        }
+        let state = State {
+            applied_index: body.applied_index,
+            clock_ms: body.clock_ms,
+            last_token: body.last_token,
+            leases: Leases::from_records(body.leases).map_err(SnapshotError::Inconsistent)?,
+            challenges: Challenges::from_records(body.challenges)
+                .map_err(SnapshotError::Inconsistent)?,
+        };
+        state
+            .check_invariants()
+            .map_err(|e| SnapshotError::Inconsistent(e.0))?;
+        Ok(state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Command, HolderId, LeaseCommand, LeaseName, Stamp, Ttl, apply};
+
+    fn state_with_a_lease() -> State {
+        let mut state = State::new();
+        let command = LeaseCommand::Acquire {
+            name: LeaseName::new("l").unwrap(),
+            holder: HolderId::new("h").unwrap(),
+            ttl: Ttl::from_ms(1_000).unwrap(),
+        };
+        apply(&mut state, Command::Lease(command), Stamp::new(3, 10_000));
+        state
+    }
+
+    fn encode(body: &BodyRef<'_>) -> Vec<u8> {
+        postcard::to_extend(body, MAGIC.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn an_empty_state_has_a_fixed_encoding() {
+        // Magic, then five zero varints: index, clock, last token, no leases, no challenges.
+        assert_eq!(
+            State::new().to_snapshot(),
+            b"CERTUS\x00\x01\x00\x00\x00\x00\x00"
+        );
+    }
+
+    #[test]
+    fn bad_magic_and_trailing_bytes_are_refused() {
+        let bytes = state_with_a_lease().to_snapshot();
+        assert_eq!(
+            State::from_snapshot(&bytes[1..]),
+            Err(SnapshotError::BadMagic)
+        );
+        let mut newer = bytes.clone();
+        newer[7] = 2;
+        assert_eq!(State::from_snapshot(&newer), Err(SnapshotError::BadMagic));
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(
+            State::from_snapshot(&longer),
+            Err(SnapshotError::TrailingBytes(1))
+        );
+        assert!(matches!(
+            State::from_snapshot(&bytes[..bytes.len() - 1]),
+            Err(SnapshotError::Decode(_))
+        ));
+    }
+
+    #[test]
+    fn an_impossible_state_is_refused() {
+        let state = state_with_a_lease();
+        let lease = state.leases.iter().next().unwrap().clone();
+        let body = |last_token, clock_ms, leases| BodyRef {
+            applied_index: 3,
+            clock_ms,
+            last_token: FencingToken(last_token),
+            leases,
+            challenges: Vec::new(),
+        };
+        // A token above the last issued one.
+        let bytes = encode(&body(2, 10_000, vec![&lease]));
+        assert!(matches!(
+            State::from_snapshot(&bytes),
+            Err(SnapshotError::Inconsistent(_))
+        ));
+        // A lease renewed after the machine clock.
+        let bytes = encode(&body(3, 9_999, vec![&lease]));
+        assert!(matches!(
+            State::from_snapshot(&bytes),
+            Err(SnapshotError::Inconsistent(_))
+        ));
+        // The same lease twice.
+        let bytes = encode(&body(3, 10_000, vec![&lease, &lease]));
+        assert!(matches!(
+            State::from_snapshot(&bytes),
+            Err(SnapshotError::Inconsistent(_))
+        ));
+        // A lease whose expiry does not follow from its renewal and TTL.
+        let mut stretched = lease.clone();
+        stretched.expires_at_ms += 1;
+        let bytes = encode(&body(3, 10_000, vec![&stretched]));
+        assert!(matches!(
+            State::from_snapshot(&bytes),
+            Err(SnapshotError::Inconsistent(_))
+        ));
+        // And the honest encoding loads.
+        assert_eq!(
+            State::from_snapshot(&encode(&body(3, 10_000, vec![&lease]))),
+            Ok(state)
+        );
+    }
+}

@@ -1,0 +1,166 @@
+//! The whole replicated state and the one function that changes it.
+
+use crate::challenges::{Challenge, ChallengeToken, Challenges};
+use crate::command::{Command, Response, TickReply};
+use crate::leases::{FencingToken, Lease, LeaseError, LeaseName, Leases};
+use crate::time::Stamp;
+
+/// The replicated state. Only [`apply`] changes it; everything else reads.
+///
+/// Same commands with the same stamps give the same state on every replica, and the same
+/// snapshot bytes ([`State::to_snapshot`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct State {
+    pub(crate) applied_index: u64,
+    pub(crate) clock_ms: u64,
+    pub(crate) last_token: FencingToken,
+    pub(crate) leases: Leases,
+    pub(crate) challenges: Challenges,
+}
+
+/// Applies one command at one log position. The only way the state changes.
+///
+/// The machine clock becomes `max(previous clock, stamp.now_ms)`, so it never runs backwards when
+/// leadership moves to a node whose clock is behind.
+///
+/// # Panics
+/// If `stamp.index` is below the last applied index: the log is applied in order, so this is a
+/// bug in the caller, and limping on would fork the replicas.
+pub fn apply(state: &mut State, command: Command, stamp: Stamp) -> Response {
+    assert!(
+        stamp.index >= state.applied_index,
+        "log index went backwards: {} after {}",
+        stamp.index,
+        state.applied_index
+    );
+    let clock_before = state.clock_ms;
+    let token_before = state.last_token;
+    state.applied_index = stamp.index;
+    state.clock_ms = state.clock_ms.max(stamp.now_ms);
+    let now_ms = state.clock_ms;
+
+    let response = match command {
+        Command::Lease(command) => {
+            let last_token = &mut state.last_token;
+            let issue_token = || {
+                // The grant's log index, or the next number if this entry already granted one.
+                *last_token = FencingToken(stamp.index.max(last_token.0 + 1));
+                *last_token
+            };
+            Response::Lease(state.leases.apply(command, now_ms, issue_token))
+        }
+        Command::Challenge(command) => Response::Challenge(state.challenges.apply(command, now_ms)),
+        Command::Tick => Response::Tick(TickReply {
+            expired_leases: state.leases.reclaim_expired(now_ms),
+        }),
+    };
+
+    assert!(
+        state.clock_ms >= clock_before,
+        "the machine clock never runs backwards"
+    );
+    assert!(
+        state.last_token >= token_before,
+        "fencing tokens never decrease"
+    );
+    response
+}
+
+impl State {
+    /// An empty state, before any command.
+    pub fn new() -> State {
+        State::default()
+    }
+
+    /// Index of the last applied command (0 before any).
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index
+    }
+
+    /// The machine clock: the largest `now_ms` of any applied stamp.
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms
+    }
+
+    /// The most recently issued fencing token (0 before any grant).
+    pub fn last_fencing_token(&self) -> FencingToken {
+        self.last_token
+    }
+
+    /// The live lease named `name` at `max(clock, now_ms)`.
+    ///
+    /// A reader passes its own clock reading so that a lease whose time ran out since the last
+    /// applied command is reported as gone; the machine clock bounds it from below.
+    pub fn lease(&self, name: &LeaseName, now_ms: u64) -> Option<&Lease> {
+        self.leases.get(name, self.read_time(now_ms))
+    }
+
+    /// Up to `limit` live leases (at most [`crate::limits::LIST_PAGE_MAX`]) in name order,
+    /// starting after `start_after`.
+    pub fn leases(
+        &self,
+        start_after: Option<&LeaseName>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Vec<&Lease> {
+        self.leases.list(start_after, limit, self.read_time(now_ms))
+    }
+
+    /// Whether `token` is the live grant of `name` at `max(clock, now_ms)`: what a protected
+    /// resource asks before accepting a write.
+    pub fn check_fence(
+        &self,
+        name: &LeaseName,
+        token: FencingToken,
+        now_ms: u64,
+    ) -> Result<(), LeaseError> {
+        self.leases.check_fence(name, token, self.read_time(now_ms))
+    }
+
+    /// Number of leases stored, including expired ones not yet reclaimed.
+    pub fn lease_count(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// The challenge stored for `token`.
+    pub fn challenge(&self, token: &ChallengeToken) -> Option<&Challenge> {
+        self.challenges.get(token)
+    }
+
+    /// Up to `limit` challenges (at most [`crate::limits::LIST_PAGE_MAX`]) in token order,
+    /// starting after `start_after`.
+    pub fn challenges(
+        &self,
+        start_after: Option<&ChallengeToken>,
+        limit: usize,
+    ) -> Vec<&Challenge> {
+        self.challenges.list(start_after, limit)
+    }
+
+    /// Number of challenges stored.
+    pub fn challenge_count(&self) -> usize {
+        self.challenges.len()
+    }
+
+    /// Checks every invariant of the state; a corrupt state is reported, never repaired.
+    ///
+    /// O(n): run after every command in the tests and on every snapshot load.
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        self.leases
+            .check(self.clock_ms, self.last_token)
+            .map_err(InvariantViolation)?;
+        self.challenges
+            .check(self.clock_ms)
+            .map_err(InvariantViolation)?;
+        Ok(())
+    }
+
+    fn read_time(&self, now_ms: u64) -> u64 {
+        self.clock_ms.max(now_ms)
+    }
+}
+
+/// A broken invariant, with what was found.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("state invariant violated: {0}")]
+pub struct InvariantViolation(pub String);
