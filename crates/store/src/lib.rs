@@ -1,0 +1,24 @@
+//! Durable storage under Raft.
+//!
+//! A small [`Disk`] trait — an ordered key-value space with atomic batches and an explicit flush —
+//! with two implementations: [`SledDisk`] for production and [`SimDisk`] for the simulation (which
+//! can crash and lose what was not flushed). On top of it, openraft 0.9's storage traits:
+//! [`LogStore`] (log and vote) and [`StateMachineStore`] (the replicated state of
+//! `certus-core`, persisted by snapshots).
+
+#![deny(missing_docs, unreachable_pub)]
+
+mod config;
+mod disk;
+mod keys;
+mod log_store;
+mod sim_disk;
+mod sled_disk;
+mod state_machine;
+
+pub use config::{CertusConfig, Proposal, Responses};
+pub use disk::{Disk, DiskError, Pairs, WriteBatch};
+pub use log_store::LogStore;
+pub use sim_disk::SimDisk;
+pub use sled_disk::SledDisk;
+pub use state_machine::{Applied, SnapshotBuilder, StateMachineStore, StateReader};

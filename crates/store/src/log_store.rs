@@ -1,0 +1,241 @@
+//! The Raft log and vote on a [`Disk`], as openraft's `RaftLogStorage`.
+//!
+//! Durability contracts (openraft's, and what the simulation checks): a vote is flushed before
+//! `save_vote` returns; appended entries are flushed before the `LogFlushed` callback fires;
+//! truncation is flushed before it returns, so a truncated suffix cannot come back; purge writes
+//! the new purge point and the deletions in one atomic batch, so no crash leaves a hole.
+
+use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::config::CertusConfig;
+use crate::disk::{Disk, DiskError, Pairs, WriteBatch};
+use crate::keys::{COMMITTED, LAST_PURGED, LOG_PREFIX, VOTE, log_end, log_key};
+
+/// Largest number of entries one replication read returns; it asks again for the rest.
+const REPLICATION_READ_ENTRIES_MAX: u64 = 4096;
+
+/// The log store; clones share the disk and serve as log readers.
+#[derive(Debug)]
+pub struct LogStore<C, D> {
+    disk: Arc<D>,
+    _config: PhantomData<C>,
+}
+
+impl<C, D> Clone for LogStore<C, D> {
+    fn clone(&self) -> Self {
+        LogStore {
+            disk: Arc::clone(&self.disk),
+            _config: PhantomData,
+        }
+    }
+}
+
+impl<C: CertusConfig, D: Disk> LogStore<C, D> {
+    /// The log store on `disk`.
+    pub fn new(disk: Arc<D>) -> LogStore<C, D> {
+        LogStore {
+            disk,
+            _config: PhantomData,
+        }
+    }
+
+    fn read_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, DiskError> {
+        self.disk.get(key)?.map(|bytes| decode(&bytes)).transpose()
+    }
+
+    fn last_entry(&self) -> Result<Option<C::Entry>, DiskError> {
+        let last = self.disk.scan(
+            Bound::Included(LOG_PREFIX),
+            Bound::Excluded(&log_end()),
+            true,
+            1,
+        )?;
+        last.first().map(|(_, bytes)| decode(bytes)).transpose()
+    }
+
+    /// Writes `entries` in one batch and flushes: when this returns `Ok`, they survive a crash.
+    pub fn append_durably(
+        &self,
+        entries: impl IntoIterator<Item = C::Entry>,
+    ) -> Result<(), DiskError> {
+        let mut batch = WriteBatch::new();
+        for entry in entries {
+            batch.put(log_key(entry.log_id.index), encode(&entry));
+        }
+        self.disk.write(batch)?;
+        self.disk.flush()
+    }
+
+    /// The log entries with index in `(from, to)`, at most `limit` of them.
+    fn scan_log(&self, from: Bound<u64>, to: Bound<u64>, limit: usize) -> Result<Pairs, DiskError> {
+        let from = match from {
+            Bound::Unbounded => Bound::Included(LOG_PREFIX.to_vec()),
+            bound => bound.map(log_key),
+        };
+        let to = match to {
+            Bound::Unbounded => Bound::Excluded(log_end()),
+            bound => bound.map(log_key),
+        };
+        self.disk.scan(
+            from.as_ref().map(Vec::as_slice),
+            to.as_ref().map(Vec::as_slice),
+            false,
+            limit,
+        )
+    }
+
+    /// Keys of the log entries with index in `(from, to)`.
+    fn keys_in(&self, from: Bound<u64>, to: Bound<u64>) -> Result<Vec<Vec<u8>>, DiskError> {
+        Ok(self
+            .scan_log(from, to, usize::MAX)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    postcard::to_allocvec(value).expect("log values always encode")
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DiskError> {
+    postcard::from_bytes(bytes).map_err(|e| DiskError(format!("undecodable record: {e}")))
+}
+
+fn read_err<C: CertusConfig>(e: DiskError) -> StorageError<C::NodeId> {
+    StorageIOError::read_logs(&e).into()
+}
+
+fn write_err<C: CertusConfig>(e: DiskError) -> StorageError<C::NodeId> {
+    StorageIOError::write_logs(&e).into()
+}
+
+impl<C: CertusConfig, D: Disk> RaftLogReader<C> for LogStore<C, D> {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<C::Entry>, StorageError<C::NodeId>> {
+        let pairs = self
+            .scan_log(
+                range.start_bound().cloned(),
+                range.end_bound().cloned(),
+                usize::MAX,
+            )
+            .map_err(read_err::<C>)?;
+        let entries: Result<Vec<C::Entry>, DiskError> =
+            pairs.iter().map(|(_, bytes)| decode(bytes)).collect();
+        entries.map_err(read_err::<C>)
+    }
+
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<C::Entry>, StorageError<C::NodeId>> {
+        let end = end.min(start.saturating_add(REPLICATION_READ_ENTRIES_MAX));
+        self.try_get_log_entries(start..end).await
+    }
+}
+
+impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
+    type LogReader = LogStore<C, D>;
+
+    async fn get_log_state(&mut self) -> Result<LogState<C>, StorageError<C::NodeId>> {
+        let last_purged_log_id: Option<LogId<C::NodeId>> =
+            self.read_meta(LAST_PURGED).map_err(read_err::<C>)?;
+        let last = self
+            .last_entry()
+            .map_err(read_err::<C>)?
+            .map(|entry| entry.log_id);
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id: last.or(last_purged_log_id),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
+        let mut batch = WriteBatch::new();
+        batch.put(VOTE, encode(vote));
+        let durable = self.disk.write(batch).and_then(|()| self.disk.flush());
+        durable.map_err(|e| StorageIOError::write_vote(&e).into())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<C::NodeId>>, StorageError<C::NodeId>> {
+        self.read_meta(VOTE)
+            .map_err(|e| StorageIOError::read_vote(&e).into())
+    }
+
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<C::NodeId>>,
+    ) -> Result<(), StorageError<C::NodeId>> {
+        // Not flushed: a committed pointer that rolls back only means re-applying from an older
+        // point, which openraft does from the log.
+        let mut batch = WriteBatch::new();
+        batch.put(COMMITTED, encode(&committed));
+        self.disk.write(batch).map_err(write_err::<C>)
+    }
+
+    async fn read_committed(
+        &mut self,
+    ) -> Result<Option<LogId<C::NodeId>>, StorageError<C::NodeId>> {
+        Ok(self
+            .read_meta::<Option<LogId<C::NodeId>>>(COMMITTED)
+            .map_err(read_err::<C>)?
+            .flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<C>,
+    ) -> Result<(), StorageError<C::NodeId>>
+    where
+        I: IntoIterator<Item = C::Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        // Acknowledged only once on disk: a vote for this log, or a commit counting this node,
+        // must survive a crash.
+        let durable = self.append_durably(entries);
+        callback.log_io_completed(durable.clone().map_err(std::io::Error::other));
+        durable.map_err(write_err::<C>)
+    }
+
+    async fn truncate(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
+        let keys = self
+            .keys_in(Bound::Included(log_id.index), Bound::Unbounded)
+            .map_err(write_err::<C>)?;
+        let mut batch = WriteBatch::new();
+        for key in keys {
+            batch.delete(key);
+        }
+        self.disk
+            .write(batch)
+            .and_then(|()| self.disk.flush())
+            .map_err(write_err::<C>)
+    }
+
+    async fn purge(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
+        let keys = self
+            .keys_in(Bound::Unbounded, Bound::Included(log_id.index))
+            .map_err(write_err::<C>)?;
+        let mut batch = WriteBatch::new();
+        batch.put(LAST_PURGED, encode(&log_id));
+        for key in keys {
+            batch.delete(key);
+        }
+        self.disk.write(batch).map_err(write_err::<C>)
+    }
+}

@@ -1,0 +1,278 @@
+//! The replicated state machine as openraft's `RaftStateMachine`, persisted by snapshots.
+//!
+//! The [`State`] lives in memory; `apply` does not write to disk. Durability comes from the log
+//! (openraft re-applies committed entries after a restart) and from snapshots, which are flushed
+//! before they are reported built or installed. On open, the last snapshot is loaded and checked
+//! (`State::from_snapshot` validates every invariant); a snapshot that does not load stops the
+//! node rather than serving a wrong state.
+
+use std::io::Cursor;
+use std::marker::PhantomData;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use certus_core::{Stamp, State, apply};
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
+    StorageIOError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{CertusConfig, Responses};
+use crate::disk::{Disk, DiskError, WriteBatch};
+use crate::keys::SNAPSHOT;
+
+/// The applied state and the Raft bookkeeping that goes with it.
+#[derive(Debug)]
+pub struct Applied<C: CertusConfig> {
+    /// The replicated state.
+    pub state: State,
+    /// The last log entry applied.
+    pub last_applied: Option<LogId<C::NodeId>>,
+    /// The last membership applied.
+    pub membership: StoredMembership<C::NodeId, C::Node>,
+}
+
+/// Read access to the applied state for queries (linearizable reads go through Raft first).
+#[derive(Debug)]
+pub struct StateReader<C: CertusConfig> {
+    applied: Arc<RwLock<Applied<C>>>,
+}
+
+impl<C: CertusConfig> Clone for StateReader<C> {
+    fn clone(&self) -> Self {
+        StateReader {
+            applied: Arc::clone(&self.applied),
+        }
+    }
+}
+
+impl<C: CertusConfig> StateReader<C> {
+    /// Runs `read` on the applied state. Keep it short: `apply` waits meanwhile.
+    pub fn read<T>(&self, read: impl FnOnce(&Applied<C>) -> T) -> T {
+        read(&read_lock(&self.applied))
+    }
+}
+
+fn read_lock<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write_lock<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A snapshot as kept on disk.
+#[derive(Serialize, Deserialize)]
+#[serde(bound = "")]
+struct StoredSnapshot<C: CertusConfig> {
+    meta: SnapshotMeta<C::NodeId, C::Node>,
+    /// `State::to_snapshot` bytes: what is sent to other nodes.
+    data: Vec<u8>,
+}
+
+/// The state machine store.
+#[derive(Debug)]
+pub struct StateMachineStore<C: CertusConfig, D> {
+    disk: Arc<D>,
+    applied: Arc<RwLock<Applied<C>>>,
+    snapshots_built: u64,
+    _config: PhantomData<C>,
+}
+
+/// Builds snapshots off the apply path, from an encoding taken when it was created.
+#[derive(Debug)]
+pub struct SnapshotBuilder<C: CertusConfig, D> {
+    disk: Arc<D>,
+    meta: SnapshotMeta<C::NodeId, C::Node>,
+    data: Vec<u8>,
+}
+
+fn sm_read_err<C: CertusConfig>(e: DiskError) -> StorageError<C::NodeId> {
+    StorageIOError::read_state_machine(&e).into()
+}
+
+impl<C: CertusConfig, D: Disk> StateMachineStore<C, D> {
+    /// Opens the state machine on `disk`, restoring the last snapshot if there is one. A stored
+    /// snapshot that does not decode or validate is an error: the node must not serve.
+    pub fn open(disk: Arc<D>) -> Result<StateMachineStore<C, D>, DiskError> {
+        let applied = match load_snapshot::<C, D>(&disk)? {
+            Some(stored) => Applied {
+                state: State::from_snapshot(&stored.data)
+                    .map_err(|e| DiskError(format!("the stored snapshot is invalid: {e}")))?,
+                last_applied: stored.meta.last_log_id,
+                membership: stored.meta.last_membership,
+            },
+            None => Applied {
+                state: State::new(),
+                last_applied: None,
+                membership: StoredMembership::default(),
+            },
+        };
+        Ok(StateMachineStore {
+            disk,
+            applied: Arc::new(RwLock::new(applied)),
+            snapshots_built: 0,
+            _config: PhantomData,
+        })
+    }
+
+    /// A handle for reading the applied state.
+    pub fn reader(&self) -> StateReader<C> {
+        StateReader {
+            applied: Arc::clone(&self.applied),
+        }
+    }
+}
+
+fn load_snapshot<C: CertusConfig, D: Disk>(
+    disk: &D,
+) -> Result<Option<StoredSnapshot<C>>, DiskError> {
+    let Some(bytes) = disk.get(SNAPSHOT)? else {
+        return Ok(None);
+    };
+    let stored = postcard::from_bytes(&bytes)
+        .map_err(|e| DiskError(format!("the stored snapshot does not decode: {e}")))?;
+    Ok(Some(stored))
+}
+
+/// Writes the snapshot and flushes: a snapshot is reported only once it is durable, because the
+/// log before it may be purged next.
+fn save_snapshot<C: CertusConfig, D: Disk>(
+    disk: &D,
+    stored: &StoredSnapshot<C>,
+) -> Result<(), DiskError> {
+    let mut batch = WriteBatch::new();
+    batch.put(
+        SNAPSHOT,
+        postcard::to_allocvec(stored).expect("snapshots always encode"),
+    );
+    disk.write(batch)?;
+    disk.flush()
+}
+
+impl<C: CertusConfig, D: Disk> RaftSnapshotBuilder<C> for SnapshotBuilder<C, D> {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<C>, StorageError<C::NodeId>> {
+        let stored = StoredSnapshot::<C> {
+            meta: self.meta.clone(),
+            data: std::mem::take(&mut self.data),
+        };
+        save_snapshot(&*self.disk, &stored)
+            .map_err(|e| StorageIOError::write_snapshot(Some(stored.meta.signature()), &e))?;
+        Ok(Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.data)),
+        })
+    }
+}
+
+impl<C: CertusConfig, D: Disk> RaftStateMachine<C> for StateMachineStore<C, D> {
+    type SnapshotBuilder = SnapshotBuilder<C, D>;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<
+        (
+            Option<LogId<C::NodeId>>,
+            StoredMembership<C::NodeId, C::Node>,
+        ),
+        StorageError<C::NodeId>,
+    > {
+        let applied = read_lock(&self.applied);
+        Ok((applied.last_applied, applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Responses>, StorageError<C::NodeId>>
+    where
+        I: IntoIterator<Item = C::Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut applied = write_lock(&self.applied);
+        let mut replies = Vec::new();
+        for entry in entries {
+            let responses = match entry.payload {
+                EntryPayload::Blank => Vec::new(),
+                EntryPayload::Normal(proposal) => {
+                    let stamp = Stamp::new(entry.log_id.index, proposal.proposed_at_ms);
+                    let state = &mut applied.state;
+                    proposal
+                        .commands
+                        .into_iter()
+                        .map(|command| apply(state, command, stamp))
+                        .collect()
+                }
+                EntryPayload::Membership(membership) => {
+                    applied.membership = StoredMembership::new(Some(entry.log_id), membership);
+                    Vec::new()
+                }
+            };
+            applied.last_applied = Some(entry.log_id);
+            replies.push(responses);
+        }
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.snapshots_built += 1;
+        let applied = read_lock(&self.applied);
+        let last = applied.last_applied;
+        let snapshot_id = match last {
+            Some(log_id) => format!(
+                "{}-{}-{}",
+                log_id.leader_id, log_id.index, self.snapshots_built
+            ),
+            None => format!("empty-{}", self.snapshots_built),
+        };
+        SnapshotBuilder {
+            disk: Arc::clone(&self.disk),
+            meta: SnapshotMeta {
+                last_log_id: last,
+                last_membership: applied.membership.clone(),
+                snapshot_id,
+            },
+            data: applied.state.to_snapshot(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<C::NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<C::NodeId, C::Node>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<C::NodeId>> {
+        let data = snapshot.into_inner();
+        let install_err = |e: String| -> StorageError<C::NodeId> {
+            StorageIOError::read_snapshot(Some(meta.signature()), &DiskError(e)).into()
+        };
+        // Validate before anything changes: a bad snapshot from a peer leaves this node as it was.
+        let state = State::from_snapshot(&data).map_err(|e| install_err(e.to_string()))?;
+        let stored = StoredSnapshot::<C> {
+            meta: meta.clone(),
+            data,
+        };
+        save_snapshot(&*self.disk, &stored).map_err(|e| install_err(e.0))?;
+        let mut applied = write_lock(&self.applied);
+        *applied = Applied {
+            state,
+            last_applied: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+        };
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<C>>, StorageError<C::NodeId>> {
+        let stored = load_snapshot::<C, D>(&self.disk).map_err(sm_read_err::<C>)?;
+        Ok(stored.map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(Cursor::new(s.data)),
+        }))
+    }
+}
