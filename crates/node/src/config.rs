@@ -1,0 +1,141 @@
+//! A node's configuration. Not part of the replicated state: each node has its own.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::NodeId;
+
+/// Everything one node needs to run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This node's id: unique in the cluster, never reused, at least 1.
+    pub id: NodeId,
+    /// Where the gRPC server listens (Raft transport and client services); peers and clients
+    /// use this address.
+    pub grpc_addr: SocketAddr,
+    /// Where the HTTP server listens (health, ACME challenges).
+    pub http_addr: SocketAddr,
+    /// Where the Raft log, vote and snapshots are kept.
+    pub data_dir: PathBuf,
+    /// Raft timing and log compaction.
+    #[serde(default)]
+    pub raft: RaftTuning,
+    /// How often the leader proposes a tick (lease expiry, token purge), in milliseconds.
+    #[serde(default = "default_tick_interval_ms")]
+    pub tick_interval_ms: u64,
+    /// How long a challenge token is kept before the tick purges it, in milliseconds.
+    #[serde(default = "default_challenge_retention_ms")]
+    pub challenge_retention_ms: u64,
+}
+
+/// Raft timing and log compaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftTuning {
+    /// Leader heartbeat interval, in milliseconds.
+    pub heartbeat_interval_ms: u64,
+    /// Shortest election timeout, in milliseconds.
+    pub election_timeout_min_ms: u64,
+    /// Longest election timeout, in milliseconds.
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot after this many entries since the last one.
+    pub snapshot_after_entries: u64,
+    /// Entries kept in the log behind a snapshot, so a slightly lagging follower catches up
+    /// from the log rather than by snapshot.
+    pub entries_kept_after_snapshot: u64,
+}
+
+impl Default for RaftTuning {
+    fn default() -> RaftTuning {
+        RaftTuning {
+            heartbeat_interval_ms: 100,
+            election_timeout_min_ms: 500,
+            election_timeout_max_ms: 1000,
+            snapshot_after_entries: 20_000,
+            entries_kept_after_snapshot: 1_000,
+        }
+    }
+}
+
+fn default_tick_interval_ms() -> u64 {
+    1_000
+}
+
+fn default_challenge_retention_ms() -> u64 {
+    7 * 24 * 60 * 60 * 1000
+}
+
+impl NodeConfig {
+    /// A configuration with defaults for everything but identity, addresses and data.
+    pub fn new(id: NodeId, grpc_addr: SocketAddr, http_addr: SocketAddr, data_dir: PathBuf) -> Self {
+        NodeConfig {
+            id,
+            grpc_addr,
+            http_addr,
+            data_dir,
+            raft: RaftTuning::default(),
+            tick_interval_ms: default_tick_interval_ms(),
+            challenge_retention_ms: default_challenge_retention_ms(),
+        }
+    }
+
+    /// Checks what types cannot; says what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.id == 0 {
+            return Err("id: node ids start at 1".into());
+        }
+        if self.grpc_addr == self.http_addr {
+            return Err(format!(
+                "grpc_addr and http_addr are both {}; they need their own ports",
+                self.grpc_addr
+            ));
+        }
+        let raft = &self.raft;
+        if raft.heartbeat_interval_ms == 0 || raft.heartbeat_interval_ms >= raft.election_timeout_min_ms {
+            return Err(format!(
+                "raft.heartbeat_interval_ms ({}) must be above 0 and below raft.election_timeout_min_ms ({})",
+                raft.heartbeat_interval_ms, raft.election_timeout_min_ms
+            ));
+        }
+        if raft.election_timeout_min_ms >= raft.election_timeout_max_ms {
+            return Err(format!(
+                "raft.election_timeout_min_ms ({}) must be below raft.election_timeout_max_ms ({})",
+                raft.election_timeout_min_ms, raft.election_timeout_max_ms
+            ));
+        }
+        if raft.snapshot_after_entries == 0 {
+            return Err("raft.snapshot_after_entries must be at least 1".into());
+        }
+        if self.tick_interval_ms == 0 {
+            return Err("tick_interval_ms must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The tick interval.
+    pub fn tick_interval(&self) -> Duration {
+        Duration::from_millis(self.tick_interval_ms)
+    }
+
+    /// openraft's configuration for this node.
+    pub fn openraft(&self) -> Result<openraft::Config, String> {
+        let config = openraft::Config {
+            cluster_name: "certus".into(),
+            heartbeat_interval: self.raft.heartbeat_interval_ms,
+            election_timeout_min: self.raft.election_timeout_min_ms,
+            election_timeout_max: self.raft.election_timeout_max_ms,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(
+                self.raft.snapshot_after_entries,
+            ),
+            max_in_snapshot_log_to_keep: self.raft.entries_kept_after_snapshot,
+            // Batches of appended entries per RPC; each entry may carry many commands.
+            max_payload_entries: 512,
+            ..openraft::Config::default()
+        };
+        config.validate().map_err(|error| error.to_string())
+    }
+}

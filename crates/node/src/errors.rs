@@ -1,0 +1,97 @@
+//! Errors a client sees: each becomes a gRPC status with a message that says what was wrong and
+//! an ASCII metadata entry `certus-error` with a stable, machine-readable reason.
+
+use certus_core::{ChallengeError, LeaseError};
+use tonic::{Code, Status};
+
+/// The metadata key that carries the stable reason of a refusal.
+pub const ERROR_REASON_KEY: &str = "certus-error";
+
+/// Why a request to this node was not served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceError {
+    /// The request is malformed; nothing was changed.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// No leader is reachable now; for a write, nothing was proposed. Safe to retry.
+    #[error("no leader is available: {0}")]
+    NoLeader(String),
+    /// The write reached Raft but its outcome is unknown (leadership changed or a peer failed
+    /// mid-flight). The client may retry; lease and token commands are safe to repeat.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
+    /// The node is shutting down or its storage failed.
+    #[error("node unavailable: {0}")]
+    Unavailable(String),
+    /// The request waited longer than the node allows.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// The request is valid but refused by the state (for example, a membership change the
+    /// cluster cannot take now).
+    #[error("{0}")]
+    FailedPrecondition(String),
+}
+
+impl ServiceError {
+    fn reason(&self) -> &'static str {
+        match self {
+            ServiceError::InvalidArgument(_) => "invalid-argument",
+            ServiceError::NoLeader(_) => "no-leader",
+            ServiceError::OutcomeUnknown(_) => "outcome-unknown",
+            ServiceError::Unavailable(_) => "unavailable",
+            ServiceError::Timeout(_) => "timeout",
+            ServiceError::FailedPrecondition(_) => "failed-precondition",
+        }
+    }
+
+    fn code(&self) -> Code {
+        match self {
+            ServiceError::InvalidArgument(_) => Code::InvalidArgument,
+            ServiceError::NoLeader(_)
+            | ServiceError::OutcomeUnknown(_)
+            | ServiceError::Unavailable(_) => Code::Unavailable,
+            ServiceError::Timeout(_) => Code::DeadlineExceeded,
+            ServiceError::FailedPrecondition(_) => Code::FailedPrecondition,
+        }
+    }
+}
+
+/// A status with a stable reason in metadata.
+pub fn status(code: Code, reason: &'static str, message: impl Into<String>) -> Status {
+    let mut status = Status::new(code, message);
+    status
+        .metadata_mut()
+        .insert(ERROR_REASON_KEY, tonic::metadata::MetadataValue::from_static(reason));
+    status
+}
+
+impl From<ServiceError> for Status {
+    fn from(error: ServiceError) -> Status {
+        status(error.code(), error.reason(), error.to_string())
+    }
+}
+
+/// The status for a refused lease command.
+pub fn lease_status(error: &LeaseError) -> Status {
+    let (code, reason) = match error {
+        LeaseError::NotHolder { .. } => (Code::FailedPrecondition, "not-holder"),
+        LeaseError::Expired { .. } => (Code::FailedPrecondition, "expired"),
+        LeaseError::Unknown => (Code::NotFound, "unknown-lease"),
+        LeaseError::FenceRejected { .. } => (Code::FailedPrecondition, "fence-rejected"),
+        LeaseError::InvalidTtl { .. } => (Code::InvalidArgument, "invalid-ttl"),
+        LeaseError::InvalidText(_) => (Code::InvalidArgument, "invalid-argument"),
+        LeaseError::TooManyLeases { .. } => (Code::ResourceExhausted, "too-many-leases"),
+    };
+    status(code, reason, error.to_string())
+}
+
+/// The status for a refused challenge-token command.
+pub fn challenge_status(error: &ChallengeError) -> Status {
+    let (code, reason) = match error {
+        ChallengeError::InvalidText(_) => (Code::InvalidArgument, "invalid-argument"),
+        ChallengeError::TooManyChallenges { .. } => {
+            (Code::ResourceExhausted, "too-many-challenges")
+        }
+    };
+    status(code, reason, error.to_string())
+}

@@ -1,0 +1,36 @@
+//! A Certus node: openraft replicating `certus-core`'s state machine over gRPC, stored by
+//! `certus-store`, serving the client gRPC services and the HTTP endpoints.
+//!
+//! The same code runs on tokio and, under `--cfg madsim`, in the deterministic simulation: time,
+//! spawning and randomness reach openraft through [`runtime`] there, and every application clock
+//! read goes through [`Clock`].
+
+#![deny(missing_docs, unreachable_pub)]
+
+pub mod admin_service;
+pub mod clock;
+pub mod codec;
+pub mod config;
+pub mod convert;
+pub mod errors;
+pub mod forward;
+pub mod health;
+#[cfg(not(madsim))]
+pub mod http;
+pub mod leases_service;
+pub mod limits;
+pub mod network;
+pub mod node;
+pub mod proposer;
+pub mod raft_service;
+pub mod replica;
+#[cfg(madsim)]
+pub mod runtime;
+pub mod types;
+
+pub use clock::Clock;
+pub use config::{NodeConfig, RaftTuning};
+pub use errors::ServiceError;
+pub use node::{Node, StartError};
+pub use replica::{Leader, Replica};
+pub use types::{CertusNode, NodeId, Raft, TypeConfig};

@@ -1,0 +1,28 @@
+//! The node's bounds, named. Every queue, batch, message and wait has one.
+
+use std::time::Duration;
+
+/// Largest Raft transport message (append batches, snapshot chunks), in bytes.
+pub const RAFT_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Largest client request or reply on the Leases and Admin services, in bytes.
+pub const CLIENT_MESSAGE_BYTES_MAX: usize = 256 * 1024;
+/// How long a follower waits for the leader to answer a forwarded request.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request waits for a leader to be elected before it is refused.
+pub const LEADER_WAIT: Duration = Duration::from_secs(3);
+/// How many times a request follows a leader change before it is refused.
+pub const LEADER_HOPS_MAX: usize = 3;
+/// How long a read waits for this node to apply up to the read index.
+pub const READ_APPLY_WAIT: Duration = Duration::from_secs(5);
+/// Commands waiting to be proposed; past this, writers wait (back-pressure).
+pub const PROPOSER_QUEUE_MAX: usize = 16 * 1024;
+/// Commands in one Raft entry.
+pub const PROPOSAL_COMMANDS_MAX: usize = 1024;
+/// Proposals appended but not yet applied, per leader: pipelining depth.
+pub const PROPOSALS_IN_FLIGHT_MAX: usize = 8;
+/// Readers waiting for the next read barrier; past this, readers wait.
+pub const READ_QUEUE_MAX: usize = 64 * 1024;
+/// Entries a follower may lag behind the leader's commit index and still report ready.
+pub const READY_APPLY_LAG_MAX: u64 = 1000;
+/// How long a membership change may take (adding a learner waits for it to catch up).
+pub const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(60);

@@ -1,0 +1,270 @@
+//! Starting and stopping a node: storage, Raft, the gRPC and HTTP servers, the leader's tick.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use certus_core::{ChallengeCommand, Command};
+use certus_store::{Disk, LogStore, SledDisk, StateMachineStore};
+use openraft::error::{InitializeError, RaftError};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::admin_service::AdminService;
+use crate::clock::Clock;
+use crate::config::NodeConfig;
+use crate::health::HealthService;
+use crate::leases_service::LeasesService;
+use crate::limits::{CLIENT_MESSAGE_BYTES_MAX, RAFT_MESSAGE_BYTES_MAX};
+use crate::network::{Network, Peers};
+use crate::raft_service::RaftService;
+use crate::replica::{Leader, Replica};
+use crate::types::{CertusNode, NodeId, Raft};
+
+/// Why a node did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is inconsistent.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The data directory could not be opened.
+    #[error("cannot open data in {path}: {reason}")]
+    Storage {
+        /// Where.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A listening address could not be bound.
+    #[error("cannot listen on {addr}: {reason}")]
+    Bind {
+        /// Where.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// Raft failed to start or initialize.
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// A running node. Dropping it without [`Node::shutdown`] leaves its tasks running.
+#[derive(Debug)]
+pub struct Node {
+    replica: Arc<Replica>,
+    stop: watch::Sender<bool>,
+    servers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Node {
+    /// Starts a node on sled in `config.data_dir`, with the system clock.
+    pub async fn start(config: NodeConfig) -> Result<Node, StartError> {
+        let path = config.data_dir.join("raft");
+        let disk = SledDisk::open(&path).map_err(|error| StartError::Storage {
+            path: path.display().to_string(),
+            reason: error.to_string(),
+        })?;
+        Node::start_on(config, Arc::new(disk), Clock::system()).await
+    }
+
+    /// Starts a node on any disk and clock (the simulation passes its own).
+    pub async fn start_on<D>(
+        config: NodeConfig,
+        disk: Arc<D>,
+        clock: Clock,
+    ) -> Result<Node, StartError>
+    where
+        D: Disk + Send + Sync + 'static,
+    {
+        config.validate().map_err(StartError::Config)?;
+        let openraft_config = Arc::new(config.openraft().map_err(StartError::Config)?);
+        let log_store = LogStore::new(Arc::clone(&disk));
+        let state_machine =
+            StateMachineStore::open(Arc::clone(&disk)).map_err(|error| StartError::Storage {
+                path: config.data_dir.display().to_string(),
+                reason: error.to_string(),
+            })?;
+        let reader = state_machine.reader();
+        let peers = Peers::default();
+        let raft = Raft::new(
+            config.id,
+            openraft_config,
+            Network::new(config.id, peers.clone()),
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(|fatal| StartError::Raft(fatal.to_string()))?;
+        let node = CertusNode {
+            grpc_addr: config.grpc_addr.to_string(),
+            http_addr: config.http_addr.to_string(),
+        };
+        let replica = Replica::new(config.id, node, raft, reader, clock, peers);
+        let (stop, stopped) = watch::channel(false);
+        let mut servers = vec![serve_grpc(&config, Arc::clone(&replica), stopped.clone()).await?];
+        #[cfg(not(madsim))]
+        servers.push(serve_http(&config, Arc::clone(&replica), stopped.clone()).await?);
+        servers.push(tokio::spawn(run_ticks(
+            Arc::clone(&replica),
+            config.clone(),
+            stopped,
+        )));
+        info!(id = config.id, grpc = %config.grpc_addr, http = %config.http_addr, "node started");
+        Ok(Node {
+            replica,
+            stop,
+            servers,
+        })
+    }
+
+    /// What every service of this node shares.
+    pub fn replica(&self) -> &Arc<Replica> {
+        &self.replica
+    }
+
+    /// Makes this node the first member of a new cluster of `members`. A node that is already
+    /// part of a cluster (it has a vote or a log) is left as it is.
+    pub async fn initialize(&self, members: BTreeMap<NodeId, CertusNode>) -> Result<(), StartError> {
+        match self.replica.raft.initialize(members).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
+                debug!(id = self.replica.id, "already initialized");
+                Ok(())
+            }
+            Err(error) => Err(StartError::Raft(error.to_string())),
+        }
+    }
+
+    /// Stops the servers and Raft; waits for them.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for server in self.servers {
+            let _ = server.await;
+        }
+        if let Err(error) = self.replica.raft.shutdown().await {
+            warn!(%error, "raft did not stop cleanly");
+        }
+        info!(id = self.replica.id, "node stopped");
+    }
+}
+
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn grpc_router(replica: &Arc<Replica>) -> tonic::transport::server::Router {
+    use certus_proto::health::health_server::HealthServer;
+    use certus_proto::v1::admin_server::AdminServer;
+    use certus_proto::v1::leases_server::LeasesServer;
+    use certus_proto::v1::raft_server::RaftServer;
+    tonic::transport::Server::builder()
+        .add_service(
+            RaftServer::new(RaftService::new(Arc::clone(replica)))
+                .max_decoding_message_size(RAFT_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(RAFT_MESSAGE_BYTES_MAX),
+        )
+        .add_service(
+            LeasesServer::new(LeasesService::new(Arc::clone(replica)))
+                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+        )
+        .add_service(
+            AdminServer::new(AdminService::new(Arc::clone(replica)))
+                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+        )
+        .add_service(HealthServer::new(HealthService::new(Arc::clone(replica))))
+}
+
+#[cfg(not(madsim))]
+async fn serve_grpc(
+    config: &NodeConfig,
+    replica: Arc<Replica>,
+    stop: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>, StartError> {
+    let listener = tokio::net::TcpListener::bind(config.grpc_addr)
+        .await
+        .map_err(|error| StartError::Bind {
+            addr: config.grpc_addr.to_string(),
+            reason: error.to_string(),
+        })?;
+    let incoming =
+        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let router = grpc_router(&replica);
+    let id = config.id;
+    Ok(tokio::spawn(async move {
+        if let Err(error) = router
+            .serve_with_incoming_shutdown(incoming, stopped(stop))
+            .await
+        {
+            warn!(id, %error, "gRPC server failed");
+        }
+    }))
+}
+
+#[cfg(madsim)]
+async fn serve_grpc(
+    config: &NodeConfig,
+    replica: Arc<Replica>,
+    stop: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>, StartError> {
+    let router = grpc_router(&replica);
+    let addr = config.grpc_addr;
+    let id = config.id;
+    Ok(tokio::spawn(async move {
+        if let Err(error) = router.serve_with_shutdown(addr, stopped(stop)).await {
+            warn!(id, %error, "gRPC server failed");
+        }
+    }))
+}
+
+#[cfg(not(madsim))]
+async fn serve_http(
+    config: &NodeConfig,
+    replica: Arc<Replica>,
+    stop: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>, StartError> {
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .map_err(|error| StartError::Bind {
+            addr: config.http_addr.to_string(),
+            reason: error.to_string(),
+        })?;
+    let router = crate::http::router(replica);
+    let id = config.id;
+    Ok(tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, router)
+            .with_graceful_shutdown(stopped(stop))
+            .await
+        {
+            warn!(id, %error, "HTTP server failed");
+        }
+    }))
+}
+
+/// The leader's clock drives expiry: it proposes a tick, and purges old challenge tokens, every
+/// tick interval. Followers do nothing here.
+async fn run_ticks(replica: Arc<Replica>, config: NodeConfig, stop: watch::Receiver<bool>) {
+    let interval = config.tick_interval();
+    loop {
+        tokio::select! {
+            () = stopped(stop.clone()) => break,
+            () = tokio::time::sleep(interval) => {}
+        }
+        if replica.leader() != Some(Leader::Me) {
+            continue;
+        }
+        let commands = vec![
+            Command::Tick,
+            Command::Challenge(ChallengeCommand::DeleteOlderThan {
+                age_ms: config.challenge_retention_ms,
+            }),
+        ];
+        if let Err(error) = replica.write(commands).await {
+            debug!(id = replica.id, %error, "tick not applied");
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! One node's view of the cluster and the paths every service shares: writes reach the leader
+//! (proposed here or forwarded), reads pass a linearizable barrier, membership changes run on the
+//! leader.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use certus_core::{Command, Response, State};
+use openraft::error::{CheckIsLeaderError, RaftError};
+use openraft::{ChangeMembers, ServerState};
+use tokio::sync::{mpsc, oneshot};
+use tracing::debug;
+
+use crate::clock::Clock;
+use crate::errors::ServiceError;
+use crate::forward::{ForwardRefusal, ForwardReply, ForwardRequest, MemberView, MembershipView};
+use crate::limits::{
+    LEADER_HOPS_MAX, LEADER_WAIT, MEMBERSHIP_CHANGE_TIMEOUT, READ_APPLY_WAIT, READ_QUEUE_MAX,
+};
+use crate::network::Peers;
+use crate::proposer::{Proposer, WriteOutcome, write_error};
+use crate::types::{CertusNode, NodeId, Raft, StateReader};
+
+/// Who leads, as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leader {
+    /// This node.
+    Me,
+    /// Another node.
+    Peer(NodeId, CertusNode),
+}
+
+/// Shared by every service of a node.
+pub struct Replica {
+    /// This node's id.
+    pub id: NodeId,
+    /// The Raft handle.
+    pub raft: Raft,
+    /// The applied state.
+    pub reader: StateReader,
+    /// The node's clock.
+    pub clock: Clock,
+    /// Where this node is reached.
+    pub node: CertusNode,
+    peers: Peers,
+    proposer: Proposer,
+    reads: mpsc::Sender<oneshot::Sender<Result<(), ServiceError>>>,
+    /// The highest commit index a leader has told this node about.
+    leader_commit_seen: AtomicU64,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.id)
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replica {
+    /// Wires the shared paths of a node whose Raft is running.
+    pub fn new(
+        id: NodeId,
+        node: CertusNode,
+        raft: Raft,
+        reader: StateReader,
+        clock: Clock,
+        peers: Peers,
+    ) -> Arc<Replica> {
+        let proposer = Proposer::start(id, raft.clone(), clock.clone());
+        let (reads, read_queue) = mpsc::channel(READ_QUEUE_MAX);
+        let replica = Arc::new(Replica {
+            id,
+            raft,
+            reader,
+            clock,
+            node,
+            peers,
+            proposer,
+            reads,
+            leader_commit_seen: AtomicU64::new(0),
+        });
+        tokio::spawn(run_read_barriers(Arc::downgrade(&replica), read_queue));
+        replica
+    }
+
+    /// The leader as this node knows it now, if any.
+    pub fn leader(&self) -> Option<Leader> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let leader = metrics.current_leader?;
+        if leader == self.id {
+            return (metrics.state == ServerState::Leader).then_some(Leader::Me);
+        }
+        let node = metrics.membership_config.membership().get_node(&leader)?.clone();
+        Some(Leader::Peer(leader, node))
+    }
+
+    /// Waits (up to [`LEADER_WAIT`]) for a leader other than `not`.
+    async fn await_leader(&self, not: Option<NodeId>) -> Result<Leader, ServiceError> {
+        let id = self.id;
+        let waited = self
+            .raft
+            .wait(Some(LEADER_WAIT))
+            .metrics(
+                |metrics| match metrics.current_leader {
+                    Some(leader) if Some(leader) == not => false,
+                    Some(leader) if leader == id => metrics.state == ServerState::Leader,
+                    Some(_) => true,
+                    None => false,
+                },
+                "a leader is known",
+            )
+            .await;
+        if waited.is_err() {
+            return Err(ServiceError::NoLeader(format!(
+                "no leader elected within {LEADER_WAIT:?}"
+            )));
+        }
+        self.leader()
+            .ok_or_else(|| ServiceError::NoLeader("leadership is changing".into()))
+    }
+
+    /// Proposes `commands` on the leader (forwarding if need be) and returns their responses.
+    pub async fn write(&self, commands: Vec<Command>) -> Result<Vec<Response>, ServiceError> {
+        let mut not = None;
+        for _hop in 0..LEADER_HOPS_MAX {
+            let leader = match (not, self.leader()) {
+                (None, Some(leader)) => leader,
+                _ => self.await_leader(not).await?,
+            };
+            match leader {
+                Leader::Me => match self.proposer.write(commands.clone()).await {
+                    WriteOutcome::Applied(responses) => return Ok(responses),
+                    WriteOutcome::NotLeader => not = Some(self.id),
+                    WriteOutcome::Failed(error) => return Err(error),
+                },
+                Leader::Peer(leader, node) => {
+                    let request = ForwardRequest::Write(commands.clone());
+                    match self.peers.forward(&node.grpc_addr, &request).await {
+                        Ok(ForwardReply::Written(responses)) => return Ok(responses),
+                        Ok(ForwardReply::Refused(ForwardRefusal::NotLeader)) => {
+                            not = Some(leader);
+                        }
+                        Ok(reply) => return Err(refusal(reply)),
+                        Err(error) => return Err(ServiceError::OutcomeUnknown(error.to_string())),
+                    }
+                }
+            }
+        }
+        Err(ServiceError::NoLeader(format!(
+            "leadership changed {LEADER_HOPS_MAX} times while forwarding"
+        )))
+    }
+
+    /// Waits until a read of this node's state is linearizable: the leader confirmed it still
+    /// leads at a read index, and this node has applied up to it. Concurrent reads share one
+    /// confirmation.
+    pub async fn read_barrier(&self) -> Result<(), ServiceError> {
+        let (reply, answer) = oneshot::channel();
+        self.reads
+            .send(reply)
+            .await
+            .map_err(|_| ServiceError::Unavailable("node is stopping".into()))?;
+        answer
+            .await
+            .map_err(|_| ServiceError::Unavailable("node is stopping".into()))?
+    }
+
+    /// A linearizable read of the state: `read` gets the state and this node's clock.
+    pub async fn read<T>(&self, read: impl FnOnce(&State, u64) -> T) -> Result<T, ServiceError> {
+        self.read_barrier().await?;
+        let now_ms = self.clock.now_ms();
+        Ok(self.reader.read(|applied| read(&applied.state, now_ms)))
+    }
+
+    /// The read index, confirmed by this node as leader. Refuses if this node does not lead.
+    pub async fn leader_read_index(&self) -> Result<u64, ForwardRefusal> {
+        match self.raft.ensure_linearizable().await {
+            Ok(read_log_id) => Ok(read_log_id.map_or(0, |log_id| log_id.index)),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))) => {
+                Err(ForwardRefusal::NotLeader)
+            }
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(error))) => {
+                Err(ForwardRefusal::Unavailable(error.to_string()))
+            }
+            Err(RaftError::Fatal(fatal)) => Err(ForwardRefusal::Unavailable(fatal.to_string())),
+        }
+    }
+
+    async fn barrier_once(&self) -> Result<(), ServiceError> {
+        let mut not = None;
+        for _hop in 0..LEADER_HOPS_MAX {
+            let leader = match (not, self.leader()) {
+                (None, Some(leader)) => leader,
+                _ => self.await_leader(not).await?,
+            };
+            let index = match leader {
+                Leader::Me => match self.leader_read_index().await {
+                    // ensure_linearizable has waited for the apply as well.
+                    Ok(_) => return Ok(()),
+                    Err(ForwardRefusal::NotLeader) => {
+                        not = Some(self.id);
+                        continue;
+                    }
+                    Err(refused) => return Err(refusal(ForwardReply::Refused(refused))),
+                },
+                Leader::Peer(leader, node) => {
+                    match self.peers.forward(&node.grpc_addr, &ForwardRequest::ReadIndex).await {
+                        Ok(ForwardReply::ReadIndex(index)) => index,
+                        Ok(ForwardReply::Refused(ForwardRefusal::NotLeader)) => {
+                            not = Some(leader);
+                            continue;
+                        }
+                        Ok(reply) => return Err(refusal(reply)),
+                        Err(error) => return Err(ServiceError::NoLeader(error.to_string())),
+                    }
+                }
+            };
+            return self
+                .raft
+                .wait(Some(READ_APPLY_WAIT))
+                .applied_index_at_least(Some(index), "read index applied")
+                .await
+                .map(|_| ())
+                .map_err(|error| {
+                    ServiceError::Timeout(format!(
+                        "this node did not apply up to read index {index}: {error}"
+                    ))
+                });
+        }
+        Err(ServiceError::NoLeader(format!(
+            "leadership changed {LEADER_HOPS_MAX} times during a read"
+        )))
+    }
+
+    /// Adds a learner (on the leader, forwarding if need be) and waits until it has caught up.
+    pub async fn add_learner(
+        &self,
+        id: NodeId,
+        node: CertusNode,
+    ) -> Result<MembershipView, ServiceError> {
+        self.membership_op(ForwardRequest::AddLearner { id, node })
+            .await
+    }
+
+    /// Replaces the voters (on the leader, forwarding if need be).
+    pub async fn change_membership(
+        &self,
+        voters: BTreeSet<NodeId>,
+        retain: bool,
+    ) -> Result<MembershipView, ServiceError> {
+        self.membership_op(ForwardRequest::ChangeMembership { voters, retain })
+            .await
+    }
+
+    async fn membership_op(&self, request: ForwardRequest) -> Result<MembershipView, ServiceError> {
+        let mut not = None;
+        for _hop in 0..LEADER_HOPS_MAX {
+            let leader = match (not, self.leader()) {
+                (None, Some(leader)) => leader,
+                _ => self.await_leader(not).await?,
+            };
+            let reply = match leader {
+                Leader::Me => self.serve_forwarded(request.clone()).await,
+                Leader::Peer(leader, node) => {
+                    match self.peers.forward(&node.grpc_addr, &request).await {
+                        Ok(ForwardReply::Refused(ForwardRefusal::NotLeader)) => {
+                            not = Some(leader);
+                            continue;
+                        }
+                        Ok(reply) => reply,
+                        Err(error) => return Err(ServiceError::OutcomeUnknown(error.to_string())),
+                    }
+                }
+            };
+            match reply {
+                ForwardReply::Membership(view) => return Ok(view),
+                ForwardReply::Refused(ForwardRefusal::NotLeader) => not = Some(self.id),
+                other => return Err(refusal(other)),
+            }
+        }
+        Err(ServiceError::NoLeader(format!(
+            "leadership changed {LEADER_HOPS_MAX} times during a membership change"
+        )))
+    }
+
+    /// Serves a request forwarded by a follower; this node must be the leader.
+    pub async fn serve_forwarded(&self, request: ForwardRequest) -> ForwardReply {
+        if self.leader() != Some(Leader::Me) {
+            return ForwardReply::Refused(ForwardRefusal::NotLeader);
+        }
+        match request {
+            ForwardRequest::Write(commands) => match self.proposer.write(commands).await {
+                WriteOutcome::Applied(responses) => ForwardReply::Written(responses),
+                WriteOutcome::NotLeader => ForwardReply::Refused(ForwardRefusal::NotLeader),
+                WriteOutcome::Failed(error) => ForwardReply::Refused(error_refusal(error)),
+            },
+            ForwardRequest::ReadIndex => match self.leader_read_index().await {
+                Ok(index) => ForwardReply::ReadIndex(index),
+                Err(refused) => ForwardReply::Refused(refused),
+            },
+            ForwardRequest::AddLearner { id, node } => {
+                let change = self.raft.add_learner(id, node, true);
+                self.membership_reply(change).await
+            }
+            ForwardRequest::ChangeMembership { voters, retain } => {
+                let change = self
+                    .raft
+                    .change_membership(ChangeMembers::ReplaceAllVoters(voters), retain);
+                self.membership_reply(change).await
+            }
+        }
+    }
+
+    async fn membership_reply(
+        &self,
+        change: impl Future<
+            Output = Result<
+                openraft::raft::ClientWriteResponse<crate::types::TypeConfig>,
+                RaftError<NodeId, openraft::error::ClientWriteError<NodeId, CertusNode>>,
+            >,
+        >,
+    ) -> ForwardReply {
+        match tokio::time::timeout(MEMBERSHIP_CHANGE_TIMEOUT, change).await {
+            Err(_elapsed) => ForwardReply::Refused(ForwardRefusal::OutcomeUnknown(format!(
+                "the membership change did not finish within {MEMBERSHIP_CHANGE_TIMEOUT:?}"
+            ))),
+            Ok(Ok(written)) => {
+                let mut view = self.membership();
+                view.log_index = written.log_id.index;
+                ForwardReply::Membership(view)
+            }
+            Ok(Err(error)) => match write_error(error) {
+                WriteOutcome::NotLeader => ForwardReply::Refused(ForwardRefusal::NotLeader),
+                WriteOutcome::Failed(error) => ForwardReply::Refused(error_refusal(error)),
+                WriteOutcome::Applied(_) => unreachable!("an error is not an application"),
+            },
+        }
+    }
+
+    /// The membership this node knows.
+    pub fn membership(&self) -> MembershipView {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let stored = &metrics.membership_config;
+        let membership = stored.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        MembershipView {
+            log_index: stored.log_id().map_or(0, |log_id| log_id.index),
+            members: membership
+                .nodes()
+                .map(|(id, node)| MemberView {
+                    id: *id,
+                    node: node.clone(),
+                    voter: voters.contains(id),
+                })
+                .collect(),
+        }
+    }
+
+    /// Notes the commit index a leader sent this node (for readiness and status).
+    pub fn observe_leader_commit(&self, index: u64) {
+        self.leader_commit_seen.fetch_max(index, Ordering::Relaxed);
+    }
+
+    /// The commit index: the highest a leader told this node, or on the leader the index a
+    /// quorum of voters has stored.
+    pub fn commit_index(&self) -> u64 {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let applied = metrics.last_applied.map_or(0, |log_id| log_id.index);
+        let seen = self.leader_commit_seen.load(Ordering::Relaxed);
+        let quorum = match (&metrics.replication, metrics.state) {
+            (Some(replication), ServerState::Leader) => {
+                let membership = metrics.membership_config.membership();
+                let mut matched: Vec<u64> = membership
+                    .voter_ids()
+                    .map(|voter| {
+                        if voter == self.id {
+                            metrics.last_log_index.unwrap_or(0)
+                        } else {
+                            replication
+                                .get(&voter)
+                                .and_then(|matched| matched.map(|log_id| log_id.index))
+                                .unwrap_or(0)
+                        }
+                    })
+                    .collect();
+                matched.sort_unstable_by(|a, b| b.cmp(a));
+                matched.get(matched.len() / 2).copied().unwrap_or(0)
+            }
+            _ => 0,
+        };
+        applied.max(seen).max(quorum)
+    }
+}
+
+async fn run_read_barriers(
+    replica: std::sync::Weak<Replica>,
+    mut queue: mpsc::Receiver<oneshot::Sender<Result<(), ServiceError>>>,
+) {
+    while let Some(first) = queue.recv().await {
+        // Every read queued before this confirmation starts is served by it.
+        let mut waiters = vec![first];
+        while let Ok(next) = queue.try_recv() {
+            waiters.push(next);
+        }
+        let Some(replica) = replica.upgrade() else {
+            break;
+        };
+        let result = replica.barrier_once().await;
+        drop(replica);
+        for waiter in waiters {
+            let _ = waiter.send(result.clone());
+        }
+    }
+    debug!("read barrier task stopped");
+}
+
+fn error_refusal(error: ServiceError) -> ForwardRefusal {
+    match error {
+        ServiceError::OutcomeUnknown(message) => ForwardRefusal::OutcomeUnknown(message),
+        ServiceError::FailedPrecondition(message) | ServiceError::InvalidArgument(message) => {
+            ForwardRefusal::FailedPrecondition(message)
+        }
+        ServiceError::NoLeader(_) => ForwardRefusal::NotLeader,
+        ServiceError::Unavailable(message) | ServiceError::Timeout(message) => {
+            ForwardRefusal::Unavailable(message)
+        }
+    }
+}
+
+fn refusal(reply: ForwardReply) -> ServiceError {
+    match reply {
+        ForwardReply::Refused(ForwardRefusal::NotLeader) => {
+            ServiceError::NoLeader("the leader stepped down".into())
+        }
+        ForwardReply::Refused(ForwardRefusal::OutcomeUnknown(message)) => {
+            ServiceError::OutcomeUnknown(message)
+        }
+        ForwardReply::Refused(ForwardRefusal::FailedPrecondition(message)) => {
+            ServiceError::FailedPrecondition(message)
+        }
+        ForwardReply::Refused(ForwardRefusal::Unavailable(message)) => {
+            ServiceError::Unavailable(message)
+        }
+        other => ServiceError::Unavailable(format!("the leader answered out of turn: {other:?}")),
+    }
+}

@@ -1,0 +1,21 @@
+//! Compiles `proto/` with a vendored protoc, so a fresh machine needs no install step.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let files = [
+        "certus/v1/raft.proto",
+        "certus/v1/leases.proto",
+        "certus/v1/admin.proto",
+        "grpc/health/v1/health.proto",
+    ]
+    .map(|file| root.join(file));
+    for file in &files {
+        println!("cargo:rerun-if-changed={}", file.display());
+    }
+    let mut config = prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    tonic_build::configure().compile_protos_with_config(config, &files, &[root])?;
+    Ok(())
+}
