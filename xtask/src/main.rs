@@ -17,6 +17,10 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
         "test",
         "format check, clippy with warnings as errors, and every test of the workspace",
     ),
+    (
+        "bench",
+        "`bench raft [--clients 1,16,64,256] [--seconds 5]`: a 3-node loopback cluster, release build",
+    ),
     ("help", "this list"),
 ];
 
@@ -24,6 +28,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
+        Some("bench") => bench(&args[1..]),
         None | Some("help" | "-h" | "--help") => {
             print_help();
             Ok(())
@@ -75,9 +80,23 @@ fn test(args: &[String]) -> Result<(), String> {
             "warnings",
         ],
     )?;
+    run_with_env(
+        &root,
+        "the node builds for the simulation (--cfg madsim, own target directory)",
+        &[("RUSTFLAGS", "--cfg madsim")],
+        "cargo",
+        &[
+            "check",
+            "--package",
+            "certus-node",
+            "--locked",
+            "--target-dir",
+            "target-sim",
+        ],
+    )?;
     run(
         &root,
-        "tests",
+        "tests (unit, property, storage suite, and real processes over loopback)",
         "cargo",
         &["test", "--workspace", "--locked"],
     )?;
@@ -85,11 +104,43 @@ fn test(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// `cargo xtask bench <what> [options]`: benchmarks run on a release build.
+fn bench(args: &[String]) -> Result<(), String> {
+    match args.first().map(String::as_str) {
+        Some("raft") => {}
+        Some(other) => return Err(format!("unknown benchmark {other:?}; known: raft")),
+        None => return Err("which benchmark? known: raft".into()),
+    }
+    let mut cargo_args = vec![
+        "run",
+        "--release",
+        "--locked",
+        "--quiet",
+        "--package",
+        "certus-cli",
+        "--",
+        "bench",
+    ];
+    cargo_args.extend(args.iter().map(String::as_str));
+    run(&workspace_root(), "bench", "cargo", &cargo_args)
+}
+
 fn run(dir: &Path, label: &str, program: &str, args: &[&str]) -> Result<(), String> {
+    run_with_env(dir, label, &[], program, args)
+}
+
+fn run_with_env(
+    dir: &Path,
+    label: &str,
+    env: &[(&str, &str)],
+    program: &str,
+    args: &[&str],
+) -> Result<(), String> {
     println!("==> {label}: {program} {}", args.join(" "));
     let started = Instant::now();
     let status = Command::new(program)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(dir)
         .status()
         .map_err(|e| format!("could not start {program}: {e}"))?;

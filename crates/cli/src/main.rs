@@ -1,1 +1,72 @@
-fn main() {}
+//! `certus`: run a local cluster (`up`), one node (`serve`), or talk to a cluster (`ctl`).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+mod bench;
+mod cluster;
+mod ctl;
+mod serve;
+mod up;
+
+/// Certus: replicated coordination state for certificate infrastructure.
+#[derive(Debug, Parser)]
+#[command(name = "certus", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a local cluster: 3 nodes in this process on 127.0.0.1, data under ./certus-data.
+    Up(up::UpArgs),
+    /// Run one node from a config file, environment and flags.
+    Serve(serve::ServeArgs),
+    /// Talk to a running cluster (by default the one `certus up` starts).
+    Ctl(ctl::CtlArgs),
+    /// Measure this machine: an embedded 3-node cluster under concurrent clients.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("certus: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Up(args) => up::run(args).await,
+            Command::Serve(args) => serve::run(args).await,
+            Command::Ctl(args) => ctl::run(args).await,
+            Command::Bench(args) => bench::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("certus: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr, filtered by `RUST_LOG` (default: this project at info, openraft at warn).
+fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,openraft=warn,sled=warn,h2=warn,hyper=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

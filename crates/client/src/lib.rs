@@ -1,1 +1,84 @@
-//! placeholder
+//! The Rust client of Certus: leader discovery, retries with backoff, deadlines.
+//!
+//! A [`Client`] is built from the gRPC endpoints (`host:port`) of some nodes of one cluster. It
+//! speaks only the public services of [`certus_proto`] (`certus.v1.Leases`, `certus.v1.Admin`
+//! and `grpc.health.v1.Health`), so anything it does, a client in another language can do with
+//! the same `.proto` files.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), certus_client::ClientError> {
+//! use certus_client::Client;
+//!
+//! let client = Client::new(["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"])?;
+//! let reply = client.acquire("db-primary", "worker-7", 10_000).await?;
+//! let token = reply.lease.map_or(0, |lease| lease.fencing_token);
+//! println!("fencing token {token}");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Where requests go
+//!
+//! Any node serves every request (a follower forwards writes to the leader, and reads are
+//! linearizable everywhere), so the leader is only a preference: it saves a hop. On first use,
+//! and after a failure, the client asks the nodes for `Admin/Status` and sends its requests to
+//! the leader they name, when that is one of its endpoints or answers itself; otherwise to a
+//! node that answered.
+//!
+//! # Retries
+//!
+//! Each attempt has its own timeout ([`ClientConfig::attempt_timeout`]) and every call an
+//! overall deadline ([`ClientConfig::deadline`]) and a number of attempts
+//! ([`ClientConfig::max_attempts`]). A call is retried, on another endpoint, after a backoff
+//! ([`ClientConfig::backoff`]: 50 ms doubling to 1 s by default, with deterministic jitter) when
+//! the attempt failed in transport, timed out, or was answered `UNAVAILABLE` or
+//! `DEADLINE_EXCEEDED` (for example `no-leader` during an election). Every other answer
+//! (`INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `NOT_FOUND`, `RESOURCE_EXHAUSTED`, …) is returned
+//! at once as [`ClientError::Refused`], with the stable reason the node gave in its
+//! `certus-error` metadata entry. When the deadline or the attempts run out the call fails with
+//! [`ClientError::Unavailable`].
+//!
+//! # Ambiguous writes
+//!
+//! A write whose attempt failed after it may have reached the leader (a transport error or a
+//! timeout mid-request, or a node answering with the reason `outcome-unknown`) may have been
+//! applied already; the retry then applies it a second time. Every write of the `Leases` service
+//! is safe to repeat in that sense:
+//!
+//! - `acquire` by the same holder renews its own grant (same fencing token, `how = RENEWED`);
+//! - `renew` extends the same grant again;
+//! - `put_challenge` stores the same key authorization again (`replaced = true`);
+//! - `delete_challenge` of a token already removed succeeds with `existed = false`;
+//! - `purge_challenges` removes what is old enough, again;
+//! - a repeated `release` is the one write whose answer changes: the lease is already gone, so
+//!   it answers `unknown-lease` (or `not-holder` if someone else acquired it in between). Treat
+//!   those answers to a retried release as success.
+//!
+//! A refusal before anything was proposed (`no-leader`, validation errors) guarantees that
+//! nothing changed.
+//!
+//! # Calls to one node
+//!
+//! [`Client::status_of`], [`Client::trigger_snapshot`] and [`Client::health_check`] address one
+//! node and make a single attempt: a node that does not answer is reported at once, never
+//! replaced by another.
+
+#![deny(missing_docs, unreachable_pub)]
+
+mod client;
+mod config;
+mod endpoint;
+mod error;
+
+pub use client::Client;
+pub use config::ClientConfig;
+pub use endpoint::parse_endpoint;
+pub use error::{ClientError, ERROR_REASON_KEY};
+
+/// The generated reply and message types the client returns, re-exported for convenience.
+pub use certus_proto::health::health_check_response::ServingStatus;
+pub use certus_proto::v1::{
+    AcquireReply, Challenge, CheckFenceReply, DeleteChallengeReply, Lease, ListChallengesReply,
+    ListLeasesReply, Member, MembershipReply, PurgeChallengesReply, PutChallengeReply,
+    ReleaseReply, RenewReply, StatusReply, TriggerSnapshotReply,
+};

@@ -98,7 +98,10 @@ impl Admin for AdminService {
                 "id: node ids start at 1",
             ));
         }
-        for (field, addr) in [("grpc_addr", &request.grpc_addr), ("http_addr", &request.http_addr)] {
+        for (field, addr) in [
+            ("grpc_addr", &request.grpc_addr),
+            ("http_addr", &request.http_addr),
+        ] {
             if addr.parse::<std::net::SocketAddr>().is_err() {
                 return Err(status(
                     Code::InvalidArgument,
@@ -162,9 +165,10 @@ impl Admin for AdminService {
             .borrow()
             .last_applied
             .map_or(0, |log_id| log_id.index);
-        raft.trigger().snapshot().await.map_err(|fatal| {
-            status(Code::Unavailable, "unavailable", fatal.to_string())
-        })?;
+        raft.trigger()
+            .snapshot()
+            .await
+            .map_err(|fatal| status(Code::Unavailable, "unavailable", fatal.to_string()))?;
         let waited = raft
             .wait(Some(LEADER_WAIT * 10))
             .metrics(

@@ -24,7 +24,9 @@ impl Clock {
         // Before 1970 is not a time a certificate system runs at; clamp rather than fail.
         let system_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX));
+            .map_or(0, |elapsed| {
+                u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+            });
         system_ms.saturating_add_signed(self.offset_ms.load(Ordering::Relaxed))
     }
 

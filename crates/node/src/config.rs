@@ -71,7 +71,12 @@ fn default_challenge_retention_ms() -> u64 {
 
 impl NodeConfig {
     /// A configuration with defaults for everything but identity, addresses and data.
-    pub fn new(id: NodeId, grpc_addr: SocketAddr, http_addr: SocketAddr, data_dir: PathBuf) -> Self {
+    pub fn new(
+        id: NodeId,
+        grpc_addr: SocketAddr,
+        http_addr: SocketAddr,
+        data_dir: PathBuf,
+    ) -> Self {
         NodeConfig {
             id,
             grpc_addr,
@@ -95,7 +100,9 @@ impl NodeConfig {
             ));
         }
         let raft = &self.raft;
-        if raft.heartbeat_interval_ms == 0 || raft.heartbeat_interval_ms >= raft.election_timeout_min_ms {
+        if raft.heartbeat_interval_ms == 0
+            || raft.heartbeat_interval_ms >= raft.election_timeout_min_ms
+        {
             return Err(format!(
                 "raft.heartbeat_interval_ms ({}) must be above 0 and below raft.election_timeout_min_ms ({})",
                 raft.heartbeat_interval_ms, raft.election_timeout_min_ms

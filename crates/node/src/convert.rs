@@ -10,7 +10,11 @@ use tonic::{Code, Status};
 use crate::errors::{lease_status, status};
 
 fn invalid(field: &str, error: impl std::fmt::Display) -> Status {
-    status(Code::InvalidArgument, "invalid-argument", format!("{field}: {error}"))
+    status(
+        Code::InvalidArgument,
+        "invalid-argument",
+        format!("{field}: {error}"),
+    )
 }
 
 /// A lease name from a request field.

@@ -59,9 +59,10 @@ impl ServiceError {
 /// A status with a stable reason in metadata.
 pub fn status(code: Code, reason: &'static str, message: impl Into<String>) -> Status {
     let mut status = Status::new(code, message);
-    status
-        .metadata_mut()
-        .insert(ERROR_REASON_KEY, tonic::metadata::MetadataValue::from_static(reason));
+    status.metadata_mut().insert(
+        ERROR_REASON_KEY,
+        tonic::metadata::MetadataValue::from_static(reason),
+    );
     status
 }
 

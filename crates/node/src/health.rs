@@ -99,9 +99,9 @@ impl Health for HealthService {
     ) -> Result<Response<HealthCheckResponse>, Status> {
         let service = request.into_inner().service;
         match serving_status(&self.replica, &service) {
-            ServingStatus::ServiceUnknown => Err(Status::not_found(format!(
-                "unknown service {service:?}"
-            ))),
+            ServingStatus::ServiceUnknown => {
+                Err(Status::not_found(format!("unknown service {service:?}")))
+            }
             known => Ok(Response::new(HealthCheckResponse {
                 status: known.into(),
             })),

@@ -83,7 +83,9 @@ async fn acme_challenge(
 ) -> Response {
     let token = match certus_core::ChallengeToken::new(token) {
         Ok(token) => token,
-        Err(error) => return json_error(StatusCode::BAD_REQUEST, "invalid-token", error.to_string()),
+        Err(error) => {
+            return json_error(StatusCode::BAD_REQUEST, "invalid-token", error.to_string());
+        }
     };
     if let Err(error) = replica.read_barrier().await {
         tracing::debug!(%error, "serving an ACME challenge from local state");

@@ -41,9 +41,7 @@ impl LeasesService {
 
     async fn challenge(&self, command: ChallengeCommand) -> Result<ChallengeReply, Status> {
         match self.one(Command::Challenge(command)).await? {
-            CommandResponse::Challenge(result) => {
-                result.map_err(|error| challenge_status(&error))
-            }
+            CommandResponse::Challenge(result) => result.map_err(|error| challenge_status(&error)),
             other => Err(mismatch(&other)),
         }
     }

@@ -147,7 +147,8 @@ impl Peers {
         addr: &str,
         request: &ForwardRequest,
     ) -> Result<ForwardReply, PeerError> {
-        self.call(addr, RpcKind::Forward, request, FORWARD_TIMEOUT).await
+        self.call(addr, RpcKind::Forward, request, FORWARD_TIMEOUT)
+            .await
     }
 }
 
@@ -228,9 +229,7 @@ impl PeerClient {
                     target: self.target,
                     timeout,
                 }),
-                PeerError::Call { ref status, .. }
-                    if status.code() == tonic::Code::Unavailable =>
-                {
+                PeerError::Call { ref status, .. } if status.code() == tonic::Code::Unavailable => {
                     RPCError::Unreachable(Unreachable::new(&error))
                 }
                 other => RPCError::Network(NetworkError::new(&other)),

@@ -123,7 +123,10 @@ impl Node {
 
     /// Makes this node the first member of a new cluster of `members`. A node that is already
     /// part of a cluster (it has a vote or a log) is left as it is.
-    pub async fn initialize(&self, members: BTreeMap<NodeId, CertusNode>) -> Result<(), StartError> {
+    pub async fn initialize(
+        &self,
+        members: BTreeMap<NodeId, CertusNode>,
+    ) -> Result<(), StartError> {
         match self.replica.raft.initialize(members).await {
             Ok(()) => Ok(()),
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
@@ -191,8 +194,7 @@ async fn serve_grpc(
             addr: config.grpc_addr.to_string(),
             reason: error.to_string(),
         })?;
-    let incoming =
-        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let router = grpc_router(&replica);
     let id = config.id;
     Ok(tokio::spawn(async move {

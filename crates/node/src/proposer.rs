@@ -60,7 +60,10 @@ impl Proposer {
     /// Proposes `commands` (in one entry, in order, possibly with others' commands) and waits
     /// until they are applied.
     pub async fn write(&self, commands: Vec<Command>) -> WriteOutcome {
-        assert!(!commands.is_empty(), "a write proposes at least one command");
+        assert!(
+            !commands.is_empty(),
+            "a write proposes at least one command"
+        );
         assert!(
             commands.len() <= PROPOSAL_COMMANDS_MAX,
             "a write fits in one proposal"
@@ -196,6 +199,8 @@ pub fn write_error(
         RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => {
             WriteOutcome::Failed(ServiceError::FailedPrecondition(error.to_string()))
         }
-        RaftError::Fatal(fatal) => WriteOutcome::Failed(ServiceError::Unavailable(fatal.to_string())),
+        RaftError::Fatal(fatal) => {
+            WriteOutcome::Failed(ServiceError::Unavailable(fatal.to_string()))
+        }
     }
 }

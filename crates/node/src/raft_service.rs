@@ -29,8 +29,13 @@ impl RaftService {
 }
 
 fn decode<T: serde::de::DeserializeOwned>(request: Request<RaftMessage>) -> Result<T, Status> {
-    codec::decode(&request.into_inner().payload)
-        .map_err(|error| status(tonic::Code::InvalidArgument, "malformed-raft-message", error.to_string()))
+    codec::decode(&request.into_inner().payload).map_err(|error| {
+        status(
+            tonic::Code::InvalidArgument,
+            "malformed-raft-message",
+            error.to_string(),
+        )
+    })
 }
 
 fn reply<T: serde::Serialize>(message: &T) -> Result<Response<RaftMessage>, Status> {
@@ -65,7 +70,10 @@ impl RaftRpc for RaftService {
         reply(&self.replica.raft.install_snapshot(request).await)
     }
 
-    async fn forward(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+    async fn forward(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
         let request: ForwardRequest = decode(request)?;
         reply(&self.replica.serve_forwarded(request).await)
     }

@@ -94,7 +94,11 @@ impl Replica {
         if leader == self.id {
             return (metrics.state == ServerState::Leader).then_some(Leader::Me);
         }
-        let node = metrics.membership_config.membership().get_node(&leader)?.clone();
+        let node = metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)?
+            .clone();
         Some(Leader::Peer(leader, node))
     }
 
@@ -208,7 +212,11 @@ impl Replica {
                     Err(refused) => return Err(refusal(ForwardReply::Refused(refused))),
                 },
                 Leader::Peer(leader, node) => {
-                    match self.peers.forward(&node.grpc_addr, &ForwardRequest::ReadIndex).await {
+                    match self
+                        .peers
+                        .forward(&node.grpc_addr, &ForwardRequest::ReadIndex)
+                        .await
+                    {
                         Ok(ForwardReply::ReadIndex(index)) => index,
                         Ok(ForwardReply::Refused(ForwardRefusal::NotLeader)) => {
                             not = Some(leader);

@@ -1,0 +1,252 @@
+//! `certus serve`: one node, configured by a TOML file, then environment, then flags (later wins).
+//!
+//! A node either founds a cluster (`initial_members`, the same list on every founding node; the
+//! lowest id initializes) or joins one (`join`: addresses of current members; it is added as a
+//! learner, catches up, then becomes a voter unless `learner = true`). A node restarted on its
+//! data rejoins as whatever it was.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use certus_client::Client;
+use certus_node::{CertusNode, Node, NodeConfig, RaftTuning};
+use serde::Deserialize;
+use tracing::info;
+
+use crate::cluster::node_table;
+
+/// Options of `certus serve`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// A TOML config file (see docs/operations.md). Flags and environment override it.
+    #[arg(long, env = "CERTUS_CONFIG")]
+    config: Option<PathBuf>,
+    /// This node's id (at least 1, unique, never reused).
+    #[arg(long, env = "CERTUS_ID")]
+    id: Option<u64>,
+    /// gRPC listen address (Raft transport and client services).
+    #[arg(long, env = "CERTUS_GRPC_ADDR")]
+    grpc_addr: Option<SocketAddr>,
+    /// HTTP listen address (health, ACME challenges).
+    #[arg(long, env = "CERTUS_HTTP_ADDR")]
+    http_addr: Option<SocketAddr>,
+    /// Data directory.
+    #[arg(long, env = "CERTUS_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Join the cluster these members belong to (comma-separated gRPC addresses).
+    #[arg(long, env = "CERTUS_JOIN", value_delimiter = ',')]
+    join: Vec<String>,
+    /// When joining, stay a learner (non-voting).
+    #[arg(long, env = "CERTUS_LEARNER")]
+    learner: bool,
+}
+
+/// The config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServeFile {
+    id: Option<u64>,
+    grpc_addr: Option<SocketAddr>,
+    http_addr: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    initial_members: Vec<InitialMember>,
+    #[serde(default)]
+    join: Vec<String>,
+    #[serde(default)]
+    learner: bool,
+    #[serde(default)]
+    raft: Option<RaftTuning>,
+    tick_interval_ms: Option<u64>,
+    challenge_retention_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InitialMember {
+    id: u64,
+    grpc_addr: SocketAddr,
+    http_addr: SocketAddr,
+}
+
+fn required<T>(value: Option<T>, name: &str) -> Result<T, String> {
+    value.ok_or_else(|| {
+        format!(
+            "{name} is required (config file, CERTUS_{} or --{})",
+            name.to_uppercase(),
+            name.replace('_', "-")
+        )
+    })
+}
+
+pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
+    let file: ServeFile = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+            toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?
+        }
+        None => ServeFile::default(),
+    };
+    let mut config = NodeConfig::new(
+        required(args.id.or(file.id), "id")?,
+        required(args.grpc_addr.or(file.grpc_addr), "grpc_addr")?,
+        required(args.http_addr.or(file.http_addr), "http_addr")?,
+        required(args.data_dir.or(file.data_dir), "data_dir")?,
+    );
+    if let Some(raft) = file.raft {
+        config.raft = raft;
+    }
+    if let Some(tick) = file.tick_interval_ms {
+        config.tick_interval_ms = tick;
+    }
+    if let Some(retention) = file.challenge_retention_ms {
+        config.challenge_retention_ms = retention;
+    }
+    let join = if args.join.is_empty() {
+        file.join
+    } else {
+        args.join
+    };
+    let learner = args.learner || file.learner;
+    if !join.is_empty() && !file.initial_members.is_empty() {
+        return Err("set either initial_members (found a cluster) or join, not both".into());
+    }
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|error| format!("cannot create {}: {error}", config.data_dir.display()))?;
+
+    let node = Node::start(config.clone())
+        .await
+        .map_err(|error| error.to_string())?;
+    let founded = if !file.initial_members.is_empty() {
+        found(&node, &config, &file.initial_members).await
+    } else if !join.is_empty() {
+        join_cluster(&node, &config, &join, learner).await
+    } else {
+        Ok(())
+    };
+    if let Err(error) = founded {
+        node.shutdown().await;
+        return Err(error);
+    }
+    println!(
+        "{}",
+        node_table(&[(&node, config.data_dir.display().to_string())])
+    );
+
+    wait_for_stop().await?;
+    info!(id = config.id, "stopping");
+    node.shutdown().await;
+    Ok(())
+}
+
+async fn found(node: &Node, config: &NodeConfig, members: &[InitialMember]) -> Result<(), String> {
+    if !members.iter().any(|member| member.id == config.id) {
+        return Err(format!(
+            "initial_members does not include this node (id {})",
+            config.id
+        ));
+    }
+    let lowest = members
+        .iter()
+        .map(|member| member.id)
+        .min()
+        .unwrap_or(config.id);
+    if lowest != config.id {
+        return Ok(());
+    }
+    let members: BTreeMap<u64, CertusNode> = members
+        .iter()
+        .map(|member| {
+            (
+                member.id,
+                CertusNode {
+                    grpc_addr: member.grpc_addr.to_string(),
+                    http_addr: member.http_addr.to_string(),
+                },
+            )
+        })
+        .collect();
+    node.initialize(members)
+        .await
+        .map_err(|error| error.to_string())
+}
+
+async fn join_cluster(
+    node: &Node,
+    config: &NodeConfig,
+    join: &[String],
+    learner: bool,
+) -> Result<(), String> {
+    let id = config.id;
+    let already = node
+        .replica()
+        .membership()
+        .members
+        .iter()
+        .any(|member| member.id == id);
+    if already {
+        info!(id, "already a member; not joining again");
+        return Ok(());
+    }
+    let client = Client::new(join.iter().cloned()).map_err(|error| error.to_string())?;
+    info!(id, "joining as a learner");
+    client
+        .add_learner(
+            id,
+            config.grpc_addr.to_string(),
+            config.http_addr.to_string(),
+        )
+        .await
+        .map_err(|error| format!("adding this node as a learner: {error}"))?;
+    if learner {
+        return Ok(());
+    }
+    // Promote: the voters are the current voters and this node.
+    for _attempt in 0..10 {
+        let status = client.status().await.map_err(|error| error.to_string())?;
+        let mut voters: Vec<u64> = status
+            .members
+            .iter()
+            .filter(|member| member.voter)
+            .map(|member| member.id)
+            .collect();
+        if voters.contains(&id) {
+            return Ok(());
+        }
+        voters.push(id);
+        match client.change_membership(voters, false).await {
+            Ok(_) => {
+                info!(id, "joined as a voter");
+                return Ok(());
+            }
+            Err(error) => {
+                info!(id, %error, "promotion not taken yet; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    Err("could not become a voter after 10 attempts".into())
+}
+
+/// Ctrl-C or SIGTERM (what service managers send).
+async fn wait_for_stop() -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .map_err(|error| format!("cannot wait for SIGTERM: {error}"))?;
+        tokio::select! {
+            result = tokio::signal::ctrl_c() => result.map_err(|error| format!("cannot wait for Ctrl-C: {error}")),
+            _ = terminate.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c()
+            .await
+            .map_err(|error| format!("cannot wait for Ctrl-C: {error}"))
+    }
+}

@@ -1,0 +1,798 @@
+//! The client: channels, leader discovery, the retry loop, and one method per RPC.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use certus_proto::health::HealthCheckRequest;
+use certus_proto::health::health_check_response::ServingStatus;
+use certus_proto::health::health_client::HealthClient;
+use certus_proto::v1::admin_client::AdminClient;
+use certus_proto::v1::leases_client::LeasesClient;
+use certus_proto::v1::{
+    AcquireReply, AcquireRequest, AddLearnerRequest, Challenge, ChangeMembershipRequest,
+    CheckFenceReply, CheckFenceRequest, DeleteChallengeReply, DeleteChallengeRequest,
+    GetChallengeRequest, GetLeaseRequest, Lease, ListChallengesReply, ListChallengesRequest,
+    ListLeasesReply, ListLeasesRequest, MembershipReply, PurgeChallengesReply,
+    PurgeChallengesRequest, PutChallengeReply, PutChallengeRequest, ReleaseReply, ReleaseRequest,
+    RenewReply, RenewRequest, StatusReply, StatusRequest, TriggerSnapshotReply,
+    TriggerSnapshotRequest,
+};
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Response, Status};
+
+use crate::error::{Disposition, describe, disposition};
+use crate::{ClientConfig, ClientError, parse_endpoint};
+
+/// A client of one Certus cluster.
+///
+/// Cheap to clone: clones share their connections and what they know of the leader. See the
+/// [crate documentation](crate) for where requests go and when they are retried.
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// The configured endpoints, normalised, without duplicates; never empty.
+    endpoints: Vec<String>,
+    config: ClientConfig,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// One lazily connected channel per endpoint used so far.
+    channels: BTreeMap<String, Channel>,
+    /// Where requests go until an attempt there fails: the leader when known.
+    preferred: Option<String>,
+    /// Where the next leader discovery starts, so that successive discoveries spread out.
+    cursor: usize,
+}
+
+/// How long a call may take.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    attempt_timeout: Duration,
+    deadline: Duration,
+}
+
+/// Why one attempt failed.
+#[derive(Debug)]
+enum Failure {
+    /// The endpoint cannot even be turned into a channel.
+    Invalid(ClientError),
+    /// The RPC failed with a status.
+    Status(Disposition, Status),
+    /// No answer within the attempt's timeout.
+    TimedOut(Duration),
+}
+
+impl Client {
+    /// A client of the cluster these endpoints (`host:port`, see [`parse_endpoint`]) belong
+    /// to, with the default [`ClientConfig`]. No connection is made until the first call.
+    pub fn new<I, S>(endpoints: I) -> Result<Client, ClientError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Client::with_config(endpoints, ClientConfig::default())
+    }
+
+    /// A client with a chosen configuration. Fails if no endpoint is given or one is not of
+    /// the form `host:port`; duplicates are dropped.
+    pub fn with_config<I, S>(endpoints: I, config: ClientConfig) -> Result<Client, ClientError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut parsed: Vec<String> = Vec::new();
+        for endpoint in endpoints {
+            let endpoint = parse_endpoint(endpoint.as_ref())?;
+            if !parsed.contains(&endpoint) {
+                parsed.push(endpoint);
+            }
+        }
+        if parsed.is_empty() {
+            return Err(ClientError::InvalidEndpoint(
+                "list: none given; a client needs at least one host:port".to_owned(),
+            ));
+        }
+        Ok(Client {
+            inner: Arc::new(Inner {
+                endpoints: parsed,
+                config,
+                state: Mutex::new(State::default()),
+            }),
+        })
+    }
+
+    /// The configured endpoints, normalised, in the order given.
+    pub fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// Where the client sends its next request without asking first (the leader, once it has
+    /// been found), if it knows.
+    pub fn preferred_endpoint(&self) -> Option<String> {
+        self.state().preferred.clone()
+    }
+
+    // ---- certus.v1.Leases --------------------------------------------------------------
+
+    /// Grants the lease `name` to `holder` for `ttl_ms` milliseconds if it is free or expired;
+    /// renews it (same fencing token) if `holder` already holds it.
+    ///
+    /// Refusals include `not-holder` (someone else holds it), `invalid-ttl`,
+    /// `invalid-argument` and `too-many-leases`.
+    pub async fn acquire(
+        &self,
+        name: impl Into<String>,
+        holder: impl Into<String>,
+        ttl_ms: u64,
+    ) -> Result<AcquireReply, ClientError> {
+        let request = AcquireRequest {
+            name: name.into(),
+            holder: holder.into(),
+            ttl_ms,
+        };
+        self.call("Leases/Acquire", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LeasesClient::new(channel).acquire(request).await }
+        })
+        .await
+    }
+
+    /// Extends the live lease `name` held by `holder` to `ttl_ms` from now; the fencing token
+    /// is unchanged. Refusals include `not-holder`, `expired` and `unknown-lease`.
+    pub async fn renew(
+        &self,
+        name: impl Into<String>,
+        holder: impl Into<String>,
+        ttl_ms: u64,
+    ) -> Result<RenewReply, ClientError> {
+        let request = RenewRequest {
+            name: name.into(),
+            holder: holder.into(),
+            ttl_ms,
+        };
+        self.call("Leases/Renew", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LeasesClient::new(channel).renew(request).await }
+        })
+        .await
+    }
+
+    /// Gives up the live lease `name` held by `holder`; the reply holds the lease as it was.
+    ///
+    /// A release retried after an ambiguous failure may answer `unknown-lease` or
+    /// `not-holder` although the first attempt released the lease (see the
+    /// [crate documentation](crate#ambiguous-writes)).
+    pub async fn release(
+        &self,
+        name: impl Into<String>,
+        holder: impl Into<String>,
+    ) -> Result<ReleaseReply, ClientError> {
+        let request = ReleaseRequest {
+            name: name.into(),
+            holder: holder.into(),
+        };
+        self.call("Leases/Release", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LeasesClient::new(channel).release(request).await }
+        })
+        .await
+    }
+
+    /// The live lease `name`; refused with `NOT_FOUND` if there is none.
+    pub async fn get_lease(&self, name: impl Into<String>) -> Result<Lease, ClientError> {
+        let request = GetLeaseRequest { name: name.into() };
+        self.call("Leases/Get", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LeasesClient::new(channel).get(request).await }
+        })
+        .await
+    }
+
+    /// Live leases in name order: at most `limit` (0 for the node's page size) after
+    /// `start_after` (`None` for the first page).
+    pub async fn list_leases(
+        &self,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> Result<ListLeasesReply, ClientError> {
+        let request = ListLeasesRequest {
+            start_after: start_after.unwrap_or_default().to_owned(),
+            limit,
+        };
+        self.call("Leases/List", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LeasesClient::new(channel).list(request).await }
+        })
+        .await
+    }
+
+    /// Whether `fencing_token` is the live grant's of the lease `name`.
+    pub async fn check_fence(
+        &self,
+        name: impl Into<String>,
+        fencing_token: u64,
+    ) -> Result<CheckFenceReply, ClientError> {
+        let request = CheckFenceRequest {
+            name: name.into(),
+            fencing_token,
+        };
+        self.call("Leases/CheckFence", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LeasesClient::new(channel).check_fence(request).await }
+        })
+        .await
+    }
+
+    /// Stores (or replaces) the key authorization served for the HTTP-01 `token`.
+    pub async fn put_challenge(
+        &self,
+        token: impl Into<String>,
+        key_authorization: impl Into<String>,
+    ) -> Result<PutChallengeReply, ClientError> {
+        let request = PutChallengeRequest {
+            token: token.into(),
+            key_authorization: key_authorization.into(),
+        };
+        self.call("Leases/PutChallenge", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LeasesClient::new(channel).put_challenge(request).await }
+        })
+        .await
+    }
+
+    /// The challenge stored for `token`; refused with `NOT_FOUND` if there is none.
+    pub async fn get_challenge(&self, token: impl Into<String>) -> Result<Challenge, ClientError> {
+        let request = GetChallengeRequest {
+            token: token.into(),
+        };
+        self.call("Leases/GetChallenge", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LeasesClient::new(channel).get_challenge(request).await }
+        })
+        .await
+    }
+
+    /// Removes `token`; removing a missing token is not an error (`existed` is false).
+    pub async fn delete_challenge(
+        &self,
+        token: impl Into<String>,
+    ) -> Result<DeleteChallengeReply, ClientError> {
+        let request = DeleteChallengeRequest {
+            token: token.into(),
+        };
+        self.call("Leases/DeleteChallenge", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LeasesClient::new(channel).delete_challenge(request).await }
+        })
+        .await
+    }
+
+    /// Stored challenges in token order: at most `limit` (0 for the node's page size) after
+    /// `start_after` (`None` for the first page).
+    pub async fn list_challenges(
+        &self,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> Result<ListChallengesReply, ClientError> {
+        let request = ListChallengesRequest {
+            start_after: start_after.unwrap_or_default().to_owned(),
+            limit,
+        };
+        self.call("Leases/ListChallenges", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LeasesClient::new(channel).list_challenges(request).await }
+        })
+        .await
+    }
+
+    /// Removes every challenge stored more than `older_than_ms` milliseconds ago.
+    pub async fn purge_challenges(
+        &self,
+        older_than_ms: u64,
+    ) -> Result<PurgeChallengesReply, ClientError> {
+        let request = PurgeChallengesRequest { older_than_ms };
+        self.call("Leases/PurgeChallenges", self.budget(), move |channel| async move {
+            LeasesClient::new(channel).purge_challenges(request).await
+        })
+        .await
+    }
+
+    // ---- certus.v1.Admin ---------------------------------------------------------------
+
+    /// The cluster's status as one node sees it: the leader's view when the leader answers,
+    /// otherwise any node's (with retries like every cluster call).
+    pub async fn status(&self) -> Result<StatusReply, ClientError> {
+        self.call("Admin/Status", self.budget(), |channel| async move {
+            AdminClient::new(channel).status(StatusRequest {}).await
+        })
+        .await
+    }
+
+    /// The status of the node at `endpoint`, which need not be one of the client's endpoints.
+    /// One attempt, never sent to another node: an unreachable node is reported as
+    /// [`ClientError::Unavailable`].
+    pub async fn status_of(&self, endpoint: &str) -> Result<StatusReply, ClientError> {
+        let timeout = self.config().attempt_timeout;
+        self.call_one(endpoint, timeout, |channel| async move {
+            AdminClient::new(channel).status(StatusRequest {}).await
+        })
+        .await
+    }
+
+    /// Adds node `id` as a learner with the given addresses (`ip:port`); the node answers once
+    /// the learner has caught up. Attempts time out after [`ClientConfig::admin_timeout`].
+    pub async fn add_learner(
+        &self,
+        id: u64,
+        grpc_addr: impl Into<String>,
+        http_addr: impl Into<String>,
+    ) -> Result<MembershipReply, ClientError> {
+        let request = AddLearnerRequest {
+            id,
+            grpc_addr: grpc_addr.into(),
+            http_addr: http_addr.into(),
+        };
+        self.call("Admin/AddLearner", self.admin_budget(), move |channel| {
+            let request = request.clone();
+            async move { AdminClient::new(channel).add_learner(request).await }
+        })
+        .await
+    }
+
+    /// Makes `voters` the voters. Each must already be a member (refused with `not-a-member`
+    /// otherwise); members left out become learners if `retain`, and leave otherwise.
+    /// Attempts time out after [`ClientConfig::admin_timeout`].
+    pub async fn change_membership(
+        &self,
+        voters: impl IntoIterator<Item = u64>,
+        retain: bool,
+    ) -> Result<MembershipReply, ClientError> {
+        let request = ChangeMembershipRequest {
+            voters: voters.into_iter().collect(),
+            retain,
+        };
+        self.call(
+            "Admin/ChangeMembership",
+            self.admin_budget(),
+            move |channel| {
+                let request = request.clone();
+                async move { AdminClient::new(channel).change_membership(request).await }
+            },
+        )
+        .await
+    }
+
+    /// Makes the node at `endpoint` build a snapshot now (and compact its log). One attempt,
+    /// timing out after [`ClientConfig::admin_timeout`].
+    pub async fn trigger_snapshot(
+        &self,
+        endpoint: &str,
+    ) -> Result<TriggerSnapshotReply, ClientError> {
+        let timeout = self.config().admin_timeout;
+        self.call_one(endpoint, timeout, |channel| async move {
+            AdminClient::new(channel)
+                .trigger_snapshot(TriggerSnapshotRequest {})
+                .await
+        })
+        .await
+    }
+
+    // ---- grpc.health.v1.Health ---------------------------------------------------------
+
+    /// The serving status of the node at `endpoint` (the whole node: service `""`), by the
+    /// standard gRPC health protocol. One attempt; a value this client does not know is
+    /// reported as [`ServingStatus::Unknown`].
+    pub async fn health_check(&self, endpoint: &str) -> Result<ServingStatus, ClientError> {
+        let timeout = self.config().attempt_timeout;
+        let reply = self
+            .call_one(endpoint, timeout, |channel| async move {
+                HealthClient::new(channel)
+                    .check(HealthCheckRequest {
+                        service: String::new(),
+                    })
+                    .await
+            })
+            .await?;
+        Ok(ServingStatus::try_from(reply.status).unwrap_or(ServingStatus::Unknown))
+    }
+
+    // ---- machinery ---------------------------------------------------------------------
+
+    fn budget(&self) -> Budget {
+        Budget {
+            attempt_timeout: self.config().attempt_timeout,
+            deadline: self.config().deadline,
+        }
+    }
+
+    fn admin_budget(&self) -> Budget {
+        let config = self.config();
+        Budget {
+            attempt_timeout: config.admin_timeout,
+            deadline: config.deadline.max(config.admin_timeout),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // The state is a cache; a panic elsewhere cannot leave it inconsistent.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The cached channel to `endpoint`, created (without connecting) if there is none.
+    fn channel(&self, endpoint: &str) -> Result<Channel, ClientError> {
+        let mut state = self.state();
+        if let Some(channel) = state.channels.get(endpoint) {
+            return Ok(channel.clone());
+        }
+        let channel = Endpoint::from_shared(format!("http://{endpoint}"))
+            .map_err(|error| ClientError::InvalidEndpoint(format!("{endpoint:?}: {error}")))?
+            .connect_timeout(self.config().connect_timeout)
+            .tcp_nodelay(true)
+            .connect_lazy();
+        state.channels.insert(endpoint.to_owned(), channel.clone());
+        Ok(channel)
+    }
+
+    /// Drops the channel to `endpoint` after a transport failure: the next use reconnects.
+    fn forget_channel(&self, endpoint: &str) {
+        self.state().channels.remove(endpoint);
+    }
+
+    /// Stops preferring `endpoint` after a failed attempt there.
+    fn unprefer(&self, endpoint: &str) {
+        let mut state = self.state();
+        if state.preferred.as_deref() == Some(endpoint) {
+            state.preferred = None;
+        }
+    }
+
+    /// Prefers `endpoint` from now on, and returns it.
+    fn prefer(&self, endpoint: &str) -> String {
+        self.state().preferred = Some(endpoint.to_owned());
+        endpoint.to_owned()
+    }
+
+    /// After a success at `endpoint`: keep using it if nothing better is known.
+    fn settle(&self, endpoint: &str) {
+        let mut state = self.state();
+        if state.preferred.is_none() {
+            state.preferred = Some(endpoint.to_owned());
+        }
+    }
+
+    /// One RPC to one endpoint, within `timeout`.
+    async fn attempt<T, F, Fut>(
+        &self,
+        endpoint: &str,
+        timeout: Duration,
+        send: &mut F,
+    ) -> Result<T, Failure>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let channel = self.channel(endpoint).map_err(Failure::Invalid)?;
+        match tokio::time::timeout(timeout, send(channel)).await {
+            Ok(Ok(reply)) => Ok(reply.into_inner()),
+            Ok(Err(status)) => {
+                let disposition = disposition(&status);
+                if disposition == Disposition::Transport {
+                    self.forget_channel(endpoint);
+                }
+                Err(Failure::Status(disposition, status))
+            }
+            Err(_elapsed) => {
+                self.forget_channel(endpoint);
+                Err(Failure::TimedOut(timeout))
+            }
+        }
+    }
+
+    /// One attempt at one node, whatever happens.
+    async fn call_one<T, F, Fut>(
+        &self,
+        endpoint: &str,
+        timeout: Duration,
+        mut send: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let endpoint = parse_endpoint(endpoint)?;
+        match self.attempt(&endpoint, timeout, &mut send).await {
+            Ok(reply) => Ok(reply),
+            Err(Failure::Invalid(error)) => Err(error),
+            Err(Failure::Status(Disposition::Transport, status)) => Err(ClientError::Unavailable {
+                attempts: 1,
+                last_error: describe(&endpoint, &status),
+            }),
+            Err(Failure::Status(_, status)) => Err(ClientError::from_status(&status)),
+            Err(Failure::TimedOut(timeout)) => Err(ClientError::Unavailable {
+                attempts: 1,
+                last_error: format!("{endpoint}: no answer within {timeout:?}"),
+            }),
+        }
+    }
+
+    /// A call to the cluster: to the preferred node, then to others, with backoff, until it
+    /// is served, refused, or the deadline or the attempts run out.
+    async fn call<T, F, Fut>(
+        &self,
+        rpc: &'static str,
+        budget: Budget,
+        mut send: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let deadline = Instant::now() + budget.deadline;
+        let max_attempts = self.config().max_attempts.max(1);
+        let mut attempts: u32 = 0;
+        let mut last_error = String::from("the deadline passed before any attempt");
+        let mut avoid: Option<String> = None;
+        loop {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let target = self.target(avoid.as_deref(), deadline).await;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
+            attempts += 1;
+            let timeout = budget.attempt_timeout.min(remaining);
+            match self.attempt(&target, timeout, &mut send).await {
+                Ok(reply) => {
+                    self.settle(&target);
+                    return Ok(reply);
+                }
+                Err(Failure::Invalid(error)) => return Err(error),
+                Err(Failure::Status(Disposition::Refuse, status)) => {
+                    return Err(ClientError::from_status(&status));
+                }
+                Err(Failure::Status(_, status)) => last_error = describe(&target, &status),
+                Err(Failure::TimedOut(timeout)) => {
+                    last_error = format!("{target}: no answer within {timeout:?}");
+                }
+            }
+            tracing::debug!(rpc, attempts, error = %last_error, "attempt failed");
+            self.unprefer(&target);
+            avoid = Some(target);
+            if attempts >= max_attempts {
+                break;
+            }
+            let wait = self.config().backoff(attempts - 1);
+            if wait >= deadline.saturating_duration_since(Instant::now()) {
+                break;
+            }
+            tokio::time::sleep(wait).await;
+        }
+        Err(ClientError::Unavailable {
+            attempts,
+            last_error,
+        })
+    }
+
+    /// Where the next attempt goes: the preferred node, or whatever discovery finds.
+    async fn target(&self, avoid: Option<&str>, deadline: Instant) -> String {
+        if let Some(preferred) = self.state().preferred.clone() {
+            return preferred;
+        }
+        self.discover(avoid, deadline).await
+    }
+
+    /// The endpoints in the order discovery asks them: from the cursor round, `avoid` last.
+    fn discovery_order(&self, avoid: Option<&str>) -> Vec<String> {
+        let endpoints = &self.inner.endpoints;
+        let start = {
+            let mut state = self.state();
+            let start = state.cursor % endpoints.len();
+            state.cursor = start + 1;
+            start
+        };
+        let mut order: Vec<String> = endpoints[start..]
+            .iter()
+            .chain(&endpoints[..start])
+            .cloned()
+            .collect();
+        if let Some(position) = order
+            .iter()
+            .position(|endpoint| Some(endpoint.as_str()) == avoid)
+        {
+            let avoided = order.remove(position);
+            order.push(avoided);
+        }
+        order
+    }
+
+    /// Asks the nodes, one after another, who leads; returns where to send the next attempt
+    /// (and prefers it from now on when it is the leader).
+    async fn discover(&self, avoid: Option<&str>, deadline: Instant) -> String {
+        let order = self.discovery_order(avoid);
+        let mut fallback: Option<String> = None;
+        for endpoint in &order {
+            let Some(status) = self.probe(endpoint, deadline).await else {
+                continue;
+            };
+            if status.leader_id == 0 || status.leader_grpc_addr.is_empty() {
+                fallback.get_or_insert_with(|| endpoint.clone());
+                continue;
+            }
+            if status.id == status.leader_id {
+                return self.prefer(endpoint);
+            }
+            let leader = match parse_endpoint(&status.leader_grpc_addr) {
+                Ok(leader) if Some(leader.as_str()) != avoid => leader,
+                // A leader that just failed (news of its failure may not have reached this
+                // node yet), or an address this client cannot use: ask the next node.
+                _ => {
+                    fallback.get_or_insert_with(|| endpoint.clone());
+                    continue;
+                }
+            };
+            if self.inner.endpoints.contains(&leader) {
+                return self.prefer(&leader);
+            }
+            if !self.config().pin_to_endpoints && self.probe(&leader, deadline).await.is_some() {
+                return self.prefer(&leader);
+            }
+            // The leader is elsewhere; this node answered and forwards writes to it.
+            return endpoint.clone();
+        }
+        tracing::debug!(?avoid, "no node named a usable leader");
+        match fallback {
+            Some(endpoint) => endpoint,
+            None => order[0].clone(),
+        }
+    }
+
+    /// `Admin/Status` at `endpoint` for discovery; `None` if it does not answer in time.
+    async fn probe(&self, endpoint: &str, deadline: Instant) -> Option<StatusReply> {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let timeout = self.config().discovery_timeout.min(remaining);
+        if timeout.is_zero() {
+            return None;
+        }
+        let mut send =
+            |channel| async move { AdminClient::new(channel).status(StatusRequest {}).await };
+        self.attempt(endpoint, timeout, &mut send).await.ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_needs_valid_endpoints() {
+        let error = Client::new(Vec::<String>::new()).expect_err("no endpoints");
+        assert!(
+            matches!(error, ClientError::InvalidEndpoint(_)),
+            "{error:?}"
+        );
+        let error = Client::new(["127.0.0.1:7101", "nope"]).expect_err("a bad endpoint");
+        assert!(
+            matches!(error, ClientError::InvalidEndpoint(ref message) if message.contains("nope"))
+        );
+    }
+
+    #[test]
+    fn endpoints_are_normalised_and_deduplicated_in_order() {
+        let client = Client::new([
+            "127.0.0.1:7102",
+            "http://127.0.0.1:7101",
+            " 127.0.0.1:7102 ",
+            "127.0.0.1:7103",
+        ])
+        .expect("client");
+        assert_eq!(
+            client.endpoints(),
+            ["127.0.0.1:7102", "127.0.0.1:7101", "127.0.0.1:7103"]
+        );
+        assert_eq!(client.preferred_endpoint(), None);
+    }
+
+    #[test]
+    fn discovery_rotates_and_asks_the_avoided_endpoint_last() {
+        let client = Client::new(["a:1", "b:2", "c:3"]).expect("client");
+        assert_eq!(client.discovery_order(None), ["a:1", "b:2", "c:3"]);
+        assert_eq!(client.discovery_order(None), ["b:2", "c:3", "a:1"]);
+        assert_eq!(client.discovery_order(Some("a:1")), ["c:3", "b:2", "a:1"]);
+        assert_eq!(
+            client.discovery_order(Some("elsewhere:4")),
+            ["a:1", "b:2", "c:3"]
+        );
+    }
+
+    #[test]
+    fn preference_follows_successes_and_failures() {
+        let client = Client::new(["a:1", "b:2"]).expect("client");
+        client.settle("b:2");
+        assert_eq!(client.preferred_endpoint().as_deref(), Some("b:2"));
+        client.settle("a:1");
+        assert_eq!(client.preferred_endpoint().as_deref(), Some("b:2"), "kept");
+        client.unprefer("a:1");
+        assert_eq!(
+            client.preferred_endpoint().as_deref(),
+            Some("b:2"),
+            "not the preferred"
+        );
+        client.unprefer("b:2");
+        assert_eq!(client.preferred_endpoint(), None);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_node_is_reported_after_one_attempt() {
+        // Port 1 on loopback: nothing listens there, the connection is refused at once.
+        let client = Client::new(["127.0.0.1:1"]).expect("client");
+        let error = client
+            .status_of("127.0.0.1:1")
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 1, .. }),
+            "{error:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cluster_call_gives_up_at_its_deadline() {
+        let config = ClientConfig {
+            deadline: Duration::from_millis(400),
+            ..ClientConfig::default()
+        };
+        let client = Client::with_config(["127.0.0.1:1", "127.0.0.1:2"], config).expect("client");
+        let started = std::time::Instant::now();
+        let error = client.get_lease("x").await.expect_err("nothing listens");
+        let ClientError::Unavailable {
+            attempts,
+            last_error,
+        } = error
+        else {
+            panic!("expected unavailable, got {error:?}");
+        };
+        assert!(
+            attempts >= 2,
+            "retried: {attempts} attempts, last {last_error}"
+        );
+        assert!(last_error.contains("127.0.0.1:"), "{last_error}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn attempts_are_bounded() {
+        let config = ClientConfig {
+            max_attempts: 3,
+            backoff_initial: Duration::from_millis(1),
+            ..ClientConfig::default()
+        };
+        let client = Client::with_config(["127.0.0.1:1"], config).expect("client");
+        let error = client.status().await.expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 3, .. }),
+            "{error:?}"
+        );
+    }
+}

@@ -1,0 +1,349 @@
+//! Integration tests on real `certus serve` processes over loopback: leader failure (SIGKILL),
+//! catch-up from the log and from a snapshot, membership changes, and bad input.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use certus_client::{Client, ClientConfig, ClientError};
+use certus_proto::v1::RaftMessage;
+use certus_proto::v1::raft_client::RaftClient;
+use support::{Cluster, Tuning, eventually, http_get};
+use tonic::Code;
+
+const ELECTION: Duration = Duration::from_secs(15);
+
+/// The id of the leader, once every running node agrees on one.
+async fn leader(cluster: &Cluster) -> u64 {
+    leader_other_than(cluster, 0).await
+}
+
+/// The id of the leader, once every running node agrees on one that is not `old`.
+async fn leader_other_than(cluster: &Cluster, old: u64) -> u64 {
+    eventually(
+        ELECTION,
+        "a leader that every running node knows",
+        || async {
+            let mut leaders = Vec::new();
+            for endpoint in cluster.endpoints() {
+                let client = cluster.client();
+                let status = client.status_of(&endpoint).await.ok()?;
+                leaders.push(status.leader_id);
+            }
+            let first = *leaders.first()?;
+            (first != 0 && first != old && leaders.iter().all(|leader| *leader == first))
+                .then_some(first)
+        },
+    )
+    .await
+}
+
+async fn acquire_many(client: &Client, prefix: &str, count: usize) -> BTreeMap<String, u64> {
+    let mut granted = BTreeMap::new();
+    for n in 0..count {
+        let name = format!("{prefix}-{n}");
+        let reply = client
+            .acquire(&name, "holder-a", 60_000)
+            .await
+            .unwrap_or_else(|error| panic!("acquire {name}: {error}"));
+        let lease = reply.lease.expect("an acquire returns the lease");
+        granted.insert(name, lease.fencing_token);
+    }
+    granted
+}
+
+async fn assert_grants_survive(client: &Client, granted: &BTreeMap<String, u64>) {
+    for (name, token) in granted {
+        let lease = client
+            .get_lease(name)
+            .await
+            .unwrap_or_else(|error| panic!("lease {name} lost: {error}"));
+        assert_eq!(lease.holder, "holder-a", "holder of {name}");
+        assert_eq!(lease.fencing_token, *token, "token of {name}");
+    }
+}
+
+/// A client that talks to `endpoint` only (reads are served by that node).
+fn pinned(endpoint: &str) -> Client {
+    let config = ClientConfig {
+        pin_to_endpoints: true,
+        ..ClientConfig::default()
+    };
+    Client::with_config([endpoint], config).expect("client")
+}
+
+async fn applied_index(client: &Client, endpoint: &str) -> Option<u64> {
+    client
+        .status_of(endpoint)
+        .await
+        .ok()
+        .map(|status| status.applied_index)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_new_leader_serves_and_grants_survive_then_restart_catches_up_from_log() {
+    let mut cluster = Cluster::start(3, Tuning::default());
+    let first_leader = leader(&cluster).await;
+    let client = cluster.client();
+    let granted = acquire_many(&client, "before-kill", 20).await;
+
+    let killed = cluster.index_of(first_leader);
+    cluster.nodes[killed].kill();
+    let started = std::time::Instant::now();
+    let second_leader = leader_other_than(&cluster, first_leader).await;
+    println!("node {second_leader} leads after node {first_leader} was killed");
+    let survivors = cluster.client();
+    let after = acquire_many(&survivors, "after-kill", 5).await;
+    println!("new leader serving {:?} after SIGKILL", started.elapsed());
+    assert_grants_survive(&survivors, &granted).await;
+    let newest_before = granted.values().max().copied().unwrap_or(0);
+    assert!(
+        after.values().all(|token| *token > newest_before),
+        "fencing tokens keep growing across leaders"
+    );
+
+    // The restarted node catches up from the log (nothing was compacted).
+    cluster.restart(killed);
+    let endpoint = cluster.nodes[killed].spec.grpc.to_string();
+    let target = survivors
+        .status()
+        .await
+        .expect("cluster status")
+        .commit_index;
+    let everyone = cluster.client();
+    eventually(
+        ELECTION,
+        "the restarted node applies the whole log",
+        || async {
+            applied_index(&everyone, &endpoint)
+                .await
+                .filter(|applied| *applied >= target)
+        },
+    )
+    .await;
+    let status = everyone
+        .status_of(&endpoint)
+        .await
+        .expect("restarted status");
+    assert_eq!(
+        status.snapshot_index, 0,
+        "caught up from the log, not a snapshot"
+    );
+    assert_grants_survive(&everyone, &granted).await;
+    assert_grants_survive(&everyone, &after).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_missed_compacted_entries_catches_up_from_a_snapshot() {
+    let tuning = Tuning {
+        snapshot_after_entries: 100_000,
+        entries_kept_after_snapshot: 0,
+        tick_interval_ms: 60_000,
+    };
+    let mut cluster = Cluster::start(3, tuning);
+    let first_leader = leader(&cluster).await;
+    let follower = cluster
+        .nodes
+        .iter()
+        .position(|node| node.spec.id != first_leader)
+        .expect("a follower");
+    cluster.nodes[follower].kill();
+
+    let client = cluster.client();
+    let granted = acquire_many(&client, "while-down", 30).await;
+    // Compact every running node's log past what the stopped node has.
+    for endpoint in cluster.endpoints() {
+        let reply = client
+            .trigger_snapshot(&endpoint)
+            .await
+            .unwrap_or_else(|error| panic!("snapshot on {endpoint}: {error}"));
+        assert!(
+            reply.snapshot_index > 0,
+            "a snapshot was built on {endpoint}"
+        );
+    }
+    let target = client.status().await.expect("status").commit_index;
+
+    cluster.restart(follower);
+    let endpoint = cluster.nodes[follower].spec.grpc.to_string();
+    let everyone = cluster.client();
+    let status = eventually(
+        ELECTION,
+        "the restarted node installs a snapshot",
+        || async {
+            let status = everyone.status_of(&endpoint).await.ok()?;
+            (status.applied_index >= target && status.snapshot_index > 0).then_some(status)
+        },
+    )
+    .await;
+    assert!(status.snapshot_index >= granted.len() as u64);
+    // Reads through the restarted node see every grant.
+    let direct = pinned(&endpoint);
+    assert_grants_survive(&direct, &granted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fourth_node_joins_as_voter_and_one_leaves() {
+    let mut cluster = Cluster::start(3, Tuning::default());
+    leader(&cluster).await;
+    let client = cluster.client();
+    let granted = acquire_many(&client, "before-join", 5).await;
+
+    let joined = cluster.join(4);
+    let joined_endpoint = cluster.nodes[joined].spec.grpc.to_string();
+    let everyone = cluster.client();
+    let members = eventually(ELECTION, "node 4 is a voter", || async {
+        let status = everyone.status().await.ok()?;
+        status
+            .members
+            .iter()
+            .any(|member| member.id == 4 && member.voter)
+            .then_some(status.members)
+    })
+    .await;
+    assert_eq!(members.len(), 4, "four members: {members:?}");
+
+    // Node 1 leaves: the voters become 2, 3, 4.
+    let reply = everyone
+        .change_membership(vec![2, 3, 4], false)
+        .await
+        .expect("remove node 1");
+    let ids: Vec<u64> = reply.members.iter().map(|member| member.id).collect();
+    assert_eq!(ids, vec![2, 3, 4], "node 1 left");
+    let index = cluster.index_of(1);
+    cluster.nodes[index].kill();
+
+    let remaining = cluster.client();
+    leader_other_than(&cluster, 1).await;
+    let after = acquire_many(&remaining, "after-leave", 3).await;
+    let direct = pinned(&joined_endpoint);
+    assert_grants_survive(&direct, &granted).await;
+    assert_grants_survive(&direct, &after).await;
+}
+
+fn refusal(error: ClientError) -> (Code, String) {
+    match error {
+        ClientError::Refused { code, reason, .. } => (code, reason),
+        other => panic!("expected a refusal, got {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_error_and_changes_nothing() {
+    let tuning = Tuning {
+        tick_interval_ms: 3_600_000,
+        ..Tuning::default()
+    };
+    let cluster = Cluster::start(3, tuning);
+    leader(&cluster).await;
+    let client = cluster.client();
+    client
+        .put_challenge("settled-token", "settled.key")
+        .await
+        .expect("a first write");
+    let before = client.status().await.expect("status");
+
+    let (code, reason) = refusal(client.acquire("lease", "holder", 1).await.unwrap_err());
+    assert_eq!(
+        (code, reason.as_str()),
+        (Code::InvalidArgument, "invalid-ttl")
+    );
+    let (code, reason) = refusal(client.acquire("", "holder", 10_000).await.unwrap_err());
+    assert_eq!(
+        (code, reason.as_str()),
+        (Code::InvalidArgument, "invalid-argument")
+    );
+    let (code, _) = refusal(
+        client
+            .put_challenge("token", &"k".repeat(512 * 1024))
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        matches!(
+            code,
+            Code::OutOfRange | Code::ResourceExhausted | Code::InvalidArgument
+        ),
+        "an oversized message is refused, got {code:?}"
+    );
+
+    // Garbage on the Raft port: raw bytes, then a well-formed RPC with a garbage payload.
+    let raft_addr = cluster.nodes[0].spec.grpc;
+    {
+        use std::io::Write;
+        let mut stream = std::net::TcpStream::connect(raft_addr).expect("connect");
+        let _ = stream.write_all(b"\x00\xffnot http/2 at all\r\n\r\n garbage garbage");
+    }
+    let mut raft = RaftClient::connect(format!("http://{raft_addr}"))
+        .await
+        .expect("connect to the Raft service");
+    for payload in [vec![], vec![1, 0xff, 0xff, 0xff, 0xff], vec![99, 1, 2, 3]] {
+        let status = raft
+            .append_entries(RaftMessage { payload })
+            .await
+            .expect_err("garbage is refused");
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    }
+    let status = raft
+        .vote(RaftMessage {
+            payload: b"\x01garbage".to_vec(),
+        })
+        .await
+        .expect_err("garbage vote is refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+
+    let after = client.status().await.expect("status after bad input");
+    assert_eq!(
+        after.last_log_index, before.last_log_index,
+        "no entry was proposed"
+    );
+    assert_eq!(after.term, before.term, "no election was caused");
+    assert!(
+        client
+            .list_leases(None, 0)
+            .await
+            .expect("list")
+            .leases
+            .is_empty()
+    );
+    let (code, _) = refusal(client.get_challenge("token").await.unwrap_err());
+    assert_eq!(code, Code::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_serves_health_and_acme_challenges_over_http() {
+    let cluster = Cluster::start(3, Tuning::default());
+    leader(&cluster).await;
+    let client = cluster.client();
+    client
+        .put_challenge("tok_123-ABC", "tok_123-ABC.thumbprint")
+        .await
+        .expect("put a token");
+    for node in &cluster.nodes {
+        let http = node.spec.http;
+        assert_eq!(http_get(http, "/health/live").0, 200);
+        let ready = eventually(ELECTION, "node ready", || async {
+            let (code, body) = http_get(http, "/health/ready");
+            (code == 200).then_some(body)
+        })
+        .await;
+        assert!(ready.contains("\"ready\":true"), "{ready}");
+        let (code, body) = http_get(http, "/.well-known/acme-challenge/tok_123-ABC");
+        assert_eq!((code, body.as_str()), (200, "tok_123-ABC.thumbprint"));
+        let (code, body) = http_get(http, "/.well-known/acme-challenge/missing");
+        assert_eq!(code, 404);
+        assert!(body.contains("\"error\":\"unknown-token\""), "{body}");
+        let (code, body) = http_get(http, "/.well-known/acme-challenge/bad%20token!");
+        assert_eq!(code, 400);
+        assert!(body.contains("\"error\""), "{body}");
+        let health = client
+            .health_check(&node.spec.grpc.to_string())
+            .await
+            .expect("gRPC health");
+        assert_eq!(
+            health,
+            certus_proto::health::health_check_response::ServingStatus::Serving
+        );
+    }
+}

@@ -1,0 +1,243 @@
+//! Real `certus serve` processes on loopback, for the integration tests.
+
+#![allow(dead_code)] // Each test file uses a part.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use certus_client::{Client, ClientConfig};
+
+/// A free loopback port (bound, then released for the node to take).
+pub fn free_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local address")
+}
+
+/// One node's identity and files.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    pub id: u64,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub data_dir: PathBuf,
+    pub config_file: PathBuf,
+}
+
+/// A node process (killed when dropped).
+#[derive(Debug)]
+pub struct Process {
+    pub spec: NodeSpec,
+    child: Option<Child>,
+}
+
+impl Process {
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("kill node");
+            child.wait().expect("reap node");
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Options written into every node's config file.
+#[derive(Debug, Clone)]
+pub struct Tuning {
+    pub snapshot_after_entries: u64,
+    pub entries_kept_after_snapshot: u64,
+    pub tick_interval_ms: u64,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            snapshot_after_entries: 100_000,
+            entries_kept_after_snapshot: 1_000,
+            tick_interval_ms: 1_000,
+        }
+    }
+}
+
+/// A cluster of real processes in a temporary directory.
+#[derive(Debug)]
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub nodes: Vec<Process>,
+    pub tuning: Tuning,
+}
+
+fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_certus")
+}
+
+impl Cluster {
+    /// Starts `count` nodes founding one cluster; waits until a leader serves.
+    pub fn start(count: u64, tuning: Tuning) -> Cluster {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let specs: Vec<NodeSpec> = (1..=count).map(|id| spec(dir.path(), id)).collect();
+        let members: String = specs
+            .iter()
+            .map(|spec| {
+                format!(
+                    "[[initial_members]]\nid = {}\ngrpc_addr = \"{}\"\nhttp_addr = \"{}\"\n",
+                    spec.id, spec.grpc, spec.http
+                )
+            })
+            .collect();
+        for spec in &specs {
+            write_config(spec, &tuning, &members);
+        }
+        let mut cluster = Cluster {
+            dir,
+            nodes: Vec::new(),
+            tuning,
+        };
+        for spec in specs {
+            let process = launch(&spec, &[]);
+            cluster.nodes.push(process);
+        }
+        cluster
+    }
+
+    /// Adds a node that joins through the current members.
+    pub fn join(&mut self, id: u64) -> usize {
+        let spec = spec(self.dir.path(), id);
+        write_config(&spec, &self.tuning, "");
+        let join: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|node| node.is_running())
+            .map(|node| node.spec.grpc.to_string())
+            .collect();
+        let process = launch(&spec, &["--join", &join.join(",")]);
+        self.nodes.push(process);
+        self.nodes.len() - 1
+    }
+
+    /// Restarts a killed node on its data.
+    pub fn restart(&mut self, index: usize) {
+        assert!(!self.nodes[index].is_running(), "restart a stopped node");
+        let spec = self.nodes[index].spec.clone();
+        self.nodes[index] = launch(&spec, &[]);
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|node| node.is_running())
+            .map(|node| node.spec.grpc.to_string())
+            .collect()
+    }
+
+    /// A client over every running node.
+    pub fn client(&self) -> Client {
+        Client::with_config(self.endpoints(), ClientConfig::default()).expect("client")
+    }
+
+    pub fn index_of(&self, id: u64) -> usize {
+        self.nodes
+            .iter()
+            .position(|node| node.spec.id == id)
+            .expect("known node id")
+    }
+}
+
+fn spec(dir: &Path, id: u64) -> NodeSpec {
+    NodeSpec {
+        id,
+        grpc: free_addr(),
+        http: free_addr(),
+        data_dir: dir.join(format!("node-{id}")),
+        config_file: dir.join(format!("node-{id}.toml")),
+    }
+}
+
+fn write_config(spec: &NodeSpec, tuning: &Tuning, members: &str) {
+    let text = format!(
+        "id = {}\ngrpc_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"{}\"\ntick_interval_ms = {}\n{members}\n[raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
+        spec.id,
+        spec.grpc,
+        spec.http,
+        spec.data_dir.display(),
+        tuning.tick_interval_ms,
+        tuning.snapshot_after_entries,
+        tuning.entries_kept_after_snapshot,
+    );
+    std::fs::write(&spec.config_file, text).expect("write node config");
+}
+
+fn launch(spec: &NodeSpec, extra: &[&str]) -> Process {
+    let log = std::fs::File::create(spec.data_dir.with_extension("log")).expect("node log file");
+    let child = Command::new(binary())
+        .arg("serve")
+        .arg("--config")
+        .arg(&spec.config_file)
+        .args(extra)
+        .env("RUST_LOG", "info,openraft=warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn certus serve");
+    Process {
+        spec: spec.clone(),
+        child: Some(child),
+    }
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A plain HTTP/1.1 GET: (status code, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect HTTP");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read response");
+    let code = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("status line");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
