@@ -18,7 +18,7 @@ mod state_machine;
 
 pub use config::{CertusConfig, Proposal, Responses};
 pub use disk::{Disk, DiskError, Pairs, WriteBatch};
-pub use log_store::LogStore;
+pub use log_store::{LogStore, REPLICATION_READ_BYTES_MAX};
 pub use sim_disk::SimDisk;
 pub use sled_disk::SledDisk;
 pub use state_machine::{Applied, SnapshotBuilder, StateMachineStore, StateReader};

@@ -8,7 +8,7 @@
 
 use std::io::Cursor;
 use std::marker::PhantomData;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use certus_core::{Stamp, State, apply};
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -77,14 +77,23 @@ struct StoredSnapshot<C: CertusConfig> {
 pub struct StateMachineStore<C: CertusConfig, D> {
     disk: Arc<D>,
     applied: Arc<RwLock<Applied<C>>>,
+    saved: SavedSnapshot<C>,
     snapshots_built: u64,
     _config: PhantomData<C>,
 }
+
+/// The log id of the snapshot on disk, shared by the store and its builders.
+///
+/// openraft may run a build (spawned) and an install at the same time; whichever finishes last
+/// must not replace a newer snapshot with an older one, or the disk would hold a snapshot older
+/// than the log's purge point. The lock also orders the compare and the write.
+type SavedSnapshot<C> = Arc<Mutex<Option<LogId<<C as openraft::RaftTypeConfig>::NodeId>>>>;
 
 /// Builds snapshots off the apply path, from an encoding taken when it was created.
 #[derive(Debug)]
 pub struct SnapshotBuilder<C: CertusConfig, D> {
     disk: Arc<D>,
+    saved: SavedSnapshot<C>,
     meta: SnapshotMeta<C::NodeId, C::Node>,
     data: Vec<u8>,
 }
@@ -97,7 +106,11 @@ impl<C: CertusConfig, D: Disk> StateMachineStore<C, D> {
     /// Opens the state machine on `disk`, restoring the last snapshot if there is one. A stored
     /// snapshot that does not decode or validate is an error: the node must not serve.
     pub fn open(disk: Arc<D>) -> Result<StateMachineStore<C, D>, DiskError> {
-        let applied = match load_snapshot::<C, D>(&disk)? {
+        let stored = load_snapshot::<C, D>(&disk)?;
+        let saved = Arc::new(Mutex::new(
+            stored.as_ref().and_then(|stored| stored.meta.last_log_id),
+        ));
+        let applied = match stored {
             Some(stored) => Applied {
                 state: State::from_snapshot(&stored.data)
                     .map_err(|e| DiskError(format!("the stored snapshot is invalid: {e}")))?,
@@ -113,6 +126,7 @@ impl<C: CertusConfig, D: Disk> StateMachineStore<C, D> {
         Ok(StateMachineStore {
             disk,
             applied: Arc::new(RwLock::new(applied)),
+            saved,
             snapshots_built: 0,
             _config: PhantomData,
         })
@@ -138,27 +152,49 @@ fn load_snapshot<C: CertusConfig, D: Disk>(
 }
 
 /// Writes the snapshot and flushes: a snapshot is reported only once it is durable, because the
-/// log before it may be purged next.
+/// log before it may be purged next. A snapshot no newer than the one on disk is not written.
 fn save_snapshot<C: CertusConfig, D: Disk>(
     disk: &D,
+    saved: &SavedSnapshot<C>,
     stored: &StoredSnapshot<C>,
 ) -> Result<(), DiskError> {
+    let mut saved = saved
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if saved.is_some() && *saved >= stored.meta.last_log_id {
+        return Ok(());
+    }
     let mut batch = WriteBatch::new();
     batch.put(
         SNAPSHOT,
         postcard::to_allocvec(stored).expect("snapshots always encode"),
     );
     disk.write(batch)?;
-    disk.flush()
+    disk.flush()?;
+    *saved = stored.meta.last_log_id;
+    Ok(())
+}
+
+/// The log id of the snapshot on disk, read from the front of its encoding (the meta comes
+/// first), for the log store's purge.
+pub(crate) fn saved_snapshot_log_id<C: CertusConfig, D: Disk>(
+    disk: &D,
+) -> Result<Option<LogId<C::NodeId>>, DiskError> {
+    let Some(bytes) = disk.get(SNAPSHOT)? else {
+        return Ok(None);
+    };
+    let (meta, _rest): (SnapshotMeta<C::NodeId, C::Node>, _) = postcard::take_from_bytes(&bytes)
+        .map_err(|e| DiskError(format!("the stored snapshot does not decode: {e}")))?;
+    Ok(meta.last_log_id)
 }
 
 impl<C: CertusConfig, D: Disk> RaftSnapshotBuilder<C> for SnapshotBuilder<C, D> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<C>, StorageError<C::NodeId>> {
         let stored = StoredSnapshot::<C> {
             meta: self.meta.clone(),
-            data: std::mem::take(&mut self.data),
+            data: self.data.clone(),
         };
-        save_snapshot(&*self.disk, &stored)
+        save_snapshot(&*self.disk, &self.saved, &stored)
             .map_err(|e| StorageIOError::write_snapshot(Some(stored.meta.signature()), &e))?;
         Ok(Snapshot {
             meta: stored.meta,
@@ -226,6 +262,7 @@ impl<C: CertusConfig, D: Disk> RaftStateMachine<C> for StateMachineStore<C, D> {
         };
         SnapshotBuilder {
             disk: Arc::clone(&self.disk),
+            saved: Arc::clone(&self.saved),
             meta: SnapshotMeta {
                 last_log_id: last,
                 last_membership: applied.membership.clone(),
@@ -252,11 +289,23 @@ impl<C: CertusConfig, D: Disk> RaftStateMachine<C> for StateMachineStore<C, D> {
         };
         // Validate before anything changes: a bad snapshot from a peer leaves this node as it was.
         let state = State::from_snapshot(&data).map_err(|e| install_err(e.to_string()))?;
+        let Some(last_log_id) = meta.last_log_id else {
+            return Err(install_err(
+                "a snapshot from a peer names no last log id".into(),
+            ));
+        };
+        if state.applied_index() > last_log_id.index {
+            return Err(install_err(format!(
+                "the snapshot's state has applied index {} beyond its last log id {}",
+                state.applied_index(),
+                last_log_id.index
+            )));
+        }
         let stored = StoredSnapshot::<C> {
             meta: meta.clone(),
             data,
         };
-        save_snapshot(&*self.disk, &stored).map_err(|e| install_err(e.0))?;
+        save_snapshot(&*self.disk, &self.saved, &stored).map_err(|e| install_err(e.0))?;
         let mut applied = write_lock(&self.applied);
         *applied = Applied {
             state,

@@ -85,6 +85,13 @@ fn a_truncated_suffix_does_not_come_back_after_a_crash() {
     assert_eq!(log_indexes(&mut Log::new(Arc::new(disk))), [1, 2]);
 }
 
+/// Applies blank entries `1..=upto` on a state machine over `disk` and saves a snapshot there.
+fn snapshot_at(disk: &SimDisk, upto: u64) -> openraft::storage::Snapshot<TestConfig> {
+    let mut machine = Machine::open(Arc::new(disk.clone())).unwrap();
+    ready(machine.apply((1..=upto).map(|i| entry(i, EntryPayload::Blank)))).unwrap();
+    ready(ready(machine.get_snapshot_builder()).build_snapshot()).unwrap()
+}
+
 #[test]
 fn a_purge_is_all_or_nothing_across_a_crash() {
     for kept in [0, 1] {
@@ -92,6 +99,7 @@ fn a_purge_is_all_or_nothing_across_a_crash() {
         let mut log = Log::new(Arc::new(disk.clone()));
         log.append_durably((1..=5).map(|i| entry(i, EntryPayload::Blank)))
             .unwrap();
+        snapshot_at(&disk, 2);
         ready(log.purge(log_id(1, 1, 2))).unwrap();
         disk.crash_keeping(kept);
         let mut reopened = Log::new(Arc::new(disk));
@@ -202,4 +210,40 @@ fn sled_keeps_the_log_across_a_reopen() {
     let last = ready(log.get_log_state()).unwrap().last_log_id;
     assert_eq!(last, Some(LogId::new(CommittedLeaderId::new(1, 1), 3)));
     assert_eq!(ready(log.read_vote()).unwrap(), Some(Vote::new(2, 1)));
+}
+
+#[test]
+fn a_purge_never_passes_the_snapshot_on_disk() {
+    let disk = SimDisk::new();
+    let mut log = Log::new(Arc::new(disk.clone()));
+    log.append_durably((1..=5).map(|i| entry(i, EntryPayload::Blank)))
+        .unwrap();
+    // A snapshot at 2 is on disk; a newer one (at 4, say) is still on its way.
+    snapshot_at(&disk, 2);
+    ready(log.purge(log_id(1, 1, 4))).unwrap();
+    assert_eq!(log_indexes(&mut log), [3, 4, 5]);
+    assert_eq!(
+        ready(log.get_log_state()).unwrap().last_purged_log_id,
+        Some(log_id(1, 1, 2))
+    );
+}
+
+#[test]
+fn an_older_snapshot_build_does_not_replace_a_newer_install() {
+    let disk = SimDisk::new();
+    let mut machine = Machine::open(Arc::new(disk.clone())).unwrap();
+    ready(machine.apply((1..=2).map(|i| entry(i, EntryPayload::Blank)))).unwrap();
+    // A build of the state at 2 is under way when a peer's snapshot at 4 is installed.
+    let mut stale_build = ready(machine.get_snapshot_builder());
+    let newer = snapshot_at(&SimDisk::new(), 4);
+    ready(machine.install_snapshot(&newer.meta, newer.snapshot.clone())).unwrap();
+    let stale = ready(stale_build.build_snapshot()).unwrap();
+    assert_eq!(stale.meta.last_log_id, Some(log_id(1, 1, 2)));
+
+    let current = ready(machine.get_current_snapshot()).unwrap().unwrap();
+    assert_eq!(current.meta.last_log_id, Some(log_id(1, 1, 4)));
+    disk.crash();
+    let mut reopened = Machine::open(Arc::new(disk)).unwrap();
+    let (applied, _) = ready(reopened.applied_state()).unwrap();
+    assert_eq!(applied, Some(log_id(1, 1, 4)));
 }
