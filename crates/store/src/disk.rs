@@ -70,4 +70,14 @@ pub trait Disk: Send + Sync + 'static {
 
     /// Makes every write so far durable.
     fn flush(&self) -> Result<(), DiskError>;
+
+    /// Makes every write so far durable, then calls `done` with the outcome — possibly later and
+    /// on another thread, but in call order. Concurrent calls may share one flush. The default
+    /// flushes at once on the caller's thread.
+    fn flush_then(&self, done: FlushDone) {
+        done(self.flush());
+    }
 }
+
+/// What [`Disk::flush_then`] calls once the flush is done.
+pub type FlushDone = Box<dyn FnOnce(Result<(), DiskError>) + Send>;

@@ -17,7 +17,7 @@ mod sled_disk;
 mod state_machine;
 
 pub use config::{CertusConfig, Proposal, Responses};
-pub use disk::{Disk, DiskError, Pairs, WriteBatch};
+pub use disk::{Disk, DiskError, FlushDone, Pairs, WriteBatch};
 pub use log_store::{LogStore, REPLICATION_READ_BYTES_MAX};
 pub use sim_disk::SimDisk;
 pub use sled_disk::SledDisk;

@@ -222,10 +222,20 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
         I::IntoIter: OptionalSend,
     {
         // Acknowledged only once on disk: a vote for this log, or a commit counting this node,
-        // must survive a crash.
-        let durable = self.append_durably(entries);
-        callback.log_io_completed(durable.clone().map_err(std::io::Error::other));
-        durable.map_err(write_err::<C>)
+        // must survive a crash. The write is visible at once; the callback fires after the flush,
+        // which the disk may run elsewhere and share with other appends.
+        let mut batch = WriteBatch::new();
+        for entry in entries {
+            batch.put(log_key(entry.log_id.index), encode(&entry));
+        }
+        if let Err(error) = self.disk.write(batch) {
+            callback.log_io_completed(Err(std::io::Error::other(error.clone())));
+            return Err(write_err::<C>(error));
+        }
+        self.disk.flush_then(Box::new(move |flushed| {
+            callback.log_io_completed(flushed.map_err(std::io::Error::other));
+        }));
+        Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
