@@ -19,7 +19,7 @@ pub const PROPOSER_QUEUE_MAX: usize = 16 * 1024;
 /// Commands in one Raft entry.
 pub const PROPOSAL_COMMANDS_MAX: usize = 1024;
 /// Proposals appended but not yet applied, per leader: pipelining depth.
-pub const PROPOSALS_IN_FLIGHT_MAX: usize = 8;
+pub const PROPOSALS_IN_FLIGHT_MAX: usize = 2;
 /// Readers waiting for the next read barrier; past this, readers wait.
 pub const READ_QUEUE_MAX: usize = 64 * 1024;
 /// Entries a follower may lag behind the leader's commit index and still report ready.

@@ -50,7 +50,10 @@ fn run_flusher(db: sled::Db, requests: Receiver<FlushDone>) {
     while let Ok(first) = requests.recv() {
         let mut waiting = vec![first];
         waiting.extend(requests.try_iter());
-        let outcome = db.flush().map(drop).map_err(|e| DiskError(format!("flush: {e}")));
+        let outcome = db
+            .flush()
+            .map(drop)
+            .map_err(|e| DiskError(format!("flush: {e}")));
         for done in waiting {
             done(outcome.clone());
         }
