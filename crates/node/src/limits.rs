@@ -18,7 +18,9 @@ pub const READ_APPLY_WAIT: Duration = Duration::from_secs(5);
 pub const PROPOSER_QUEUE_MAX: usize = 16 * 1024;
 /// Commands in one Raft entry.
 pub const PROPOSAL_COMMANDS_MAX: usize = 1024;
-/// Proposals appended but not yet applied, per leader: pipelining depth.
+/// Proposals appended but not yet applied, per leader: pipelining depth. Small on purpose: a
+/// proposal waiting for a slot keeps absorbing writes, and fewer, larger entries cost less CPU
+/// per write than many small ones (measured: 2 gives ~10.4k writes/s at 64 clients, 8 gave ~7.7k).
 pub const PROPOSALS_IN_FLIGHT_MAX: usize = 2;
 /// Readers waiting for the next read barrier; past this, readers wait.
 pub const READ_QUEUE_MAX: usize = 64 * 1024;
