@@ -211,7 +211,13 @@ pub enum LeaseError {
     #[error("no such lease")]
     Unknown,
     /// A fencing check failed: the token is not the live grant's.
-    #[error("fencing token {presented} rejected; the live grant's token is {current:?}")]
+    #[error(
+        "fencing token {presented} rejected; {}",
+        match current {
+            Some(current) => format!("the live grant's token is {current}"),
+            None => "the lease is not held".to_owned(),
+        }
+    )]
     FenceRejected {
         /// The token presented.
         presented: FencingToken,

@@ -452,3 +452,23 @@ fn postcard_decode<T: for<'de> serde::Deserialize<'de>>(
 ) -> Result<T, postcard::Error> {
     postcard::from_bytes(bytes)
 }
+
+#[test]
+fn fence_refusals_read_as_sentences() {
+    let held = certus_core::LeaseError::FenceRejected {
+        presented: certus_core::FencingToken(1),
+        current: Some(certus_core::FencingToken(5)),
+    };
+    assert_eq!(
+        held.to_string(),
+        "fencing token 1 rejected; the live grant's token is 5"
+    );
+    let free = certus_core::LeaseError::FenceRejected {
+        presented: certus_core::FencingToken(1),
+        current: None,
+    };
+    assert_eq!(
+        free.to_string(),
+        "fencing token 1 rejected; the lease is not held"
+    );
+}
