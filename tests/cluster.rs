@@ -268,6 +268,30 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         "an oversized message is refused, got {code:?}"
     );
 
+    // A member that is not running, or is another node, is not added.
+    let nobody = support::free_addr().to_string();
+    let (code, reason) = refusal(
+        client
+            .add_learner(9, nobody.clone(), nobody)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (code, reason.as_str()),
+        (Code::FailedPrecondition, "member-unreachable")
+    );
+    let node_two = cluster.nodes[1].spec.clone();
+    let (code, reason) = refusal(
+        client
+            .add_learner(9, node_two.grpc.to_string(), node_two.http.to_string())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (code, reason.as_str()),
+        (Code::FailedPrecondition, "member-id-mismatch")
+    );
+
     // Garbage on the Raft port: raw bytes, then a well-formed RPC with a garbage payload.
     let raft_addr = cluster.nodes[0].spec.grpc;
     {
@@ -299,6 +323,12 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         "no entry was proposed"
     );
     assert_eq!(after.term, before.term, "no election was caused");
+    assert_eq!(
+        after.members.len(),
+        3,
+        "no member was added: {:?}",
+        after.members
+    );
     assert!(
         client
             .list_leases(None, 0)

@@ -77,6 +77,51 @@ pub fn status_of(replica: &Replica) -> v1::StatusReply {
     }
 }
 
+/// How long a would-be member has to answer before it is added.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Checks that a node about to be added answers at `grpc_addr` and is who the request says: a
+/// typo in an address or id would otherwise sit in the membership as a learner that never
+/// catches up.
+async fn probe_new_member(id: u64, grpc_addr: &str) -> Result<(), Status> {
+    let unreachable = |reason: String| {
+        status(
+            Code::FailedPrecondition,
+            "member-unreachable",
+            format!("no Certus node answers at {grpc_addr}: {reason}; start it before adding it"),
+        )
+    };
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{grpc_addr}"))
+        .map_err(|error| unreachable(error.to_string()))?
+        .connect_timeout(PROBE_TIMEOUT);
+    let probe = async {
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|error| error.to_string())?;
+        v1::admin_client::AdminClient::new(channel)
+            .status(v1::StatusRequest {})
+            .await
+            .map_err(|error| error.to_string())
+    };
+    let answer = tokio::time::timeout(PROBE_TIMEOUT, probe)
+        .await
+        .map_err(|_| unreachable(format!("no answer within {PROBE_TIMEOUT:?}")))?
+        .map_err(unreachable)?
+        .into_inner();
+    if answer.id != id {
+        return Err(status(
+            Code::FailedPrecondition,
+            "member-id-mismatch",
+            format!(
+                "the node at {grpc_addr} is node {}, not node {id}",
+                answer.id
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[tonic::async_trait]
 impl Admin for AdminService {
     async fn status(
@@ -110,6 +155,7 @@ impl Admin for AdminService {
                 ));
             }
         }
+        probe_new_member(request.id, &request.grpc_addr).await?;
         let node = CertusNode {
             grpc_addr: request.grpc_addr,
             http_addr: request.http_addr,
