@@ -455,16 +455,16 @@ fn postcard_decode<T: for<'de> serde::Deserialize<'de>>(
 
 #[test]
 fn fence_refusals_read_as_sentences() {
-    let held = certus_core::LeaseError::FenceRejected {
-        presented: certus_core::FencingToken(1),
-        current: Some(certus_core::FencingToken(5)),
+    let held = LeaseError::FenceRejected {
+        presented: FencingToken(1),
+        current: Some(FencingToken(5)),
     };
     assert_eq!(
         held.to_string(),
         "fencing token 1 rejected; the live grant's token is 5"
     );
-    let free = certus_core::LeaseError::FenceRejected {
-        presented: certus_core::FencingToken(1),
+    let free = LeaseError::FenceRejected {
+        presented: FencingToken(1),
         current: None,
     };
     assert_eq!(
