@@ -276,6 +276,15 @@ impl Leases {
         now_ms: u64,
         issue_token: impl FnOnce() -> FencingToken,
     ) -> Result<LeaseReply, LeaseError> {
+        if self.by_name.len() >= LEASES_MAX && !self.by_name.contains_key(&name) {
+            // A full table makes room by reclaiming the lease that expired first, if one has:
+            // expiry alone frees a slot, without waiting for a tick.
+            if let Some((expires_at_ms, oldest)) = self.by_expiry.first().cloned()
+                && expires_at_ms <= now_ms
+            {
+                self.remove(&oldest);
+            }
+        }
         let how = match self.by_name.get(&name) {
             Some(lease) if lease.is_live(now_ms) && lease.holder == holder => {
                 let lease = self.extend(&name, ttl, now_ms);

@@ -431,6 +431,22 @@ fn the_lease_table_is_bounded() {
     );
     // Taking over an expired lease needs no room.
     acquired(m.acquire("l0", "other", 60_000, T0 + 60_000));
+    // Once leases have expired, a new name takes the place of the one that expired first,
+    // without waiting for a tick.
+    acquired(m.acquire("one-more", "h", 60_000, T0 + 60_000));
+    assert_eq!(m.state.lease_count(), LEASES_MAX);
+    assert!(m.state.lease(&LeaseName::new("l1").unwrap(), T0).is_none());
+    // While every lease is live, the table stays closed.
+    let later = T0 + 60_000;
+    m.checking = false;
+    for i in 2..LEASES_MAX {
+        acquired(m.acquire(&format!("l{i}"), "h", 60_000, later));
+    }
+    m.checking = true;
+    assert_eq!(
+        m.acquire("another", "h", 60_000, later),
+        Err(LeaseError::TooManyLeases { max: LEASES_MAX })
+    );
 }
 
 #[test]
