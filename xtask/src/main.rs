@@ -80,19 +80,33 @@ fn test(args: &[String]) -> Result<(), String> {
             "warnings",
         ],
     )?;
+    // The simulation builds the real node under --cfg madsim, in its own target directory so
+    // that switching between the two builds rebuilds nothing.
+    let madsim = [("RUSTFLAGS", "--cfg madsim"), ("MADSIM_TEST_NUM", "32")];
+    let sim_test = [
+        "test",
+        "--package",
+        "certus-sim",
+        "--locked",
+        "--target-dir",
+        "target-sim",
+    ];
     run_with_env(
         &root,
-        "the node builds for the simulation (--cfg madsim, own target directory)",
-        &[("RUSTFLAGS", "--cfg madsim")],
+        "simulation (the node under madsim, 32 seeds)",
+        &madsim,
         "cargo",
+        &sim_test,
+    )?;
+    run_with_env(
+        &root,
+        "simulation determinism (each scenario twice, traces compared)",
         &[
-            "check",
-            "--package",
-            "certus-node",
-            "--locked",
-            "--target-dir",
-            "target-sim",
+            ("RUSTFLAGS", "--cfg madsim"),
+            ("MADSIM_TEST_CHECK_DETERMINISM", "1"),
         ],
+        "cargo",
+        &sim_test,
     )?;
     run(
         &root,
