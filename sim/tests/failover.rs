@@ -66,3 +66,54 @@ async fn acknowledged_writes_survive_the_leaders_crash() {
         );
     }
 }
+
+#[madsim::test]
+async fn acknowledged_writes_survive_a_whole_cluster_crash() {
+    let cluster = SimCluster::start(3);
+    let leader = cluster
+        .leader(Duration::from_secs(10))
+        .await
+        .expect("a leader within 10 s");
+    let mut acknowledged = Vec::new();
+    for n in 0..20 {
+        let token = format!("t-{n}");
+        cluster
+            .write(leader, vec![put(&token)])
+            .await
+            .expect("a write on a healthy cluster");
+        acknowledged.push(token);
+    }
+    // Power loss everywhere: only what was flushed is left.
+    for id in 1..=3 {
+        cluster.crash(id);
+    }
+    for id in 1..=3 {
+        cluster.restart(id);
+    }
+    let leader = cluster
+        .leader(Duration::from_secs(10))
+        .await
+        .expect("a leader after the restart");
+    // A write through the new leader commits everything before it in the log.
+    cluster
+        .write(leader, vec![put("after-restart")])
+        .await
+        .expect("a write after the restart");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for id in 1..=3 {
+        let replica = cluster.replica(id).expect("every node runs again");
+        let missing: Vec<&String> = acknowledged
+            .iter()
+            .filter(|token| {
+                let token = ChallengeToken::new(token.as_str()).expect("token");
+                replica
+                    .reader
+                    .read(|applied| applied.state.challenge(&token).is_none())
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "node {id} lost acknowledged writes {missing:?}"
+        );
+    }
+}
