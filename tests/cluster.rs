@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use certus_client::{Client, ClientConfig, ClientError};
+use certus_node::forward::{ForwardRefusal, ForwardReply, ForwardRequest};
 use certus_proto::v1::RaftMessage;
 use certus_proto::v1::raft_client::RaftClient;
 use support::{Cluster, Tuning, eventually, http_get};
@@ -236,7 +237,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         ..Tuning::default()
     };
     let cluster = Cluster::start(3, tuning);
-    leader(&cluster).await;
+    let leader_id = leader(&cluster).await;
     let client = cluster.client();
     client
         .put_challenge("settled-token", "settled.key")
@@ -316,6 +317,26 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         .await
         .expect_err("garbage vote is refused");
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+
+    // A forwarded write a peer's services could not have built is refused, not obeyed.
+    let leader_addr = cluster.nodes[cluster.index_of(leader_id)].spec.grpc;
+    let mut leader_raft = RaftClient::connect(format!("http://{leader_addr}"))
+        .await
+        .expect("connect to the leader's Raft service");
+    let empty = certus_node::codec::encode(&ForwardRequest::Write(Vec::new()));
+    let reply = leader_raft
+        .forward(RaftMessage { payload: empty })
+        .await
+        .expect("the leader answers")
+        .into_inner();
+    let reply: ForwardReply = certus_node::codec::decode(&reply.payload).expect("a reply");
+    assert!(
+        matches!(
+            reply,
+            ForwardReply::Refused(ForwardRefusal::FailedPrecondition(_))
+        ),
+        "{reply:?}"
+    );
 
     let after = client.status().await.expect("status after bad input");
     assert_eq!(

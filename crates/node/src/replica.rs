@@ -16,7 +16,8 @@ use crate::clock::Clock;
 use crate::errors::ServiceError;
 use crate::forward::{ForwardRefusal, ForwardReply, ForwardRequest, MemberView, MembershipView};
 use crate::limits::{
-    LEADER_HOPS_MAX, LEADER_WAIT, MEMBERSHIP_CHANGE_TIMEOUT, READ_APPLY_WAIT, READ_QUEUE_MAX,
+    LEADER_HOPS_MAX, LEADER_WAIT, MEMBERSHIP_CHANGE_TIMEOUT, PROPOSAL_COMMANDS_MAX,
+    READ_APPLY_WAIT, READ_QUEUE_MAX,
 };
 use crate::network::Peers;
 use crate::proposer::{Proposer, WriteOutcome, write_error};
@@ -129,6 +130,12 @@ impl Replica {
 
     /// Proposes `commands` on the leader (forwarding if need be) and returns their responses.
     pub async fn write(&self, commands: Vec<Command>) -> Result<Vec<Response>, ServiceError> {
+        if commands.is_empty() || commands.len() > PROPOSAL_COMMANDS_MAX {
+            return Err(ServiceError::InvalidArgument(format!(
+                "a write carries 1 to {PROPOSAL_COMMANDS_MAX} commands, not {}",
+                commands.len()
+            )));
+        }
         let mut not = None;
         for _hop in 0..LEADER_HOPS_MAX {
             let leader = match (not, self.leader()) {
@@ -301,6 +308,15 @@ impl Replica {
             return ForwardReply::Refused(ForwardRefusal::NotLeader);
         }
         match request {
+            ForwardRequest::Write(commands)
+                if commands.is_empty() || commands.len() > PROPOSAL_COMMANDS_MAX =>
+            {
+                // Peers send what their own services built; anything else is refused, not obeyed.
+                ForwardReply::Refused(ForwardRefusal::FailedPrecondition(format!(
+                    "a forwarded write carries 1 to {PROPOSAL_COMMANDS_MAX} commands, not {}",
+                    commands.len()
+                )))
+            }
             ForwardRequest::Write(commands) => match self.proposer.write(commands).await {
                 WriteOutcome::Applied(responses) => ForwardReply::Written(responses),
                 WriteOutcome::NotLeader => ForwardReply::Refused(ForwardRefusal::NotLeader),
