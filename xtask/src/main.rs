@@ -136,7 +136,15 @@ fn bench(args: &[String]) -> Result<(), String> {
         "bench",
     ];
     cargo_args.extend(args.iter().map(String::as_str));
-    run(&workspace_root(), "bench", "cargo", &cargo_args)
+    // The figures are the output; the nodes' routine warnings (elections at start-up) are noise.
+    let log = env::var("RUST_LOG").unwrap_or_else(|_| "error".to_owned());
+    run_with_env(
+        &workspace_root(),
+        "bench",
+        &[("RUST_LOG", log.as_str())],
+        "cargo",
+        &cargo_args,
+    )
 }
 
 fn run(dir: &Path, label: &str, program: &str, args: &[&str]) -> Result<(), String> {
