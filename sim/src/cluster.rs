@@ -55,16 +55,8 @@ impl SimCluster {
     pub fn start(count: u64) -> SimCluster {
         let handle = Handle::current();
         let running: Running = Arc::default();
-        let members: BTreeMap<u64, CertusNode> = (1..=count)
-            .map(|id| {
-                let config = config(id);
-                let node = CertusNode {
-                    grpc_addr: config.grpc_addr.to_string(),
-                    http_addr: config.http_addr.to_string(),
-                };
-                (id, node)
-            })
-            .collect();
+        let members: BTreeMap<u64, CertusNode> =
+            (1..=count).map(|id| (id, config(id).member())).collect();
         let mut machines = BTreeMap::new();
         let mut disks = BTreeMap::new();
         for id in 1..=count {

@@ -15,6 +15,21 @@ fn put(token: &str) -> Command {
     })
 }
 
+/// The acknowledged tokens node `id` does not hold.
+fn missing_on(cluster: &SimCluster, id: u64, acknowledged: &[String]) -> Vec<String> {
+    let replica = cluster.replica(id).expect("the node runs");
+    acknowledged
+        .iter()
+        .filter(|token| {
+            let token = ChallengeToken::new(token.as_str()).expect("token");
+            replica
+                .reader
+                .read(|applied| applied.state.challenge(&token).is_none())
+        })
+        .cloned()
+        .collect()
+}
+
 #[madsim::test]
 async fn acknowledged_writes_survive_the_leaders_crash() {
     let cluster = SimCluster::start(3);
@@ -50,16 +65,7 @@ async fn acknowledged_writes_survive_the_leaders_crash() {
     cluster.restart(first);
     tokio::time::sleep(Duration::from_secs(5)).await;
     for id in 1..=3 {
-        let replica = cluster.replica(id).expect("every node runs again");
-        let missing: Vec<&String> = acknowledged
-            .iter()
-            .filter(|token| {
-                let token = ChallengeToken::new(token.as_str()).expect("token");
-                replica
-                    .reader
-                    .read(|applied| applied.state.challenge(&token).is_none())
-            })
-            .collect();
+        let missing = missing_on(&cluster, id, &acknowledged);
         assert!(
             missing.is_empty(),
             "node {id} lacks acknowledged writes {missing:?}"
@@ -101,16 +107,7 @@ async fn acknowledged_writes_survive_a_whole_cluster_crash() {
         .expect("a write after the restart");
     tokio::time::sleep(Duration::from_secs(2)).await;
     for id in 1..=3 {
-        let replica = cluster.replica(id).expect("every node runs again");
-        let missing: Vec<&String> = acknowledged
-            .iter()
-            .filter(|token| {
-                let token = ChallengeToken::new(token.as_str()).expect("token");
-                replica
-                    .reader
-                    .read(|applied| applied.state.challenge(&token).is_none())
-            })
-            .collect();
+        let missing = missing_on(&cluster, id, &acknowledged);
         assert!(
             missing.is_empty(),
             "node {id} lost acknowledged writes {missing:?}"

@@ -5,18 +5,17 @@
 //! The clients run in the same process as the nodes (as a benchmark tool on the same machine
 //! would), each over its own HTTP/2 connection, all to the leader.
 
-use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use certus_node::{CertusNode, Node, NodeConfig};
+use certus_node::NodeConfig;
 use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::{GetChallengeRequest, PutChallengeRequest};
 use comfy_table::Table;
 use serde_json::json;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::cluster::await_leader;
+use crate::cluster::{await_leader, start_local};
 
 /// Options of `certus bench`.
 #[derive(Debug, clap::Args)]
@@ -87,31 +86,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
             dir.path().join(format!("node-{id}")),
         ));
     }
-    let members: BTreeMap<u64, CertusNode> = configs
-        .iter()
-        .map(|config| {
-            (
-                config.id,
-                CertusNode {
-                    grpc_addr: config.grpc_addr.to_string(),
-                    http_addr: config.http_addr.to_string(),
-                },
-            )
-        })
-        .collect();
-    let mut nodes = Vec::new();
-    for config in &configs {
-        std::fs::create_dir_all(&config.data_dir).map_err(|error| error.to_string())?;
-        nodes.push(
-            Node::start(config.clone())
-                .await
-                .map_err(|error| error.to_string())?,
-        );
-    }
-    nodes[0]
-        .initialize(members)
-        .await
-        .map_err(|error| error.to_string())?;
+    let nodes = start_local(&configs).await?;
     let leader = await_leader(&nodes, Duration::from_secs(10))
         .await
         .ok_or("no leader elected within 10 s")?;

@@ -2,8 +2,45 @@
 
 use std::time::Duration;
 
-use certus_node::Node;
+use certus_node::{Node, NodeConfig};
 use comfy_table::Table;
+
+/// Starts a node per config in this process (creating data directories) and has the first one
+/// found the cluster of all of them; on a restart the cluster exists and that is a no-op.
+pub(crate) async fn start_local(configs: &[NodeConfig]) -> Result<Vec<Node>, String> {
+    let members = configs
+        .iter()
+        .map(|config| (config.id, config.member()))
+        .collect();
+    let mut nodes: Vec<Node> = Vec::new();
+    for config in configs {
+        let started = match std::fs::create_dir_all(&config.data_dir) {
+            Ok(()) => Node::start(config.clone())
+                .await
+                .map_err(|error| error.to_string()),
+            Err(error) => Err(format!(
+                "cannot create {}: {error}",
+                config.data_dir.display()
+            )),
+        };
+        match started {
+            Ok(node) => nodes.push(node),
+            Err(error) => {
+                for node in nodes {
+                    node.shutdown().await;
+                }
+                return Err(format!("node {}: {error}", config.id));
+            }
+        }
+    }
+    if let Some(first) = nodes.first() {
+        first
+            .initialize(members)
+            .await
+            .map_err(|error| error.to_string())?;
+    }
+    Ok(nodes)
+}
 
 /// Waits until some node in `nodes` knows a leader, up to `timeout`.
 pub(crate) async fn await_leader(nodes: &[Node], timeout: Duration) -> Option<u64> {

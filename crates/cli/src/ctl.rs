@@ -1,7 +1,7 @@
 //! `certus ctl`: status, membership, snapshots, leases and challenge tokens of a running cluster,
 //! as tables or (`--json`) one JSON document on stdout.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use certus_client::{
     AcquireReply, Challenge, CheckFenceReply, Client, ClientError, Lease, Member, MembershipReply,
@@ -805,8 +805,7 @@ fn challenges_table(challenges: &[Challenge]) -> Table {
 /// This machine's clock in milliseconds since the Unix epoch (the cluster's clock is the
 /// leader's; relative times shown are approximate).
 fn now_ms() -> Option<u64> {
-    let since = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
-    u64::try_from(since.as_millis()).ok()
+    Some(certus_node::Clock::system().now_ms())
 }
 
 /// A duration in milliseconds for people: `850 ms`, `12.5 s`, `3 min 20 s`, `2 h 5 min`.

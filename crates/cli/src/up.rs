@@ -1,14 +1,13 @@
 //! `certus up`: the embedded local cluster. Three nodes in one process on 127.0.0.1, data under
 //! `./certus-data`; running it again recovers the data; Ctrl-C stops it cleanly.
 
-use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use certus_node::{CertusNode, Node, NodeConfig};
+use certus_node::{Node, NodeConfig};
 
-use crate::cluster::{await_leader, node_table};
+use crate::cluster::{await_leader, node_table, start_local};
 
 /// The first gRPC port of `certus up`; node N listens on this + N.
 pub(crate) const GRPC_PORT_BASE: u16 = 7100;
@@ -42,37 +41,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
             )
         })
         .collect();
-    let members: BTreeMap<u64, CertusNode> = configs
-        .iter()
-        .map(|config| {
-            (
-                config.id,
-                CertusNode {
-                    grpc_addr: config.grpc_addr.to_string(),
-                    http_addr: config.http_addr.to_string(),
-                },
-            )
-        })
-        .collect();
-    let mut nodes = Vec::new();
-    for config in &configs {
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|error| format!("cannot create {}: {error}", config.data_dir.display()))?;
-        match Node::start(config.clone()).await {
-            Ok(node) => nodes.push(node),
-            Err(error) => {
-                for node in nodes {
-                    node.shutdown().await;
-                }
-                return Err(format!("node {}: {error}", config.id));
-            }
-        }
-    }
-    // The first node founds the cluster; on a restart it is already founded and this is a no-op.
-    nodes[0]
-        .initialize(members)
-        .await
-        .map_err(|error| error.to_string())?;
+    let nodes = start_local(&configs).await?;
     let leader = await_leader(&nodes, Duration::from_secs(10)).await;
 
     let rows: Vec<(&Node, String)> = nodes

@@ -123,6 +123,14 @@ impl NodeConfig {
         Ok(())
     }
 
+    /// How the rest of the cluster reaches this node (its membership entry).
+    pub fn member(&self) -> crate::types::CertusNode {
+        crate::types::CertusNode {
+            grpc_addr: self.grpc_addr.to_string(),
+            http_addr: self.http_addr.to_string(),
+        }
+    }
+
     /// The tick interval.
     pub fn tick_interval(&self) -> Duration {
         Duration::from_millis(self.tick_interval_ms)

@@ -48,12 +48,24 @@ pub enum StartError {
 }
 
 /// A running node. Dropping it without [`Node::shutdown`] leaves its tasks running.
-#[derive(Debug)]
 pub struct Node {
     replica: Arc<Replica>,
     stop: watch::Sender<bool>,
     servers: Vec<tokio::task::JoinHandle<()>>,
+    /// How many handles to the disk are left (openraft's tasks release theirs as they end).
+    disk_handles: Box<dyn Fn() -> usize + Send + Sync>,
 }
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("replica", &self.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long a stopping node waits for its storage to be released.
+const DISK_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Node {
     /// Starts a node on sled in `config.data_dir`, with the system clock.
@@ -94,11 +106,7 @@ impl Node {
         )
         .await
         .map_err(|fatal| StartError::Raft(fatal.to_string()))?;
-        let node = CertusNode {
-            grpc_addr: config.grpc_addr.to_string(),
-            http_addr: config.http_addr.to_string(),
-        };
-        let replica = Replica::new(config.id, node, raft, reader, clock, peers);
+        let replica = Replica::new(config.id, config.member(), raft, reader, clock, peers);
         let (stop, stopped) = watch::channel(false);
         let mut servers = vec![serve_grpc(&config, Arc::clone(&replica), stopped.clone()).await?];
         #[cfg(not(madsim))]
@@ -109,10 +117,12 @@ impl Node {
             stopped,
         )));
         info!(id = config.id, grpc = %config.grpc_addr, http = %config.http_addr, "node started");
+        let disk = Arc::downgrade(&disk);
         Ok(Node {
             replica,
             stop,
             servers,
+            disk_handles: Box::new(move || disk.strong_count()),
         })
     }
 
@@ -145,6 +155,19 @@ impl Node {
         }
         if let Err(error) = self.replica.raft.shutdown().await {
             warn!(%error, "raft did not stop cleanly");
+        }
+        // openraft's replication and storage tasks end shortly after its core; wait until they
+        // have let go of the disk, so the data can be reopened (sled holds a file lock) as soon
+        // as this returns.
+        let deadline = tokio::time::Instant::now() + DISK_RELEASE_WAIT;
+        while (self.disk_handles)() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        if (self.disk_handles)() > 0 {
+            warn!(
+                id = self.replica.id,
+                "storage still held after {DISK_RELEASE_WAIT:?}"
+            );
         }
         info!(id = self.replica.id, "node stopped");
     }

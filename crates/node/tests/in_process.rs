@@ -31,13 +31,7 @@ async fn start(configs: &[NodeConfig]) -> Vec<Node> {
     }
     let members: BTreeMap<u64, CertusNode> = configs
         .iter()
-        .map(|config| {
-            let node = CertusNode {
-                grpc_addr: config.grpc_addr.to_string(),
-                http_addr: config.http_addr.to_string(),
-            };
-            (config.id, node)
-        })
+        .map(|config| (config.id, config.member()))
         .collect();
     nodes[0].initialize(members).await.expect("initialize");
     nodes
