@@ -566,28 +566,47 @@ async fn leases(client: &Client, out: &Output, command: LeasesCommand) -> Result
     Ok(())
 }
 
-/// Every page from `start_after`, or one page when `limit` is given.
+/// Every page from `start_after`, or one page when `limit` is given. `fetch` asks for the page
+/// after a cursor; `cursor_of` names the item the next page starts after.
+async fn collect_pages<T, Fut>(
+    start_after: Option<String>,
+    limit: Option<u32>,
+    mut fetch: impl FnMut(Option<String>, u32) -> Fut,
+    cursor_of: impl Fn(&T) -> String,
+) -> Result<Vec<T>, String>
+where
+    Fut: Future<Output = Result<Vec<T>, String>>,
+{
+    let mut cursor = start_after;
+    let mut items = Vec::new();
+    loop {
+        let page = fetch(cursor.take(), limit.unwrap_or(0)).await?;
+        let Some(last) = page.last() else { break };
+        cursor = Some(cursor_of(last));
+        items.extend(page);
+        if limit.is_some() {
+            break;
+        }
+    }
+    Ok(items)
+}
+
 async fn list_leases(
     client: &Client,
     start_after: Option<String>,
     limit: Option<u32>,
 ) -> Result<Vec<Lease>, String> {
-    let mut cursor = start_after;
-    let mut leases = Vec::new();
-    loop {
-        let page = client
-            .list_leases(cursor.as_deref(), limit.unwrap_or(0))
+    let fetch = |cursor: Option<String>, limit| async move {
+        client
+            .list_leases(cursor.as_deref(), limit)
             .await
-            .map_err(|error| failed("list leases", &error))?
-            .leases;
-        let Some(last) = page.last() else { break };
-        cursor = Some(last.name.clone());
-        leases.extend(page);
-        if limit.is_some() {
-            break;
-        }
-    }
-    Ok(leases)
+            .map(|reply| reply.leases)
+            .map_err(|error| failed("list leases", &error))
+    };
+    collect_pages(start_after, limit, fetch, |lease: &Lease| {
+        lease.name.clone()
+    })
+    .await
 }
 
 fn how_name(how: i32) -> &'static str {
@@ -751,28 +770,22 @@ async fn tokens(client: &Client, out: &Output, command: TokensCommand) -> Result
     Ok(())
 }
 
-/// Every page from `start_after`, or one page when `limit` is given.
 async fn list_challenges(
     client: &Client,
     start_after: Option<String>,
     limit: Option<u32>,
 ) -> Result<Vec<Challenge>, String> {
-    let mut cursor = start_after;
-    let mut challenges = Vec::new();
-    loop {
-        let page = client
-            .list_challenges(cursor.as_deref(), limit.unwrap_or(0))
+    let fetch = |cursor: Option<String>, limit| async move {
+        client
+            .list_challenges(cursor.as_deref(), limit)
             .await
-            .map_err(|error| failed("list tokens", &error))?
-            .challenges;
-        let Some(last) = page.last() else { break };
-        cursor = Some(last.token.clone());
-        challenges.extend(page);
-        if limit.is_some() {
-            break;
-        }
-    }
-    Ok(challenges)
+            .map(|reply| reply.challenges)
+            .map_err(|error| failed("list tokens", &error))
+    };
+    collect_pages(start_after, limit, fetch, |challenge: &Challenge| {
+        challenge.token.clone()
+    })
+    .await
 }
 
 fn challenge_json(challenge: &Challenge) -> Value {
