@@ -1,4 +1,5 @@
-//! A simulated cluster: nodes on 10.0.0.N, each with a disk that survives its crashes.
+//! A simulated cluster: nodes on 10.0.0.N, each with a disk that survives its crashes and a clock
+//! of its own, watched by the harness.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -10,6 +11,10 @@ use certus_core::{Command, Response};
 use certus_node::{CertusNode, Clock, Leader, Node, NodeConfig, ServiceError};
 use certus_store::SimDisk;
 use madsim::runtime::{Handle, NodeHandle};
+use openraft_metrics::watch_roles;
+
+use crate::observe::{Role, Sample};
+use crate::schedule::Skew;
 
 /// The gRPC port of every simulated node.
 pub const GRPC_PORT: u16 = 7101;
@@ -22,7 +27,13 @@ pub fn node_ip(id: u64) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
 }
 
-fn config(id: u64) -> NodeConfig {
+/// The gRPC endpoint of node `id`, as clients name it.
+pub fn endpoint(id: u64) -> String {
+    format!("{}:{GRPC_PORT}", node_ip(id))
+}
+
+/// The default configuration of simulated node `id`.
+pub fn config(id: u64) -> NodeConfig {
     NodeConfig::new(
         id,
         SocketAddr::new(node_ip(id), GRPC_PORT),
@@ -31,8 +42,46 @@ fn config(id: u64) -> NodeConfig {
     )
 }
 
+/// What the nodes store on.
+#[derive(Clone, Debug)]
+pub enum Storage {
+    /// The simulated disk: a crash loses what was not flushed.
+    Simulated,
+    /// sled in a directory on the real filesystem (needs madsim's system-thread flag). A crash
+    /// cannot lose what sled buffered: dropping a sled database writes it out.
+    Sled(PathBuf),
+}
+
+/// How to build a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// How many nodes (ids 1..=nodes).
+    pub nodes: u64,
+    /// Each node's clock (nodes without one run on the global clock).
+    pub clocks: Vec<Skew>,
+    /// What the nodes store on.
+    pub storage: Storage,
+    /// Changes to each node's default configuration.
+    pub tune: fn(&mut NodeConfig),
+}
+
+impl ClusterSpec {
+    /// `nodes` nodes on simulated disks with true clocks and default settings.
+    pub fn plain(nodes: u64) -> ClusterSpec {
+        ClusterSpec {
+            nodes,
+            clocks: Vec::new(),
+            storage: Storage::Simulated,
+            tune: |_| {},
+        }
+    }
+}
+
 /// The running node of each simulated machine, as its init task published it.
 type Running = Arc<Mutex<BTreeMap<u64, Arc<certus_node::Replica>>>>;
+
+/// Role changes and commit progress of every node, as watchers on the nodes saw them.
+pub type Samples = Arc<Mutex<Vec<Sample>>>;
 
 /// A cluster of simulated machines.
 pub struct SimCluster {
@@ -40,6 +89,8 @@ pub struct SimCluster {
     machines: BTreeMap<u64, NodeHandle>,
     disks: BTreeMap<u64, SimDisk>,
     running: Running,
+    samples: Samples,
+    started: tokio::time::Instant,
 }
 
 impl std::fmt::Debug for SimCluster {
@@ -50,20 +101,58 @@ impl std::fmt::Debug for SimCluster {
     }
 }
 
+/// Simulated milliseconds since `started`.
+pub fn elapsed_ms(started: tokio::time::Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 impl SimCluster {
-    /// Starts `count` nodes (ids 1..=count) founding one cluster. Node 1 initializes it.
+    /// Starts `count` nodes (ids 1..=count) founding one cluster, on simulated disks with true
+    /// clocks. Node 1 initializes it.
     pub fn start(count: u64) -> SimCluster {
+        SimCluster::start_with(&ClusterSpec::plain(count), tokio::time::Instant::now())
+    }
+
+    /// Starts the cluster `spec` describes; `started` is the run's time zero.
+    pub fn start_with(spec: &ClusterSpec, started: tokio::time::Instant) -> SimCluster {
         let handle = Handle::current();
         let running: Running = Arc::default();
-        let members: BTreeMap<u64, CertusNode> =
-            (1..=count).map(|id| (id, config(id).member())).collect();
+        let samples: Samples = Arc::default();
+        let tune = spec.tune;
+        let configs: BTreeMap<u64, NodeConfig> = (1..=spec.nodes)
+            .map(|id| {
+                let mut config = config(id);
+                if let Storage::Sled(root) = &spec.storage {
+                    config.data_dir = root.join(format!("node-{id}"));
+                }
+                tune(&mut config);
+                (id, config)
+            })
+            .collect();
+        let members: BTreeMap<u64, CertusNode> = configs
+            .iter()
+            .map(|(id, config)| (*id, config.member()))
+            .collect();
         let mut machines = BTreeMap::new();
         let mut disks = BTreeMap::new();
-        for id in 1..=count {
+        for id in 1..=spec.nodes {
             let disk = SimDisk::new();
             disks.insert(id, disk.clone());
+            let skew = spec
+                .clocks
+                .iter()
+                .find(|skew| skew.node == id)
+                .copied()
+                .unwrap_or(Skew {
+                    node: id,
+                    offset_ms: 0,
+                    drift_ppm: 0,
+                });
             let running = Arc::clone(&running);
+            let samples = Arc::clone(&samples);
             let members = members.clone();
+            let config = configs[&id].clone();
+            let storage = spec.storage.clone();
             let machine = handle
                 .create_node()
                 .name(format!("node-{id}"))
@@ -71,24 +160,38 @@ impl SimCluster {
                 .init(move || {
                     let disk = disk.clone();
                     let running = Arc::clone(&running);
+                    let samples = Arc::clone(&samples);
                     let members = members.clone();
+                    let config = config.clone();
+                    let storage = storage.clone();
                     async move {
-                        let node = Node::start_on(config(id), Arc::new(disk), Clock::system())
-                            .await
-                            .expect("a simulated node starts");
+                        // The wall clock picks up where its drift has taken it by now.
+                        let clock = Clock::system();
+                        clock.set_skew(skew.offset_at(elapsed_ms(started)), skew.drift_ppm);
+                        let node = match storage {
+                            Storage::Simulated => {
+                                Node::start_on(config, Arc::new(disk), clock).await
+                            }
+                            Storage::Sled(_) => Node::start_with_clock(config, clock).await,
+                        }
+                        .expect("a simulated node starts");
                         if id == 1 {
                             node.initialize(members).await.expect("initialize");
                         }
+                        let replica = Arc::clone(node.replica());
                         running
                             .lock()
                             .expect("running table")
-                            .insert(id, Arc::clone(node.replica()));
+                            .insert(id, Arc::clone(&replica));
+                        // Watching runs on the node's machine, so it dies with it.
+                        watch_roles(replica, samples, started).await;
                         // A node's init task must not return, or madsim stops the node's tasks.
                         std::future::pending::<()>().await;
                         drop(node);
                     }
                 })
                 .build();
+            certus_node::runtime::skew::set_drift_ppm(machine.id(), skew.drift_ppm);
             machines.insert(id, machine);
         }
         SimCluster {
@@ -96,7 +199,19 @@ impl SimCluster {
             machines,
             disks,
             running,
+            samples,
+            started,
         }
+    }
+
+    /// The node ids.
+    pub fn ids(&self) -> Vec<u64> {
+        self.machines.keys().copied().collect()
+    }
+
+    /// The madsim machine of node `id`.
+    pub fn machine(&self, id: u64) -> madsim::task::NodeId {
+        self.machines[&id].id()
     }
 
     /// The node `id` as it runs now, if it does.
@@ -108,11 +223,34 @@ impl SimCluster {
             .cloned()
     }
 
+    /// Every running node.
+    pub fn replicas(&self) -> Vec<(u64, Arc<certus_node::Replica>)> {
+        self.running
+            .lock()
+            .expect("running table")
+            .iter()
+            .map(|(id, replica)| (*id, Arc::clone(replica)))
+            .collect()
+    }
+
+    /// Everything the watchers recorded so far.
+    pub fn samples(&self) -> Vec<Sample> {
+        self.samples.lock().expect("samples").clone()
+    }
+
     /// Crashes node `id`: its tasks stop and its disk loses what was not flushed.
     pub fn crash(&self, id: u64) {
         self.running.lock().expect("running table").remove(&id);
         self.handle.kill(self.machines[&id].id());
         self.disks[&id].crash();
+        self.samples.lock().expect("samples").push(Sample {
+            at_ms: elapsed_ms(self.started),
+            node: id,
+            role: Role::Down,
+            term: 0,
+            committed: 0,
+            applied: 0,
+        });
     }
 
     /// Restarts a crashed node on its disk.
@@ -124,14 +262,8 @@ impl SimCluster {
     pub async fn leader(&self, timeout: Duration) -> Option<u64> {
         let deadline = tokio::time::Instant::now() + timeout;
         while tokio::time::Instant::now() < deadline {
-            let running: Vec<(u64, Arc<certus_node::Replica>)> = self
-                .running
-                .lock()
-                .expect("running table")
-                .iter()
-                .map(|(id, replica)| (*id, Arc::clone(replica)))
-                .collect();
-            if let Some((id, _)) = running
+            if let Some((id, _)) = self
+                .replicas()
                 .iter()
                 .find(|(_, replica)| replica.leader() == Some(Leader::Me))
             {
@@ -160,5 +292,67 @@ impl SimCluster {
             .spawn(async move { replica.write(commands).await })
             .await
             .expect("the write task ran")
+    }
+}
+
+mod openraft_metrics {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use certus_node::Replica;
+
+    use super::{Samples, elapsed_ms};
+    use crate::observe::{Role, Sample};
+
+    /// How often commit progress is sampled when roles do not change.
+    const PROGRESS_EVERY: Duration = Duration::from_millis(200);
+
+    /// Records every role or term change of `replica`, and its commit progress, until the
+    /// machine dies.
+    pub(super) async fn watch_roles(
+        replica: Arc<Replica>,
+        samples: Samples,
+        started: tokio::time::Instant,
+    ) {
+        let mut metrics = replica.raft.metrics();
+        let mut last: Option<(Role, u64, u64)> = None;
+        let mut last_at_ms = 0;
+        loop {
+            let sample = {
+                let current = metrics.borrow_and_update();
+                let role = match current.state {
+                    openraft::ServerState::Leader => Role::Leader,
+                    openraft::ServerState::Candidate => Role::Candidate,
+                    _ => Role::Follower,
+                };
+                Sample {
+                    at_ms: elapsed_ms(started),
+                    node: replica.id,
+                    role,
+                    term: current.current_term,
+                    committed: replica.commit_index(),
+                    applied: current.last_applied.map_or(0, |log_id| log_id.index),
+                }
+            };
+            // Every role or term change; commit progress at most every PROGRESS_EVERY.
+            let role_changed =
+                last.is_none_or(|(role, term, _)| (role, term) != (sample.role, sample.term));
+            let progressed = last.is_some_and(|(_, _, committed)| committed != sample.committed)
+                && sample.at_ms
+                    >= last_at_ms + u64::try_from(PROGRESS_EVERY.as_millis()).unwrap_or(0);
+            if role_changed || progressed {
+                last = Some((sample.role, sample.term, sample.committed));
+                last_at_ms = sample.at_ms;
+                samples.lock().expect("samples").push(sample);
+            }
+            tokio::select! {
+                changed = metrics.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                () = tokio::time::sleep(PROGRESS_EVERY) => {}
+            }
+        }
     }
 }

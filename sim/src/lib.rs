@@ -1,10 +1,28 @@
-//! The deterministic simulation of Certus. Everything here builds only under `--cfg madsim`
-//! (in its own target directory: `cargo xtask test` runs it); a normal build is empty.
+//! The deterministic simulation of Certus.
 //!
-//! A cluster of real [`certus_node::Node`]s runs on madsim's simulated network and time, each on
-//! its own [`certus_store::SimDisk`] that outlives crashes (a crash drops what was not flushed).
+//! The harness ([`cluster`], [`run`], [`workload`], [`faults`]) builds only under `--cfg madsim`
+//! (in its own target directory; `cargo xtask sim` and `cargo xtask test` run it): a cluster of
+//! real [`certus_node::Node`]s on madsim's simulated network and time, each on its own
+//! [`certus_store::SimDisk`] that outlives crashes. What it records ([`history`], [`observe`]) and
+//! what judges it ([`linearizability`], [`lease_model`], [`checkers`], [`schedule`],
+//! [`timeline`]) and the seeded signing [`keys`] are plain code, tested by a normal `cargo test`.
 
-#![cfg(madsim)]
 #![deny(missing_docs, unreachable_pub)]
 
+pub mod checkers;
+pub mod history;
+pub mod keys;
+pub mod lease_model;
+pub mod linearizability;
+pub mod observe;
+pub mod schedule;
+pub mod timeline;
+
+#[cfg(madsim)]
 pub mod cluster;
+#[cfg(madsim)]
+pub mod faults;
+#[cfg(madsim)]
+pub mod run;
+#[cfg(madsim)]
+pub mod workload;

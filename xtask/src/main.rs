@@ -18,6 +18,10 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
         "format check, clippy with warnings as errors, and every test of the workspace",
     ),
     (
+        "sim",
+        "`sim --seed S [--scenario NAME]` replays one run; `sim --seeds N [--check-determinism]` sweeps",
+    ),
+    (
         "bench",
         "`bench raft [--clients 1,16,64,256] [--seconds 5]`: a 3-node loopback cluster, release build",
     ),
@@ -29,6 +33,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
         Some("bench") => bench(&args[1..]),
+        Some("sim") => sim(&args[1..]),
         None | Some("help" | "-h" | "--help") => {
             print_help();
             Ok(())
@@ -93,14 +98,34 @@ fn test(args: &[String]) -> Result<(), String> {
     ];
     run_with_env(
         &root,
-        "simulation (the node under madsim, 32 seeds)",
+        "clippy of the simulation build (warnings are errors)",
+        &[("RUSTFLAGS", "--cfg madsim")],
+        "cargo",
+        &[
+            "clippy",
+            "--package",
+            "certus-sim",
+            "--package",
+            "certus-node",
+            "--all-targets",
+            "--locked",
+            "--target-dir",
+            "target-sim",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    run_with_env(
+        &root,
+        "simulation tests (the node under madsim, 32 seeds each)",
         &madsim,
         "cargo",
         &sim_test,
     )?;
     run_with_env(
         &root,
-        "simulation determinism (each scenario twice, traces compared)",
+        "simulation determinism (madsim's RNG log compared across two runs)",
         &[
             ("RUSTFLAGS", "--cfg madsim"),
             ("MADSIM_TEST_CHECK_DETERMINISM", "1"),
@@ -108,6 +133,12 @@ fn test(args: &[String]) -> Result<(), String> {
         "cargo",
         &sim_test,
     )?;
+    sim(&[
+        "--seeds".to_owned(),
+        SIM_SWEEP_SEEDS.to_owned(),
+        "--scenario".to_owned(),
+        "all".to_owned(),
+    ])?;
     run(
         &root,
         "tests (unit, property, storage suite, and real processes over loopback)",
@@ -116,6 +147,32 @@ fn test(args: &[String]) -> Result<(), String> {
     )?;
     println!("xtask test: all steps passed");
     Ok(())
+}
+
+/// The fixed sweep `cargo xtask test` runs: seeds 1..=N spread over the scenarios.
+const SIM_SWEEP_SEEDS: &str = "100";
+
+/// `cargo xtask sim [options]`: builds the simulation (under `--cfg madsim`, in `target-sim`)
+/// and runs `certus-sim` with the options.
+fn sim(args: &[String]) -> Result<(), String> {
+    let mut cargo_args = vec![
+        "run",
+        "--locked",
+        "--quiet",
+        "--package",
+        "certus-sim",
+        "--target-dir",
+        "target-sim",
+        "--",
+    ];
+    cargo_args.extend(args.iter().map(String::as_str));
+    run_with_env(
+        &workspace_root(),
+        "simulation",
+        &[("RUSTFLAGS", "--cfg madsim")],
+        "cargo",
+        &cargo_args,
+    )
 }
 
 /// `cargo xtask bench <what> [options]`: benchmarks run on a release build.

@@ -70,12 +70,17 @@ const DISK_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10
 impl Node {
     /// Starts a node on sled in `config.data_dir`, with the system clock.
     pub async fn start(config: NodeConfig) -> Result<Node, StartError> {
+        Node::start_with_clock(config, Clock::system()).await
+    }
+
+    /// Starts a node on sled in `config.data_dir`, with the given clock.
+    pub async fn start_with_clock(config: NodeConfig, clock: Clock) -> Result<Node, StartError> {
         let path = config.data_dir.join("raft");
         let disk = SledDisk::open(&path).map_err(|error| StartError::Storage {
             path: path.display().to_string(),
             reason: error.to_string(),
         })?;
-        Node::start_on(config, Arc::new(disk), Clock::system()).await
+        Node::start_on(config, Arc::new(disk), clock).await
     }
 
     /// Starts a node on any disk and clock (the simulation passes its own).

@@ -1,15 +1,165 @@
 //! openraft's runtime under the simulation: spawning, timers and randomness from madsim.
 //!
 //! openraft 0.9 reaches the runtime only through [`AsyncRuntime`], so the real node and the
-//! simulated node differ in this module alone. `Instant` stays tokio's: it reads the std clock,
-//! which madsim simulates. madsim's own `timeout` future is not `Send`, hence [`SendTimeout`].
+//! simulated node differ in this module alone. madsim's own `timeout` future is not `Send`, hence
+//! [`SendTimeout`].
+//!
+//! madsim has one global clock; clock drift per node is added here. [`skew::set_drift_ppm`] gives
+//! a simulated machine a rate, and every [`SkewedInstant`], sleep and timeout openraft takes on
+//! that machine runs at it: a node whose clock is 2 % fast times out of elections 2 % early. The
+//! node's wall clock ([`crate::Clock`]) is skewed by the same rate (and an offset) by the harness.
 
 use std::future::Future;
+use std::ops::{Add, AddAssign, Sub, SubAssign};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use openraft::{AsyncRuntime, OptionalSend, TokioInstant, TokioRuntime};
+use openraft::{AsyncRuntime, OptionalSend, TokioRuntime};
+
+/// Per-machine clock rates of the current simulation run.
+pub mod skew {
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
+    use std::time::{Duration, Instant};
+
+    /// The rates of one run: madsim runs a simulation on one thread, so a thread-local is the
+    /// run's own (and [`reset`] clears what an earlier run on the thread left).
+    #[derive(Default)]
+    struct Rates {
+        /// The global instant from which drift accumulates.
+        anchor: Option<Instant>,
+        /// Drift per madsim machine, in parts per million (+ runs fast).
+        ppm: BTreeMap<u64, i64>,
+    }
+
+    thread_local! {
+        static RATES: RefCell<Rates> = RefCell::new(Rates::default());
+    }
+
+    /// Forgets every rate and anchors drift at the current simulated instant. The harness calls
+    /// it at the start of every run.
+    pub fn reset() {
+        RATES.with(|rates| {
+            *rates.borrow_mut() = Rates {
+                anchor: Some(Instant::now()),
+                ppm: BTreeMap::new(),
+            };
+        });
+    }
+
+    /// Makes the clock of madsim machine `machine` run `ppm` parts per million fast (or slow).
+    pub fn set_drift_ppm(machine: madsim::task::NodeId, ppm: i64) {
+        let key = machine_key(machine);
+        RATES.with(|rates| {
+            let mut rates = rates.borrow_mut();
+            rates.anchor.get_or_insert_with(Instant::now);
+            rates.ppm.insert(key, ppm);
+        });
+    }
+
+    fn machine_key(machine: madsim::task::NodeId) -> u64 {
+        // NodeId shows only through Display ("1", "2", ...).
+        machine.to_string().parse().unwrap_or(u64::MAX)
+    }
+
+    /// The drift of the machine the calling task runs on, with the run's anchor.
+    pub(super) fn current() -> Option<(Instant, i64)> {
+        let machine = machine_key(madsim::plugin::node());
+        RATES.with(|rates| {
+            let rates = rates.borrow();
+            let ppm = *rates.ppm.get(&machine)?;
+            Some((rates.anchor?, ppm))
+        })
+    }
+
+    /// `elapsed` of global time as a machine running `ppm` fast measures it.
+    pub(super) fn to_local(elapsed: Duration, ppm: i64) -> Duration {
+        scale(elapsed, 1_000_000 + i128::from(ppm), 1_000_000)
+    }
+
+    /// `elapsed` of a machine running `ppm` fast, in global time.
+    pub(super) fn to_global(elapsed: Duration, ppm: i64) -> Duration {
+        scale(elapsed, 1_000_000, 1_000_000 + i128::from(ppm))
+    }
+
+    fn scale(elapsed: Duration, numerator: i128, denominator: i128) -> Duration {
+        let nanos = i128::try_from(elapsed.as_nanos()).unwrap_or(i128::MAX / 2_000_000);
+        let scaled = nanos.saturating_mul(numerator.max(1)) / denominator.max(1);
+        Duration::from_nanos(u64::try_from(scaled.max(0)).unwrap_or(u64::MAX))
+    }
+}
+
+/// openraft's `Instant` on a simulated machine: the global simulated instant, stretched by the
+/// machine's drift since the run's anchor. Instants are compared only on the machine that took
+/// them, as openraft does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SkewedInstant(std::time::Instant);
+
+impl SkewedInstant {
+    /// The global instant at which this machine's clock reads `self`.
+    fn to_global(self) -> std::time::Instant {
+        match skew::current() {
+            Some((anchor, ppm)) if self.0 > anchor => {
+                anchor + skew::to_global(self.0 - anchor, ppm)
+            }
+            _ => self.0,
+        }
+    }
+}
+
+impl openraft::Instant for SkewedInstant {
+    fn now() -> Self {
+        let now = std::time::Instant::now();
+        match skew::current() {
+            Some((anchor, ppm)) if now > anchor => {
+                SkewedInstant(anchor + skew::to_local(now - anchor, ppm))
+            }
+            _ => SkewedInstant(now),
+        }
+    }
+}
+
+impl Add<Duration> for SkewedInstant {
+    type Output = SkewedInstant;
+    fn add(self, duration: Duration) -> SkewedInstant {
+        SkewedInstant(self.0 + duration)
+    }
+}
+
+impl AddAssign<Duration> for SkewedInstant {
+    fn add_assign(&mut self, duration: Duration) {
+        self.0 += duration;
+    }
+}
+
+impl Sub<Duration> for SkewedInstant {
+    type Output = SkewedInstant;
+    fn sub(self, duration: Duration) -> SkewedInstant {
+        SkewedInstant(self.0 - duration)
+    }
+}
+
+impl SubAssign<Duration> for SkewedInstant {
+    fn sub_assign(&mut self, duration: Duration) {
+        self.0 -= duration;
+    }
+}
+
+impl Sub<SkewedInstant> for SkewedInstant {
+    type Output = Duration;
+    fn sub(self, earlier: SkewedInstant) -> Duration {
+        self.0.saturating_duration_since(earlier.0)
+    }
+}
+
+/// A local duration on the calling machine, in global simulated time.
+fn global_duration(duration: Duration) -> Duration {
+    match skew::current() {
+        Some((_, ppm)) => skew::to_global(duration, ppm),
+        None => duration,
+    }
+}
 
 /// The madsim runtime, for `TypeConfig::AsyncRuntime` under `cfg(madsim)`.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -41,15 +191,15 @@ impl<R, T: Future<Output = R>> Future for SendTimeout<T> {
     }
 }
 
-fn std_instant(deadline: TokioInstant) -> std::time::Instant {
-    deadline.into_std()
+fn std_instant(deadline: SkewedInstant) -> std::time::Instant {
+    deadline.to_global()
 }
 
 impl AsyncRuntime for MadsimRuntime {
     type JoinError = madsim::task::JoinError;
     type JoinHandle<T: OptionalSend + 'static> = madsim::task::JoinHandle<T>;
     type Sleep = madsim::time::Sleep;
-    type Instant = TokioInstant;
+    type Instant = SkewedInstant;
     type TimeoutError = Elapsed;
     type Timeout<R, T: Future<Output = R> + OptionalSend> = SendTimeout<T>;
     type ThreadLocalRng = madsim::rand::GlobalRng;
@@ -67,7 +217,7 @@ impl AsyncRuntime for MadsimRuntime {
     }
 
     fn sleep(duration: Duration) -> Self::Sleep {
-        madsim::time::sleep(duration)
+        madsim::time::sleep(global_duration(duration))
     }
 
     fn sleep_until(deadline: Self::Instant) -> Self::Sleep {
@@ -80,7 +230,7 @@ impl AsyncRuntime for MadsimRuntime {
     ) -> Self::Timeout<R, F> {
         SendTimeout {
             future: Box::pin(future),
-            sleep: Box::pin(madsim::time::sleep(duration)),
+            sleep: Box::pin(madsim::time::sleep(global_duration(duration))),
         }
     }
 

@@ -71,6 +71,17 @@ impl SledDisk {
             .path(path)
             .open()
             .map_err(|e| DiskError(format!("opening {}: {e}", path.display())))?;
+        // In the simulation a thread must not wake simulated tasks (madsim aborts), so flushes
+        // there run inline, on the caller.
+        if cfg!(madsim) {
+            return Ok(SledDisk {
+                db,
+                flusher: Arc::new(Flusher {
+                    requests: Mutex::new(None),
+                    thread: Mutex::new(None),
+                }),
+            });
+        }
         let (sender, receiver) = channel();
         let flusher_db = db.clone();
         let thread = std::thread::Builder::new()

@@ -1,0 +1,390 @@
+//! The invariants every run is judged by, over what the harness recorded. Each checker returns a
+//! [`Verdict`]; a failed one says exactly which records broke it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::history::{History, Outcome};
+use crate::observe::{Role, Sample};
+
+/// One checker's judgement of one run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The checker.
+    pub checker: String,
+    /// Whether the invariant held.
+    pub passed: bool,
+    /// What it checked, or what broke it.
+    pub detail: String,
+}
+
+impl Verdict {
+    fn pass(checker: &str, detail: String) -> Verdict {
+        Verdict {
+            checker: checker.to_owned(),
+            passed: true,
+            detail,
+        }
+    }
+
+    fn fail(checker: &str, detail: String) -> Verdict {
+        Verdict {
+            checker: checker.to_owned(),
+            passed: false,
+            detail,
+        }
+    }
+}
+
+/// **Single master**: no term has two leaders.
+pub fn single_master(samples: &[Sample]) -> Verdict {
+    let mut leaders: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+    for sample in samples.iter().filter(|sample| sample.role == Role::Leader) {
+        let nodes = leaders.entry(sample.term).or_default();
+        if !nodes.iter().any(|(node, _)| *node == sample.node) {
+            nodes.push((sample.node, sample.at_ms));
+        }
+    }
+    let doubled: Vec<String> = leaders
+        .iter()
+        .filter(|(_, nodes)| nodes.len() > 1)
+        .map(|(term, nodes)| {
+            let who: Vec<String> = nodes
+                .iter()
+                .map(|(node, at)| format!("n{node} at {at} ms"))
+                .collect();
+            format!("term {term}: {}", who.join(", "))
+        })
+        .collect();
+    if doubled.is_empty() {
+        Verdict::pass(
+            "single-master",
+            format!("{} terms had a leader, each exactly one", leaders.len()),
+        )
+    } else {
+        Verdict::fail(
+            "single-master",
+            format!("two leaders in one term: {}", doubled.join("; ")),
+        )
+    }
+}
+
+/// **Exclusive holding**: no two clients hold one lease (under different grants) at the same
+/// global time for longer than `skew_bound_ms`. The cluster's clock is its leaders' wall clocks,
+/// which may differ by the skew bound, so a new grant may begin up to that much before the old
+/// holder's own reckoning of its end.
+pub fn exclusive_holding(history: &History, skew_bound_ms: u64) -> Verdict {
+    let mut by_lease: BTreeMap<&str, Vec<&crate::history::Hold>> = BTreeMap::new();
+    for hold in &history.holds {
+        by_lease.entry(hold.lease.as_str()).or_default().push(hold);
+    }
+    let mut worst: Option<String> = None;
+    let mut worst_overlap = 0;
+    let mut pairs = 0;
+    for (lease, holds) in &by_lease {
+        for (i, a) in holds.iter().enumerate() {
+            for b in &holds[i + 1..] {
+                if a.token == b.token {
+                    continue;
+                }
+                pairs += 1;
+                let overlap = a
+                    .until_ms
+                    .min(b.until_ms)
+                    .saturating_sub(a.from_ms.max(b.from_ms));
+                if overlap > skew_bound_ms && overlap > worst_overlap {
+                    worst_overlap = overlap;
+                    worst = Some(format!(
+                        "{lease}: client {} (token {}, {}..{} ms) and client {} (token {}, {}..{} ms) \
+                         overlap {overlap} ms > bound {skew_bound_ms} ms",
+                        a.client,
+                        a.token,
+                        a.from_ms,
+                        a.until_ms,
+                        b.client,
+                        b.token,
+                        b.from_ms,
+                        b.until_ms
+                    ));
+                }
+            }
+        }
+    }
+    match worst {
+        None => Verdict::pass(
+            "exclusive-holding",
+            format!(
+                "{} holds, {pairs} pairs of one lease, none overlapping beyond {skew_bound_ms} ms",
+                history.holds.len()
+            ),
+        ),
+        Some(detail) => Verdict::fail("exclusive-holding", detail),
+    }
+}
+
+/// **No stale token**: the resource never accepts a token after a newer grant of its lease was
+/// acknowledged, or after it accepted a newer token, before its check began.
+pub fn no_stale_token(history: &History) -> Verdict {
+    // Per lease: (acknowledged at, token) of every grant, by acknowledgement time.
+    let mut grants: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for operation in &history.operations {
+        if let Outcome::Acquired { lease, .. } = &operation.outcome {
+            grants
+                .entry(operation.lease.as_str())
+                .or_default()
+                .push((operation.completed_ms, lease.token));
+        }
+    }
+    let mut accepted: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for write in &history.resource_writes {
+        accepted
+            .entry(write.lease.as_str())
+            .or_default()
+            .push((write.accepted_ms, write.token));
+    }
+    for write in &history.resource_writes {
+        let newer_grant = grants.get(write.lease.as_str()).and_then(|grants| {
+            grants
+                .iter()
+                .find(|(acked_ms, token)| *acked_ms < write.checked_from_ms && *token > write.token)
+        });
+        if let Some((acked_ms, token)) = newer_grant {
+            return Verdict::fail(
+                "no-stale-token",
+                format!(
+                    "{}: the resource accepted token {} from client {} (checked from {} ms) \
+                     although token {token} had been granted at {acked_ms} ms",
+                    write.lease, write.token, write.client, write.checked_from_ms
+                ),
+            );
+        }
+        let newer_write = accepted.get(write.lease.as_str()).and_then(|writes| {
+            writes
+                .iter()
+                .find(|(at_ms, token)| *at_ms < write.checked_from_ms && *token > write.token)
+        });
+        if let Some((at_ms, token)) = newer_write {
+            return Verdict::fail(
+                "no-stale-token",
+                format!(
+                    "{}: the resource accepted token {} from client {} (checked from {} ms) \
+                     after it had accepted token {token} at {at_ms} ms",
+                    write.lease, write.token, write.client, write.checked_from_ms
+                ),
+            );
+        }
+    }
+    Verdict::pass(
+        "no-stale-token",
+        format!(
+            "{} resource writes, none with a superseded token",
+            history.resource_writes.len()
+        ),
+    )
+}
+
+/// A grant acknowledged to a client that must still be in force at the end of the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinalGrant {
+    /// The lease.
+    pub lease: String,
+    /// Its holder.
+    pub holder: String,
+    /// Its token.
+    pub token: u64,
+    /// Its expiry on the cluster clock.
+    pub expires_at_ms: u64,
+}
+
+/// **Durability**: every grant acknowledged and neither released nor expired is in the final
+/// state of every node that caught up. `finals` maps each caught-up node to the leases it holds
+/// as (lease → (holder, token)); `cluster_now_ms` is the cluster clock at the end.
+pub fn durability(
+    acknowledged: &[FinalGrant],
+    finals: &BTreeMap<u64, BTreeMap<String, (String, u64)>>,
+    cluster_now_ms: u64,
+    nodes: u64,
+) -> Verdict {
+    let quorum = nodes / 2 + 1;
+    if (finals.len() as u64) < quorum {
+        return Verdict::fail(
+            "durability",
+            format!(
+                "only {} of {nodes} nodes caught up at the end; a majority must",
+                finals.len()
+            ),
+        );
+    }
+    let live: Vec<&FinalGrant> = acknowledged
+        .iter()
+        .filter(|grant| grant.expires_at_ms > cluster_now_ms)
+        .collect();
+    for (node, leases) in finals {
+        for grant in &live {
+            match leases.get(&grant.lease) {
+                Some((holder, token)) if *holder == grant.holder && *token == grant.token => {}
+                other => {
+                    return Verdict::fail(
+                        "durability",
+                        format!(
+                            "node {node} lost the acknowledged grant of {} to {} (token {}, until \
+                             {} ms): it has {other:?}",
+                            grant.lease, grant.holder, grant.token, grant.expires_at_ms
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    Verdict::pass(
+        "durability",
+        format!(
+            "{} acknowledged live grants present on {} caught-up nodes",
+            live.len(),
+            finals.len()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::{FinalGrant, durability, exclusive_holding, no_stale_token, single_master};
+    use crate::history::{Call, History, Hold, How, LeaseSeen, Operation, Outcome, ResourceWrite};
+    use crate::observe::{Role, Sample};
+
+    fn sample(at_ms: u64, node: u64, role: Role, term: u64) -> Sample {
+        Sample {
+            at_ms,
+            node,
+            role,
+            term,
+            committed: 0,
+            applied: 0,
+        }
+    }
+
+    #[test]
+    fn two_leaders_in_one_term_fail_and_successive_terms_pass() {
+        let fine = [
+            sample(0, 1, Role::Leader, 1),
+            sample(10, 2, Role::Leader, 2),
+            sample(20, 1, Role::Follower, 2),
+        ];
+        assert!(single_master(&fine).passed);
+        let doubled = [sample(0, 1, Role::Leader, 3), sample(5, 2, Role::Leader, 3)];
+        let verdict = single_master(&doubled);
+        assert!(!verdict.passed);
+        assert!(verdict.detail.contains("term 3"), "{}", verdict.detail);
+    }
+
+    fn hold(client: u32, token: u64, from_ms: u64, until_ms: u64) -> Hold {
+        Hold {
+            client,
+            lease: "l".to_owned(),
+            token,
+            from_ms,
+            until_ms,
+        }
+    }
+
+    #[test]
+    fn holds_may_overlap_by_the_skew_bound_and_no_more() {
+        let history = History {
+            holds: vec![hold(0, 5, 0, 1_000), hold(1, 9, 900, 2_000)],
+            ..History::default()
+        };
+        assert!(exclusive_holding(&history, 100).passed);
+        assert!(!exclusive_holding(&history, 99).passed);
+    }
+
+    fn granted(client: u32, token: u64, invoked_ms: u64, completed_ms: u64) -> Operation {
+        Operation {
+            id: 0,
+            client,
+            lease: "l".to_owned(),
+            call: Call::Acquire {
+                holder: format!("c{client}"),
+                ttl_ms: 1_000,
+            },
+            invoked_ms,
+            completed_ms,
+            outcome: Outcome::Acquired {
+                lease: LeaseSeen {
+                    holder: format!("c{client}"),
+                    token,
+                    granted_at_ms: 0,
+                    renewed_at_ms: 0,
+                    expires_at_ms: 1_000,
+                },
+                how: How::Created,
+            },
+        }
+    }
+
+    fn write(client: u32, token: u64, checked_from_ms: u64) -> ResourceWrite {
+        ResourceWrite {
+            client,
+            lease: "l".to_owned(),
+            token,
+            checked_from_ms,
+            accepted_ms: checked_from_ms + 5,
+        }
+    }
+
+    #[test]
+    fn a_token_superseded_before_the_check_is_stale() {
+        let mut history = History {
+            operations: vec![granted(0, 5, 0, 10), granted(1, 9, 100, 110)],
+            resource_writes: vec![write(0, 5, 50)],
+            holds: Vec::new(),
+        };
+        assert!(
+            no_stale_token(&history).passed,
+            "checked before the new grant"
+        );
+        history.resource_writes.push(write(0, 5, 120));
+        assert!(
+            !no_stale_token(&history).passed,
+            "checked after the new grant"
+        );
+        let history = History {
+            operations: Vec::new(),
+            resource_writes: vec![write(1, 9, 10), write(0, 5, 20)],
+            holds: Vec::new(),
+        };
+        assert!(
+            !no_stale_token(&history).passed,
+            "after a newer accepted write"
+        );
+    }
+
+    #[test]
+    fn a_live_acknowledged_grant_missing_on_a_node_fails() {
+        let grant = FinalGrant {
+            lease: "final".to_owned(),
+            holder: "c0".to_owned(),
+            token: 40,
+            expires_at_ms: 10_000,
+        };
+        let mut finals = BTreeMap::new();
+        let mut leases = BTreeMap::new();
+        leases.insert("final".to_owned(), ("c0".to_owned(), 40));
+        finals.insert(1, leases.clone());
+        finals.insert(2, leases);
+        assert!(durability(std::slice::from_ref(&grant), &finals, 5_000, 3).passed);
+        assert!(
+            durability(std::slice::from_ref(&grant), &finals, 10_000, 3).passed,
+            "an expired grant need not be there"
+        );
+        finals.insert(3, BTreeMap::new());
+        assert!(!durability(std::slice::from_ref(&grant), &finals, 5_000, 3).passed);
+        finals.clear();
+        assert!(
+            !durability(&[grant], &finals, 5_000, 3).passed,
+            "no quorum caught up"
+        );
+    }
+}

@@ -1,0 +1,227 @@
+//! Applies a [`Schedule`] to a running cluster: the network and machine state always equals
+//! what the faults in force call for, however they overlap.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use madsim::net::NetSim;
+use tracing::info;
+
+use crate::cluster::{SimCluster, elapsed_ms};
+use crate::observe::FaultSpan;
+use crate::schedule::{Fault, Schedule};
+
+/// The faults in force and what they did, shared by the tasks that start and end them.
+#[derive(Default)]
+struct Board {
+    /// Active faults by key, with whether a flapping link is currently down.
+    active: BTreeMap<u64, (Fault, bool)>,
+    /// Nodes currently crashed.
+    crashed: BTreeMap<u64, ()>,
+    /// Every fault as applied, for the timeline.
+    spans: Vec<FaultSpan>,
+}
+
+/// Drives the faults of one run.
+#[derive(Clone)]
+pub struct FaultDriver {
+    cluster: Arc<SimCluster>,
+    board: Arc<Mutex<Board>>,
+    started: tokio::time::Instant,
+    nodes: u64,
+}
+
+impl std::fmt::Debug for FaultDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultDriver").finish_non_exhaustive()
+    }
+}
+
+impl FaultDriver {
+    /// A driver for `cluster`, whose run began at `started`.
+    pub fn new(cluster: Arc<SimCluster>, started: tokio::time::Instant) -> FaultDriver {
+        let nodes = u64::try_from(cluster.ids().len()).unwrap_or(0);
+        FaultDriver {
+            cluster,
+            board: Arc::default(),
+            started,
+            nodes,
+        }
+    }
+
+    /// Runs the safety phase of `schedule`: every fault starts and ends at its time. Returns when
+    /// the last one has ended (the caller then heals and applies the permanent fault).
+    pub async fn run_safety_phase(&self, schedule: &Schedule) {
+        let mut tasks = Vec::new();
+        for (key, planned) in schedule.faults.iter().enumerate() {
+            let driver = self.clone();
+            let planned = planned.clone();
+            let key = u64::try_from(key).unwrap_or(u64::MAX);
+            tasks.push(tokio::spawn(async move {
+                driver.sleep_until_ms(planned.at_ms).await;
+                driver.begin(key, planned.fault.clone());
+                let end_ms = planned.at_ms + planned.duration_ms;
+                if let Fault::Flap { period_ms, .. } = planned.fault {
+                    let mut down = true;
+                    while elapsed_ms(driver.started) + period_ms < end_ms {
+                        tokio::time::sleep(Duration::from_millis(period_ms)).await;
+                        down = !down;
+                        driver.set_flap(key, down);
+                    }
+                }
+                driver.sleep_until_ms(end_ms).await;
+                driver.end(key);
+            }));
+        }
+        for task in tasks {
+            let _ = task.await;
+        }
+        self.sleep_until_ms(schedule.config.safety_ms).await;
+    }
+
+    /// Ends every fault still in force (there should be none) and applies `permanent`.
+    pub fn heal(&self, permanent: Option<&Fault>) {
+        let keys: Vec<u64> = self
+            .board
+            .lock()
+            .expect("board")
+            .active
+            .keys()
+            .copied()
+            .collect();
+        for key in keys {
+            self.end(key);
+        }
+        info!("faults healed");
+        if let Some(fault) = permanent {
+            self.begin(u64::MAX, fault.clone());
+        }
+    }
+
+    /// Every fault as it was applied; those still in force end at `None`.
+    pub fn spans(&self) -> Vec<FaultSpan> {
+        self.board.lock().expect("board").spans.clone()
+    }
+
+    async fn sleep_until_ms(&self, at_ms: u64) {
+        let target = self.started + Duration::from_millis(at_ms);
+        tokio::time::sleep_until(target).await;
+    }
+
+    fn begin(&self, key: u64, fault: Fault) {
+        let now = elapsed_ms(self.started);
+        info!(fault = %fault, "fault begins");
+        let mut board = self.board.lock().expect("board");
+        board.spans.push(FaultSpan {
+            from_ms: now,
+            until_ms: None,
+            label: fault.to_string(),
+            nodes: fault.nodes(self.nodes),
+            kind: fault.family().name().to_owned(),
+        });
+        board.active.insert(key, (fault, true));
+        self.apply(&mut board);
+    }
+
+    fn set_flap(&self, key: u64, down: bool) {
+        let mut board = self.board.lock().expect("board");
+        if let Some(entry) = board.active.get_mut(&key) {
+            entry.1 = down;
+        }
+        self.apply(&mut board);
+    }
+
+    fn end(&self, key: u64) {
+        let now = elapsed_ms(self.started);
+        let mut board = self.board.lock().expect("board");
+        let Some((fault, _)) = board.active.remove(&key) else {
+            return;
+        };
+        info!(fault = %fault, "fault ends");
+        let label = fault.to_string();
+        if let Some(span) = board
+            .spans
+            .iter_mut()
+            .rev()
+            .find(|span| span.label == label && span.until_ms.is_none())
+        {
+            span.until_ms = Some(now);
+        }
+        self.apply(&mut board);
+    }
+
+    /// Makes the network and machines match the faults in `board.active`.
+    fn apply(&self, board: &mut Board) {
+        let net = NetSim::current();
+        let ids = self.cluster.ids();
+        // The network: clear every cut, then cut what the active faults call for.
+        for &a in &ids {
+            net.unclog_node(self.cluster.machine(a));
+            for &b in &ids {
+                if a != b {
+                    net.unclog_link(self.cluster.machine(a), self.cluster.machine(b));
+                }
+            }
+        }
+        let mut loss_per_mille = 0;
+        let mut latency_ms = 10;
+        let mut should_crash: BTreeMap<u64, ()> = BTreeMap::new();
+        for (fault, down) in board.active.values() {
+            match fault {
+                Fault::Crash { node } => {
+                    should_crash.insert(*node, ());
+                }
+                Fault::CrashAll => {
+                    for &id in &ids {
+                        should_crash.insert(id, ());
+                    }
+                }
+                Fault::Isolate { node } => net.clog_node(self.cluster.machine(*node)),
+                Fault::OneWay { from, to } => {
+                    net.clog_link(self.cluster.machine(*from), self.cluster.machine(*to));
+                }
+                Fault::Split { minority } => {
+                    for &a in minority {
+                        for &b in ids.iter().filter(|id| !minority.contains(id)) {
+                            net.clog_link(self.cluster.machine(a), self.cluster.machine(b));
+                            net.clog_link(self.cluster.machine(b), self.cluster.machine(a));
+                        }
+                    }
+                }
+                Fault::Flap { a, b, .. } => {
+                    if *down {
+                        net.clog_link(self.cluster.machine(*a), self.cluster.machine(*b));
+                        net.clog_link(self.cluster.machine(*b), self.cluster.machine(*a));
+                    }
+                }
+                Fault::Network {
+                    loss_per_mille: loss,
+                    latency_ms: latency,
+                } => {
+                    loss_per_mille = loss_per_mille.max(*loss);
+                    latency_ms = latency_ms.max(*latency);
+                }
+            }
+        }
+        net.update_config(|config| {
+            config.packet_loss_rate =
+                f64::from(u32::try_from(loss_per_mille).unwrap_or(0)) / 1000.0;
+            config.send_latency = Duration::from_millis(1)..Duration::from_millis(latency_ms);
+        });
+        // Machines: crash what should be down, restart what should be up.
+        for &id in &ids {
+            let crashed = board.crashed.contains_key(&id);
+            let should = should_crash.contains_key(&id);
+            if should && !crashed {
+                info!(node = id, "crash");
+                self.cluster.crash(id);
+                board.crashed.insert(id, ());
+            } else if !should && crashed {
+                info!(node = id, "restart");
+                self.cluster.restart(id);
+                board.crashed.remove(&id);
+            }
+        }
+    }
+}

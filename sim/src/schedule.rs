@@ -1,0 +1,523 @@
+//! The fault schedule of a run, drawn from its seed before the run starts, so it can be printed,
+//! saved and replayed.
+//!
+//! Swarm testing: each seed first draws which fault families it enables, then draws faults only
+//! from those, so some seeds hammer one kind of fault and others mix many. Everything is bounded
+//! by a [`FaultConfig`]: how long the safety phase lasts, how many faults, how much skew.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::observe::ClockSkew;
+
+/// A small deterministic generator (SplitMix64) for schedules: independent of madsim's RNG, so a
+/// schedule is the same whether or not a simulation runs it.
+#[derive(Clone, Debug)]
+pub struct SeedRng(u64);
+
+impl SeedRng {
+    /// A generator for `seed` and `stream` (different streams of one seed are independent).
+    pub fn new(seed: u64, stream: u64) -> SeedRng {
+        SeedRng(seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F))
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `low..=high` (`low` if the range is empty).
+    pub fn between(&mut self, low: u64, high: u64) -> u64 {
+        if high <= low {
+            return low;
+        }
+        let span = high - low;
+        match span.checked_add(1) {
+            Some(size) => low + self.next_u64() % size,
+            None => self.next_u64(),
+        }
+    }
+
+    /// True with probability `per_mille` / 1000.
+    pub fn chance(&mut self, per_mille: u64) -> bool {
+        self.next_u64() % 1000 < per_mille
+    }
+
+    /// A signed number in `-magnitude..=magnitude`.
+    pub fn signed(&mut self, magnitude: u64) -> i64 {
+        let magnitude = i64::try_from(magnitude).unwrap_or(i64::MAX / 2);
+        let span = u64::try_from(magnitude).unwrap_or(0) * 2;
+        i64::try_from(self.between(0, span)).unwrap_or(0) - magnitude
+    }
+}
+
+/// The bounds of a run's faults.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultConfig {
+    /// Cluster size (node ids 1..=nodes).
+    pub nodes: u64,
+    /// How long the safety phase (faults on) lasts, in simulated ms.
+    pub safety_ms: u64,
+    /// How long the liveness phase (faults healed) lasts.
+    pub liveness_ms: u64,
+    /// The most faults drawn for the safety phase.
+    pub max_faults: u64,
+    /// The longest a single fault lasts.
+    pub max_fault_ms: u64,
+    /// The largest difference between any two nodes' wall clocks over the whole run.
+    pub max_skew_ms: u64,
+    /// The highest packet loss a network fault sets, per mille.
+    pub max_loss_per_mille: u64,
+    /// The highest one-way latency a network fault sets.
+    pub max_latency_ms: u64,
+    /// Whether the liveness phase may keep one fault on that leaves a majority able to work.
+    pub permanent_fault: bool,
+}
+
+impl FaultConfig {
+    /// The defaults for a cluster of `nodes`: 20 s of faults, 20 s to recover, clocks at most
+    /// 200 ms apart.
+    pub fn for_nodes(nodes: u64) -> FaultConfig {
+        FaultConfig {
+            nodes,
+            safety_ms: 20_000,
+            liveness_ms: 20_000,
+            max_faults: 8,
+            max_fault_ms: 6_000,
+            max_skew_ms: 200,
+            max_loss_per_mille: 100,
+            max_latency_ms: 50,
+            permanent_fault: true,
+        }
+    }
+}
+
+/// A fault family; a seed enables a subset of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// Crash a node (losing what it did not flush) and restart it later.
+    Crash,
+    /// Cut a node off from everyone, both ways.
+    Isolate,
+    /// Cut one direction of one link.
+    OneWay,
+    /// Split the cluster into a minority and a majority.
+    Split,
+    /// Cut and restore a link, over and over.
+    Flap,
+    /// Lose and delay packets everywhere.
+    Network,
+    /// Crash every node at once, then restart them all.
+    CrashAll,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: [Family; 7] = [
+        Family::Crash,
+        Family::Isolate,
+        Family::OneWay,
+        Family::Split,
+        Family::Flap,
+        Family::Network,
+        Family::CrashAll,
+    ];
+
+    /// Its name, as in a schedule.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Crash => "crash",
+            Family::Isolate => "isolate",
+            Family::OneWay => "one-way",
+            Family::Split => "split",
+            Family::Flap => "flap",
+            Family::Network => "network",
+            Family::CrashAll => "crash-all",
+        }
+    }
+}
+
+/// One fault.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "fault")]
+pub enum Fault {
+    /// Node `node` crashes; it restarts when the fault ends.
+    Crash {
+        /// The node.
+        node: u64,
+    },
+    /// Node `node` can neither send nor receive.
+    Isolate {
+        /// The node.
+        node: u64,
+    },
+    /// Packets from `from` to `to` are dropped (the other direction works).
+    OneWay {
+        /// The sender cut off.
+        from: u64,
+        /// The receiver.
+        to: u64,
+    },
+    /// The nodes in `minority` reach only each other.
+    Split {
+        /// The smaller side.
+        minority: Vec<u64>,
+    },
+    /// The link between `a` and `b` goes down and up every `period_ms`.
+    Flap {
+        /// One end.
+        a: u64,
+        /// The other end.
+        b: u64,
+        /// Half a cycle.
+        period_ms: u64,
+    },
+    /// Every packet is lost with probability `loss_per_mille` / 1000 (connections retransmit)
+    /// and takes up to `latency_ms`.
+    Network {
+        /// Loss, per mille.
+        loss_per_mille: u64,
+        /// The highest latency.
+        latency_ms: u64,
+    },
+    /// Every node crashes at once; all restart when the fault ends.
+    CrashAll,
+}
+
+impl Fault {
+    /// Its family.
+    pub fn family(&self) -> Family {
+        match self {
+            Fault::Crash { .. } => Family::Crash,
+            Fault::Isolate { .. } => Family::Isolate,
+            Fault::OneWay { .. } => Family::OneWay,
+            Fault::Split { .. } => Family::Split,
+            Fault::Flap { .. } => Family::Flap,
+            Fault::Network { .. } => Family::Network,
+            Fault::CrashAll => Family::CrashAll,
+        }
+    }
+
+    /// The nodes it touches.
+    pub fn nodes(&self, cluster: u64) -> Vec<u64> {
+        match self {
+            Fault::Crash { node } | Fault::Isolate { node } => vec![*node],
+            Fault::OneWay { from, to } => vec![*from, *to],
+            Fault::Split { minority } => minority.clone(),
+            Fault::Flap { a, b, .. } => vec![*a, *b],
+            Fault::Network { .. } => Vec::new(),
+            Fault::CrashAll => (1..=cluster).collect(),
+        }
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Crash { node } => write!(f, "crash n{node}"),
+            Fault::Isolate { node } => write!(f, "isolate n{node}"),
+            Fault::OneWay { from, to } => write!(f, "cut n{from}->n{to}"),
+            Fault::Split { minority } => {
+                let side: Vec<String> = minority.iter().map(|n| format!("n{n}")).collect();
+                write!(f, "split {{{}}} | rest", side.join(","))
+            }
+            Fault::Flap { a, b, period_ms } => write!(f, "flap n{a}<->n{b} every {period_ms}ms"),
+            Fault::Network {
+                loss_per_mille,
+                latency_ms,
+            } => write!(f, "network loss {loss_per_mille}‰ latency ≤{latency_ms}ms"),
+            Fault::CrashAll => write!(f, "crash all"),
+        }
+    }
+}
+
+/// A fault with its time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Planned {
+    /// When it starts, in simulated ms since the run began.
+    pub at_ms: u64,
+    /// How long it lasts.
+    pub duration_ms: u64,
+    /// What it is.
+    pub fault: Fault,
+}
+
+/// The whole fault schedule of a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Schedule {
+    /// The seed it was drawn from.
+    pub seed: u64,
+    /// The bounds it was drawn within.
+    pub config: FaultConfig,
+    /// The families this seed enabled.
+    pub families: Vec<Family>,
+    /// Each node's clock.
+    pub clocks: Vec<Skew>,
+    /// The faults of the safety phase, by start time.
+    pub faults: Vec<Planned>,
+    /// The fault kept on through the liveness phase, if any.
+    pub permanent: Option<Fault>,
+}
+
+/// A node's clock over the run: `offset_ms` at the start, running `drift_ppm` fast.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skew {
+    /// The node.
+    pub node: u64,
+    /// Offset from the global clock at the start.
+    pub offset_ms: i64,
+    /// Drift, parts per million.
+    pub drift_ppm: i64,
+}
+
+impl Skew {
+    /// The offset after `elapsed_ms` of the run.
+    pub fn offset_at(&self, elapsed_ms: u64) -> i64 {
+        let drift = i128::from(elapsed_ms) * i128::from(self.drift_ppm) / 1_000_000;
+        self.offset_ms + i64::try_from(drift).unwrap_or(0)
+    }
+}
+
+impl From<Skew> for ClockSkew {
+    fn from(skew: Skew) -> ClockSkew {
+        ClockSkew {
+            node: skew.node,
+            offset_ms: skew.offset_ms,
+            drift_ppm: skew.drift_ppm,
+        }
+    }
+}
+
+impl Schedule {
+    /// Draws the schedule of `seed` within `config`.
+    pub fn draw(seed: u64, config: &FaultConfig) -> Schedule {
+        let mut rng = SeedRng::new(seed, 1);
+        let nodes = config.nodes.max(1);
+        // Swarm: each family is on with probability 1/2, and at least one is.
+        let mut families: Vec<Family> = Family::ALL
+            .into_iter()
+            .filter(|_| rng.chance(500))
+            .collect();
+        if families.is_empty() {
+            let pick = usize::try_from(rng.between(0, 6)).unwrap_or(0);
+            families.push(Family::ALL[pick]);
+        }
+
+        let clocks = draw_clocks(&mut rng, config);
+
+        let count = if config.max_faults == 0 {
+            0
+        } else {
+            rng.between(1, config.max_faults)
+        };
+        let mut faults = Vec::new();
+        for _ in 0..count {
+            let family_index =
+                usize::try_from(rng.between(0, families.len() as u64 - 1)).unwrap_or(0);
+            let family = families[family_index];
+            let latest_start = config.safety_ms.saturating_sub(500);
+            let at_ms = rng.between(500, latest_start.max(500));
+            let longest = config
+                .max_fault_ms
+                .min(config.safety_ms.saturating_sub(at_ms));
+            let fault = draw_fault(&mut rng, family, nodes, config);
+            // Half the crashes are quick reboots, down for well under an election timeout:
+            // what a node had not flushed (a vote, an append) is gone, but its peers may not
+            // have moved on yet.
+            let duration_ms = if matches!(fault, Fault::Crash { .. }) && rng.chance(500) {
+                rng.between(longest.min(20), longest.min(200))
+            } else {
+                rng.between(longest.min(300), longest)
+            };
+            faults.push(Planned {
+                at_ms,
+                duration_ms,
+                fault,
+            });
+        }
+        faults.sort_by_key(|planned| planned.at_ms);
+
+        let permanent = if config.permanent_fault && nodes >= 3 && rng.chance(400) {
+            let a = rng.between(1, nodes);
+            let b = 1 + (a + rng.between(0, nodes - 2)) % nodes;
+            Some(match rng.between(0, 2) {
+                0 => Fault::OneWay { from: a, to: b },
+                1 => Fault::Isolate { node: a },
+                _ => Fault::Crash { node: a },
+            })
+        } else {
+            None
+        };
+
+        Schedule {
+            seed,
+            config: config.clone(),
+            families,
+            clocks,
+            faults,
+            permanent,
+        }
+    }
+
+    /// The schedule as people read it, one line per fault.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        let families: Vec<&str> = self.families.iter().map(|f| f.name()).collect();
+        out.push_str(&format!(
+            "seed {}: {} nodes, faults {}s then healed {}s; families [{}]\n",
+            self.seed,
+            self.config.nodes,
+            self.config.safety_ms / 1000,
+            self.config.liveness_ms / 1000,
+            families.join(", ")
+        ));
+        for clock in &self.clocks {
+            out.push_str(&format!(
+                "  clock n{}: offset {:+} ms, drift {:+} ppm\n",
+                clock.node, clock.offset_ms, clock.drift_ppm
+            ));
+        }
+        for planned in &self.faults {
+            out.push_str(&format!(
+                "  {:>7.1}s .. {:>7.1}s  {}\n",
+                ms_as_secs(planned.at_ms),
+                ms_as_secs(planned.at_ms + planned.duration_ms),
+                planned.fault
+            ));
+        }
+        match &self.permanent {
+            Some(fault) => out.push_str(&format!(
+                "  {:>7.1}s .. end       {} (kept through the liveness phase)\n",
+                ms_as_secs(self.config.safety_ms),
+                fault
+            )),
+            None => out.push_str("  liveness phase: every fault healed\n"),
+        }
+        out
+    }
+}
+
+fn ms_as_secs(ms: u64) -> f64 {
+    // Display only; simulated runs are far below 2^52 ms.
+    let ms = u32::try_from(ms).map_or(f64::from(u32::MAX), f64::from);
+    ms / 1000.0
+}
+
+fn draw_clocks(rng: &mut SeedRng, config: &FaultConfig) -> Vec<Skew> {
+    // Every clock stays within max_skew/2 of the global clock over the whole run, so any two
+    // differ by at most max_skew.
+    let half = config.max_skew_ms / 2;
+    let run_ms = (config.safety_ms + config.liveness_ms).max(1);
+    (1..=config.nodes)
+        .map(|node| {
+            let offset_ms = rng.signed(half * 6 / 10);
+            let room_ms = half.saturating_sub(offset_ms.unsigned_abs());
+            let drift_ms = rng.signed(room_ms);
+            let drift_ppm = drift_ms * 1_000_000 / i64::try_from(run_ms).unwrap_or(i64::MAX);
+            Skew {
+                node,
+                offset_ms,
+                drift_ppm,
+            }
+        })
+        .collect()
+}
+
+fn draw_fault(rng: &mut SeedRng, family: Family, nodes: u64, config: &FaultConfig) -> Fault {
+    let node = rng.between(1, nodes);
+    let other = if nodes > 1 {
+        1 + (node + rng.between(0, nodes - 2)) % nodes
+    } else {
+        node
+    };
+    match family {
+        Family::Crash => Fault::Crash { node },
+        Family::Isolate => Fault::Isolate { node },
+        Family::OneWay => Fault::OneWay {
+            from: node,
+            to: other,
+        },
+        Family::Split => {
+            let minority_size = rng.between(1, ((nodes - 1) / 2).max(1));
+            let mut minority = Vec::new();
+            let mut next = node;
+            while (minority.len() as u64) < minority_size {
+                minority.push(next);
+                next = next % nodes + 1;
+            }
+            minority.sort_unstable();
+            Fault::Split { minority }
+        }
+        Family::Flap => Fault::Flap {
+            a: node,
+            b: other,
+            period_ms: rng.between(100, 1_000),
+        },
+        Family::Network => Fault::Network {
+            loss_per_mille: rng.between(0, config.max_loss_per_mille),
+            latency_ms: rng.between(10, config.max_latency_ms.max(10)),
+        },
+        Family::CrashAll => Fault::CrashAll,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{Fault, FaultConfig, Schedule};
+
+    #[test]
+    fn the_same_seed_draws_the_same_schedule() {
+        let config = FaultConfig::for_nodes(3);
+        assert_eq!(Schedule::draw(7, &config), Schedule::draw(7, &config));
+        let differ =
+            (0..20).any(|seed| Schedule::draw(seed, &config) != Schedule::draw(7, &config));
+        assert!(differ, "different seeds draw different schedules");
+    }
+
+    proptest! {
+        #[test]
+        fn schedules_stay_within_their_bounds(seed in any::<u64>(), nodes in 1u64..=5) {
+            let config = FaultConfig::for_nodes(nodes);
+            let schedule = Schedule::draw(seed, &config);
+            prop_assert!(!schedule.families.is_empty());
+            prop_assert!(schedule.faults.len() as u64 <= config.max_faults);
+            let run_ms = config.safety_ms + config.liveness_ms;
+            for clock in &schedule.clocks {
+                for at in [0, run_ms / 2, run_ms] {
+                    prop_assert!(clock.offset_at(at).unsigned_abs() <= config.max_skew_ms / 2,
+                        "clock {clock:?} at {at} ms is beyond half the skew bound");
+                }
+            }
+            for planned in &schedule.faults {
+                prop_assert!(planned.at_ms + planned.duration_ms <= config.safety_ms);
+                prop_assert!(planned.duration_ms <= config.max_fault_ms);
+                prop_assert!(schedule.families.contains(&planned.fault.family()));
+                for node in planned.fault.nodes(nodes) {
+                    prop_assert!((1..=nodes).contains(&node));
+                }
+                match &planned.fault {
+                    Fault::OneWay { from, to } if nodes > 1 => prop_assert_ne!(from, to),
+                    Fault::Split { minority } if nodes >= 3 => prop_assert!(minority.len() as u64 * 2 < nodes),
+                    _ => {}
+                }
+            }
+            if let Some(fault) = &schedule.permanent {
+                // What is left on must leave a working majority.
+                prop_assert!(fault.nodes(nodes).len() <= 2);
+                let keeps_majority = matches!(
+                    fault,
+                    Fault::Crash { .. } | Fault::Isolate { .. } | Fault::OneWay { .. }
+                );
+                prop_assert!(keeps_majority, "permanent fault {}", fault);
+            }
+        }
+    }
+}
