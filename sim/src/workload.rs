@@ -137,6 +137,13 @@ fn failure(error: &ClientError) -> Outcome {
         Outcome::Refused {
             reason: error.reason().to_owned(),
         }
+    } else if let ClientError::Unavailable { last_reason, .. } = error
+        && last_reason == "no-leader"
+    {
+        // The node found no leader to propose to: nothing was proposed.
+        Outcome::Refused {
+            reason: last_reason.clone(),
+        }
     } else {
         Outcome::Unknown {
             error: error.to_string(),

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Response, Status};
 
-use crate::error::{Disposition, describe, disposition};
+use crate::error::{Disposition, describe, disposition, reason_of};
 use crate::{ClientConfig, ClientError, parse_endpoint};
 
 /// A client of one Certus cluster.
@@ -522,11 +522,13 @@ impl Client {
             Err(Failure::Status(Disposition::Transport, status)) => Err(ClientError::Unavailable {
                 attempts: 1,
                 last_error: describe(&endpoint, &status),
+                last_reason: reason_of(&status).to_owned(),
             }),
             Err(Failure::Status(_, status)) => Err(ClientError::from_status(&status)),
             Err(Failure::TimedOut(timeout)) => Err(ClientError::Unavailable {
                 attempts: 1,
                 last_error: format!("{endpoint}: no answer within {timeout:?}"),
+                last_reason: String::new(),
             }),
         }
     }
@@ -547,6 +549,7 @@ impl Client {
         let max_attempts = self.config().max_attempts.max(1);
         let mut attempts: u32 = 0;
         let mut last_error = String::from("the deadline passed before any attempt");
+        let mut last_reason = String::new();
         let mut avoid: Option<String> = None;
         loop {
             if Instant::now() >= deadline {
@@ -568,9 +571,13 @@ impl Client {
                 Err(Failure::Status(Disposition::Refuse, status)) => {
                     return Err(ClientError::from_status(&status));
                 }
-                Err(Failure::Status(_, status)) => last_error = describe(&target, &status),
+                Err(Failure::Status(_, status)) => {
+                    last_error = describe(&target, &status);
+                    last_reason = reason_of(&status).to_owned();
+                }
                 Err(Failure::TimedOut(timeout)) => {
                     last_error = format!("{target}: no answer within {timeout:?}");
+                    last_reason.clear();
                 }
             }
             tracing::debug!(rpc, attempts, error = %last_error, "attempt failed");
@@ -588,6 +595,7 @@ impl Client {
         Err(ClientError::Unavailable {
             attempts,
             last_error,
+            last_reason,
         })
     }
 
@@ -765,6 +773,7 @@ mod tests {
         let ClientError::Unavailable {
             attempts,
             last_error,
+            ..
         } = error
         else {
             panic!("expected unavailable, got {error:?}");

@@ -29,6 +29,10 @@ pub enum ClientError {
         attempts: u32,
         /// What the last attempt failed with.
         last_error: String,
+        /// The stable reason the last attempt was refused with, when a node answered with one
+        /// worth retrying (`no-leader`: nothing was proposed; `outcome-unknown`: a write may or
+        /// may not have taken effect); `""` for a timeout or a lost connection.
+        last_reason: String,
     },
     /// An endpoint is not of the form `host:port`, or no endpoint was given.
     #[error("invalid endpoint {0}")]
