@@ -133,11 +133,13 @@ fn test(args: &[String]) -> Result<(), String> {
         "cargo",
         &sim_test,
     )?;
+    // The fixed sweep, each seed run twice to check it replays exactly.
     sim(&[
         "--seeds".to_owned(),
         SIM_SWEEP_SEEDS.to_owned(),
         "--scenario".to_owned(),
         "all".to_owned(),
+        "--check-determinism".to_owned(),
     ])?;
     run(
         &root,
