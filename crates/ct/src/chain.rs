@@ -1,0 +1,1 @@
+//! Checks on submitted chains (add-chain, add-pre-chain).

@@ -1,0 +1,1 @@
+//! The RFC 6962 Merkle tree.

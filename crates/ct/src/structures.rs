@@ -1,0 +1,1 @@
+//! RFC 6962 structures and their exact encodings.
