@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::challenges::{ChallengeCommand, ChallengeError, ChallengeReply};
+use crate::ct::{CtCommand, CtError, CtReply};
 use crate::leases::{Lease, LeaseCommand, LeaseError, LeaseReply};
 
 /// Everything that can change the state; one variant family per module.
@@ -12,6 +13,8 @@ pub enum Command {
     Lease(LeaseCommand),
     /// A challenge-token command.
     Challenge(ChallengeCommand),
+    /// A Certificate Transparency log command.
+    Ct(CtCommand),
     /// Advance the machine clock and reclaim what has expired. Proposed periodically by the
     /// leader; it decides nothing that time alone has not already decided.
     Tick,
@@ -27,6 +30,8 @@ pub enum Response {
     Lease(Result<LeaseReply, LeaseError>),
     /// The answer to a challenge-token command.
     Challenge(Result<ChallengeReply, ChallengeError>),
+    /// The answer to a CT log command.
+    Ct(Result<CtReply, CtError>),
     /// The answer to a tick.
     Tick(TickReply),
 }

@@ -11,12 +11,15 @@
 //!
 //! One module per concern, each with its invariants written at its top and checked in code:
 //! - [`leases`]: named leases with TTLs and fencing tokens;
-//! - [`challenges`]: HTTP-01 challenge tokens served by every node.
+//! - [`challenges`]: HTTP-01 challenge tokens served by every node;
+//! - [`ct`]: the clustered Certificate Transparency log's entries, sequence, node reports and
+//!   serving STH.
 
 #![deny(missing_docs, unreachable_pub)]
 
 pub mod challenges;
 mod command;
+pub mod ct;
 pub mod leases;
 pub mod limits;
 mod snapshot;

@@ -27,3 +27,22 @@ pub const CHALLENGES_MAX: usize = 100_000;
 
 /// Largest page a list query returns.
 pub const LIST_PAGE_MAX: usize = 1000;
+
+/// Largest MerkleTreeLeaf accepted (a certificate or TBSCertificate of up to 64 KiB, with room).
+pub const CT_LEAF_INPUT_BYTES_MAX: usize = 128 * 1024;
+/// Largest get-entries `extra_data` accepted (a chain of up to ten 64 KiB certificates).
+pub const CT_EXTRA_DATA_BYTES_MAX: usize = 704 * 1024;
+/// Largest SCT encoding accepted.
+pub const CT_SCT_BYTES_MAX: usize = 4 * 1024;
+/// Largest STH signature encoding accepted.
+pub const CT_SIGNATURE_BYTES_MAX: usize = 1024;
+/// Most submissions in one `Add` command.
+pub const CT_ADD_BATCH_MAX: usize = 4096;
+/// Most entries numbered by one `Sequence` command.
+pub const CT_SEQUENCE_BATCH_MAX: usize = 10_000;
+/// Most entries one `CleanUp` command drops.
+pub const CT_CLEANUP_BATCH_MAX: usize = 10_000;
+/// Most nodes whose reports are kept.
+pub const CT_NODES_MAX: usize = 64;
+/// Hard bound on unsequenced entries; the configured watermark sits at or below it.
+pub const CT_UNSEQUENCED_MAX: usize = 1_000_000;

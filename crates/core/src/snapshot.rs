@@ -1,6 +1,6 @@
 //! The snapshot format: the whole state as deterministic bytes.
 //!
-//! Layout: the 8-byte magic `CERTUS\0\x01` (the last byte is the format version), then the state
+//! Layout: the 8-byte magic `CERTUS\0\x02` (the last byte is the format version), then the state
 //! in postcard encoding. Maps are written in key order and the derived indexes are not written at
 //! all (they are rebuilt on load), so the same state always gives the same bytes. Loading checks
 //! the magic, refuses trailing bytes, validates every string as its type, rebuilds the indexes
@@ -9,16 +9,17 @@
 use serde::{Deserialize, Serialize};
 
 use crate::challenges::{Challenge, Challenges};
+use crate::ct::{CtLog, CtRecords};
 use crate::leases::{FencingToken, Lease, Leases};
 use crate::state::State;
 
-const MAGIC: [u8; 8] = *b"CERTUS\x00\x01";
+const MAGIC: [u8; 8] = *b"CERTUS\x00\x02";
 
 /// Why snapshot bytes could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
     /// The bytes do not start with the snapshot magic and a known version.
-    #[error("not a Certus snapshot of format version 1 (bad magic or version)")]
+    #[error("not a Certus snapshot of format version 2 (bad magic or version)")]
     BadMagic,
     /// The body could not be decoded.
     #[error("snapshot body does not decode: {0}")]
@@ -39,6 +40,7 @@ struct BodyRef<'a> {
     last_token: FencingToken,
     leases: Vec<&'a Lease>,
     challenges: Vec<&'a Challenge>,
+    ct: CtRecords,
 }
 
 #[derive(Deserialize)]
@@ -48,6 +50,7 @@ struct Body {
     last_token: FencingToken,
     leases: Vec<Lease>,
     challenges: Vec<Challenge>,
+    ct: CtRecords,
 }
 
 impl State {
@@ -59,6 +62,7 @@ impl State {
             last_token: self.last_token,
             leases: self.leases.iter().collect(),
             challenges: self.challenges.iter().collect(),
+            ct: self.ct.records(),
         };
         let bytes = MAGIC.to_vec();
         // Encoding into a Vec cannot fail: every field is plainly serializable.
@@ -80,6 +84,7 @@ impl State {
             leases: Leases::from_records(body.leases).map_err(SnapshotError::Inconsistent)?,
             challenges: Challenges::from_records(body.challenges)
                 .map_err(SnapshotError::Inconsistent)?,
+            ct: CtLog::from_records(body.ct).map_err(SnapshotError::Inconsistent)?,
         };
         state
             .check_invariants()
@@ -110,11 +115,13 @@ mod tests {
 
     #[test]
     fn an_empty_state_has_a_fixed_encoding() {
-        // Magic, then five zero varints: index, clock, last token, no leases, no challenges.
-        assert_eq!(
-            State::new().to_snapshot(),
-            b"CERTUS\x00\x01\x00\x00\x00\x00\x00"
-        );
+        // Magic, then five zero varints: index, clock, last token, no leases, no challenges;
+        // then the CT log: the default config as varints (2, 500, 100000, 100, 200, 100, 30000),
+        // not frozen, no entries, nothing cleaned up, next number 0, no reports, no serving STH.
+        let expected: &[u8] = b"CERTUS\x00\x02\x00\x00\x00\x00\x00\
+            \x02\xf4\x03\xa0\x8d\x06\x64\xc8\x01\x64\xb0\xea\x01\
+            \x00\x00\x00\x00\x00\x00";
+        assert_eq!(State::new().to_snapshot(), expected);
     }
 
     #[test]
@@ -125,7 +132,7 @@ mod tests {
             Err(SnapshotError::BadMagic)
         );
         let mut newer = bytes.clone();
-        newer[7] = 2;
+        newer[7] = 3;
         assert_eq!(State::from_snapshot(&newer), Err(SnapshotError::BadMagic));
         let mut longer = bytes.clone();
         longer.push(0);
@@ -149,6 +156,7 @@ mod tests {
             last_token: FencingToken(last_token),
             leases,
             challenges: Vec::new(),
+            ct: CtLog::default().records(),
         };
         // A token above the last issued one.
         let bytes = encode(&body(2, 10_000, vec![&lease]));

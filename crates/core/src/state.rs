@@ -2,6 +2,7 @@
 
 use crate::challenges::{Challenge, ChallengeToken, Challenges};
 use crate::command::{Command, Response, TickReply};
+use crate::ct::{CtLog, EntryKey, HeldEntry, LogConfig, NodeReport, ServingSth, select_serving};
 use crate::leases::{FencingToken, Lease, LeaseError, LeaseName, Leases};
 use crate::time::Stamp;
 
@@ -16,6 +17,7 @@ pub struct State {
     pub(crate) last_token: FencingToken,
     pub(crate) leases: Leases,
     pub(crate) challenges: Challenges,
+    pub(crate) ct: CtLog,
 }
 
 /// Applies one command at one log position. The only way the state changes.
@@ -50,6 +52,7 @@ pub fn apply(state: &mut State, command: Command, stamp: Stamp) -> Response {
             Response::Lease(state.leases.apply(command, now_ms, issue_token))
         }
         Command::Challenge(command) => Response::Challenge(state.challenges.apply(command, now_ms)),
+        Command::Ct(command) => Response::Ct(state.ct.apply(command, now_ms)),
         Command::Tick => Response::Tick(TickReply {
             expired_leases: state.leases.reclaim_expired(now_ms),
         }),
@@ -152,7 +155,85 @@ impl State {
         self.challenges
             .check(self.clock_ms)
             .map_err(InvariantViolation)?;
+        self.ct.check(self.clock_ms).map_err(InvariantViolation)?;
         Ok(())
+    }
+
+    /// The CT log's configuration.
+    pub fn ct_config(&self) -> &LogConfig {
+        &self.ct.config
+    }
+
+    /// Whether the CT log is frozen (read-only).
+    pub fn ct_frozen(&self) -> bool {
+        self.ct.frozen
+    }
+
+    /// The next sequence number the CT master will assign.
+    pub fn ct_next_sequence(&self) -> u64 {
+        self.ct.next_sequence
+    }
+
+    /// The first sequence number whose entry is still held; entries below it were cleaned up
+    /// and live only in the nodes' local databases.
+    pub fn ct_first_held_sequence(&self) -> u64 {
+        self.ct.first_held_sequence()
+    }
+
+    /// Number of CT entries awaiting a sequence number.
+    pub fn ct_unsequenced_count(&self) -> usize {
+        self.ct.unsequenced_count()
+    }
+
+    /// Number of CT entries held in the replicated state.
+    pub fn ct_held_count(&self) -> usize {
+        self.ct.held.len()
+    }
+
+    /// The held entry for `key`, if any.
+    pub fn ct_entry(&self, key: &EntryKey) -> Option<&HeldEntry> {
+        self.ct.held.get(key)
+    }
+
+    /// The dedupe record of a cleaned-up entry.
+    pub fn ct_cleaned_entry(&self, key: &EntryKey) -> Option<crate::ct::CleanedEntry> {
+        self.ct.cleaned.get(key).copied()
+    }
+
+    /// Up to `limit` unsequenced entries in sequencing order — (SCT timestamp, key) — whose
+    /// timestamps are at least the guard window behind `max(clock, now_ms)`.
+    pub fn ct_ready_to_sequence(&self, now_ms: u64, limit: usize) -> Vec<EntryKey> {
+        self.ct.ready_to_sequence(self.read_time(now_ms), limit)
+    }
+
+    /// Up to `limit` held entries numbered `from` onwards, in order.
+    pub fn ct_sequenced_from(&self, from: u64, limit: usize) -> Vec<(u64, &HeldEntry)> {
+        self.ct.sequenced_from(from, limit)
+    }
+
+    /// Every node's latest report.
+    pub fn ct_reports(&self) -> &std::collections::BTreeMap<u64, NodeReport> {
+        &self.ct.reports
+    }
+
+    /// The serving STH, once one was published.
+    pub fn ct_serving(&self) -> Option<&ServingSth> {
+        self.ct.serving.as_ref()
+    }
+
+    /// The STH the master should publish among `members` at `max(clock, now_ms)`, if any.
+    pub fn ct_select_serving(
+        &self,
+        members: &std::collections::BTreeSet<u64>,
+        now_ms: u64,
+    ) -> Option<&crate::ct::SignedTreeHead> {
+        select_serving(
+            &self.ct.reports,
+            members,
+            &self.ct.config,
+            self.ct.serving.as_ref().map(|serving| &serving.sth),
+            self.read_time(now_ms),
+        )
     }
 
     fn read_time(&self, now_ms: u64) -> u64 {

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use certus_core::ct::{CtCommand, EntryKey, SignedTreeHead, Submission};
 use certus_core::{
     Acquisition, ChallengeCommand, ChallengeReply, ChallengeToken, Command, FencingToken, HolderId,
     KeyAuthorization, LeaseCommand, LeaseName, LeaseReply, Response, Stamp, State, Ttl, apply,
@@ -62,7 +63,48 @@ fn command() -> impl Strategy<Value = Command> {
         }),
         1 => challenge_token().prop_map(|token| Command::Challenge(ChallengeCommand::Delete { token })),
         1 => (0u64..4_000).prop_map(|age_ms| Command::Challenge(ChallengeCommand::DeleteOlderThan { age_ms })),
+        2 => ct_command(),
     ]
+}
+
+/// CT commands with small numbers so that some sequence, report and publish steps succeed;
+/// `ct_properties.rs` checks the log's own rules, these keep it in the replica and snapshot
+/// properties.
+fn ct_command() -> impl Strategy<Value = Command> {
+    let key = (0u8..6).prop_map(|n| EntryKey([n; 32]));
+    let sth =
+        (0u64..4, 0u64..3, 0u8..2).prop_map(|(tree_size, timestamp_ms, root)| SignedTreeHead {
+            tree_size,
+            timestamp_ms: T0 + timestamp_ms,
+            root_hash: [root; 32],
+            signature: vec![root],
+        });
+    let command = prop_oneof![
+        3 => (key.clone(), 0u64..3).prop_map(|(key, age_ms)| {
+            let sct_timestamp_ms = T0 - age_ms * 1_000;
+            let mut leaf_input = vec![0, 0];
+            leaf_input.extend_from_slice(&sct_timestamp_ms.to_be_bytes());
+            CtCommand::Add {
+                submissions: vec![Submission {
+                    key,
+                    sct_timestamp_ms,
+                    leaf_input,
+                    extra_data: vec![],
+                    sct: vec![key.0[0]],
+                }],
+            }
+        }),
+        2 => (0u64..3, prop::collection::vec(key, 0..3))
+            .prop_map(|(first, keys)| CtCommand::Sequence { first, keys }),
+        2 => (1u64..4, sth.clone()).prop_map(|(node, sth)| {
+            let contiguous_size = sth.tree_size;
+            CtCommand::Report { node, sth, contiguous_size }
+        }),
+        2 => sth.prop_map(|sth| CtCommand::Publish { sth, members: vec![1, 2, 3] }),
+        1 => (0u32..3).prop_map(|max_entries| CtCommand::CleanUp { max_entries }),
+        1 => any::<bool>().prop_map(|frozen| CtCommand::SetFrozen { frozen }),
+    ];
+    command.prop_map(Command::Ct)
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -189,7 +231,8 @@ impl LeaseHistory {
                 }
             }
             (Command::Lease(_), Response::Lease(Err(_)))
-            | (Command::Challenge(_), Response::Challenge(_)) => {}
+            | (Command::Challenge(_), Response::Challenge(_))
+            | (Command::Ct(_), Response::Ct(_)) => {}
             (command, response) => panic!("{command:?} answered {response:?}"),
         }
     }
@@ -356,7 +399,7 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_are_refused_cleanly(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        let mut with_magic = b"CERTUS\x00\x01".to_vec();
+        let mut with_magic = b"CERTUS\x00\x02".to_vec();
         with_magic.extend_from_slice(&bytes);
         for candidate in [&bytes, &with_magic] {
             if let Ok(loaded) = State::from_snapshot(candidate) {
