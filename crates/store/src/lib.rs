@@ -4,11 +4,13 @@
 //! with two implementations: [`SledDisk`] for production and [`SimDisk`] for the simulation (which
 //! can crash and lose what was not flushed). On top of it, openraft 0.9's storage traits:
 //! [`LogStore`] (log and vote) and [`StateMachineStore`] (the replicated state of
-//! `certus-core`, persisted by snapshots).
+//! `certus-core`, persisted by snapshots). Beside them, [`CtDatabase`]: a node's local CT
+//! entries and Merkle tree.
 
 #![deny(missing_docs, unreachable_pub)]
 
 mod config;
+mod ct_db;
 mod disk;
 mod keys;
 mod log_store;
@@ -17,6 +19,7 @@ mod sled_disk;
 mod state_machine;
 
 pub use config::{CertusConfig, Proposal, Responses};
+pub use ct_db::{CtDatabase, CtDbError, LocalEntry};
 pub use disk::{Disk, DiskError, FlushDone, Pairs, WriteBatch};
 pub use log_store::{LogStore, REPLICATION_READ_BYTES_MAX};
 pub use sim_disk::SimDisk;
