@@ -73,12 +73,12 @@ struct Inner {
 }
 
 /// The local CT database of one node.
-pub struct CtDatabase<D: Disk> {
-    disk: Arc<D>,
+pub struct CtDatabase {
+    disk: Arc<dyn Disk>,
     inner: Mutex<Inner>,
 }
 
-impl<D: Disk> std::fmt::Debug for CtDatabase<D> {
+impl std::fmt::Debug for CtDatabase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let inner = self.lock();
         f.debug_struct("CtDatabase")
@@ -88,9 +88,9 @@ impl<D: Disk> std::fmt::Debug for CtDatabase<D> {
     }
 }
 
-impl<D: Disk> CtDatabase<D> {
+impl CtDatabase {
     /// Opens the database on `disk`: loads the stored tree and finds the contiguous run.
-    pub fn open(disk: Arc<D>) -> Result<CtDatabase<D>, CtDbError> {
+    pub fn open(disk: Arc<dyn Disk>) -> Result<CtDatabase, CtDbError> {
         let tree = load_tree(&*disk)?;
         let contiguous_size = find_contiguous_size(&*disk)?;
         if tree.size() > contiguous_size {
@@ -280,7 +280,7 @@ impl<D: Disk> CtDatabase<D> {
     }
 }
 
-fn load_tree<D: Disk>(disk: &D) -> Result<MerkleTree, CtDbError> {
+fn load_tree(disk: &dyn Disk) -> Result<MerkleTree, CtDbError> {
     let mut levels: Vec<Vec<Hash>> = Vec::new();
     let end = prefix_end(NODE_PREFIX);
     let mut from = NODE_PREFIX.to_vec();
@@ -327,7 +327,7 @@ fn load_tree<D: Disk>(disk: &D) -> Result<MerkleTree, CtDbError> {
     Ok(tree)
 }
 
-fn find_contiguous_size<D: Disk>(disk: &D) -> Result<u64, CtDbError> {
+fn find_contiguous_size(disk: &dyn Disk) -> Result<u64, CtDbError> {
     let from = ENTRY_PREFIX.to_vec();
     let to = prefix_end(ENTRY_PREFIX);
     let last = disk.scan(
@@ -401,7 +401,7 @@ mod tests {
     #[test]
     fn entries_integrate_into_the_tree_and_survive_a_crash() {
         let disk = Arc::new(SimDisk::new());
-        let db = CtDatabase::open(Arc::clone(&disk)).unwrap();
+        let db = CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>).unwrap();
         let entries: Vec<LocalEntry> = (0..10).map(entry).collect();
         db.store_entries(0, &entries[..6]).unwrap();
         // Overlapping batches extend the run; gaps are refused.
@@ -428,7 +428,7 @@ mod tests {
 
         // Everything was flushed: a crash loses nothing, and the tree loads without rehashing.
         disk.crash();
-        let reopened = CtDatabase::open(Arc::clone(&disk)).unwrap();
+        let reopened = CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>).unwrap();
         assert_eq!(reopened.contiguous_size(), 10);
         assert_eq!(reopened.tree_size(), 10);
         assert_eq!(reopened.with_tree(MerkleTree::root), expected.root());
@@ -438,7 +438,7 @@ mod tests {
     #[test]
     fn a_tampered_tree_node_is_caught_on_open() {
         let disk = Arc::new(SimDisk::new());
-        let db = CtDatabase::open(Arc::clone(&disk)).unwrap();
+        let db = CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>).unwrap();
         db.store_entries(0, &(0..8).map(entry).collect::<Vec<_>>())
             .unwrap();
         db.integrate(8).unwrap();
@@ -446,7 +446,7 @@ mod tests {
         batch.put(node_key(1, 2), vec![7u8; 32]);
         disk.write(batch).unwrap();
         assert!(matches!(
-            CtDatabase::open(Arc::clone(&disk)),
+            CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>),
             Err(CtDbError::Corrupt(_))
         ));
     }
@@ -454,7 +454,7 @@ mod tests {
     #[test]
     fn the_last_sth_is_kept() {
         let disk = Arc::new(SimDisk::new());
-        let db = CtDatabase::open(Arc::clone(&disk)).unwrap();
+        let db = CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>).unwrap();
         let sth = SignedTreeHead {
             tree_size: 0,
             timestamp_ms: 5_000,
@@ -463,7 +463,7 @@ mod tests {
         };
         db.save_sth(&sth).unwrap();
         disk.crash();
-        let reopened = CtDatabase::open(disk).unwrap();
+        let reopened = CtDatabase::open(disk as Arc<dyn Disk>).unwrap();
         assert_eq!(reopened.last_sth(), Some(sth));
         assert_eq!(reopened.newest_sct_ms(), 5_000);
     }

@@ -1,1 +1,0 @@
-//! Checks on submitted chains (add-chain, add-pre-chain).

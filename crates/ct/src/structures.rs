@@ -1,1 +1,0 @@
-//! RFC 6962 structures and their exact encodings.
