@@ -30,6 +30,21 @@ pub struct NodeConfig {
     /// How long a challenge token is kept before the tick purges it, in milliseconds.
     #[serde(default = "default_challenge_retention_ms")]
     pub challenge_retention_ms: u64,
+    /// The Certificate Transparency log, if this node takes part in one.
+    #[serde(default)]
+    pub ct: CtFiles,
+}
+
+/// Where a node finds what the CT log needs. Without a key the node takes no part in the log
+/// (its `/ct/v1/` endpoints are absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CtFiles {
+    /// The log's ECDSA P-256 private key, PKCS#8 PEM ("BEGIN PRIVATE KEY"); the same on every
+    /// node of the cluster.
+    pub key_file: Option<PathBuf>,
+    /// A PEM bundle of the root certificates the log accepts chains up to.
+    pub roots_file: Option<PathBuf>,
 }
 
 /// Raft timing and log compaction.
@@ -85,6 +100,7 @@ impl NodeConfig {
             raft: RaftTuning::default(),
             tick_interval_ms: default_tick_interval_ms(),
             challenge_retention_ms: default_challenge_retention_ms(),
+            ct: CtFiles::default(),
         }
     }
 
@@ -116,6 +132,11 @@ impl NodeConfig {
         }
         if raft.snapshot_after_entries == 0 {
             return Err("raft.snapshot_after_entries must be at least 1".into());
+        }
+        if self.ct.roots_file.is_some() && self.ct.key_file.is_none() {
+            return Err(
+                "ct.roots_file is set but ct.key_file is not; the log needs its key".into(),
+            );
         }
         if self.tick_interval_ms == 0 {
             return Err("tick_interval_ms must be at least 1".into());

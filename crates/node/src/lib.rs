@@ -12,6 +12,9 @@ pub mod clock;
 pub mod codec;
 pub mod config;
 pub mod convert;
+#[cfg(not(madsim))]
+pub mod ct_http;
+pub mod ct_log;
 pub mod errors;
 pub mod forward;
 pub mod health;
@@ -19,6 +22,7 @@ pub mod health;
 pub mod http;
 pub mod leases_service;
 pub mod limits;
+pub mod log_service;
 pub mod network;
 pub mod node;
 pub mod proposer;
@@ -29,7 +33,8 @@ pub mod runtime;
 pub mod types;
 
 pub use clock::Clock;
-pub use config::{NodeConfig, RaftTuning};
+pub use config::{CtFiles, NodeConfig, RaftTuning};
+pub use ct_log::CtSetup;
 pub use errors::ServiceError;
 pub use node::{Node, StartError};
 pub use replica::{Leader, Replica};

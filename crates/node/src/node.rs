@@ -4,17 +4,21 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use certus_core::{ChallengeCommand, Command};
-use certus_store::{Disk, LogStore, SledDisk, StateMachineStore};
+use certus_ct::chain::{AcceptedRoots, ChainLimits};
+use certus_ct::signer::EcdsaP256Signer;
+use certus_store::{CtDatabase, Disk, LogStore, SledDisk, StateMachineStore};
 use openraft::error::{InitializeError, RaftError};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::admin_service::AdminService;
 use crate::clock::Clock;
-use crate::config::NodeConfig;
+use crate::config::{CtFiles, NodeConfig};
+use crate::ct_log::{CtNode, CtSetup};
 use crate::health::HealthService;
 use crate::leases_service::LeasesService;
 use crate::limits::{CLIENT_MESSAGE_BYTES_MAX, RAFT_MESSAGE_BYTES_MAX};
+use crate::log_service::LogService;
 use crate::network::{Network, Peers};
 use crate::raft_service::RaftService;
 use crate::replica::{Leader, Replica};
@@ -83,7 +87,8 @@ impl Node {
         Node::start_on(config, Arc::new(disk), clock).await
     }
 
-    /// Starts a node on any disk and clock (the simulation passes its own).
+    /// Starts a node on any disk and clock (the simulation passes its own), with the CT log
+    /// set up from `config.ct`'s files.
     pub async fn start_on<D>(
         config: NodeConfig,
         disk: Arc<D>,
@@ -92,7 +97,35 @@ impl Node {
     where
         D: Disk + Send + Sync + 'static,
     {
+        let ct = load_ct_setup(&config.ct).map_err(StartError::Config)?;
+        Node::start_with_ct(config, disk, clock, ct).await
+    }
+
+    /// Starts a node on any disk and clock with the given CT setup (`None`: no CT log).
+    pub async fn start_with_ct<D>(
+        config: NodeConfig,
+        disk: Arc<D>,
+        clock: Clock,
+        ct: Option<CtSetup>,
+    ) -> Result<Node, StartError>
+    where
+        D: Disk + Send + Sync + 'static,
+    {
         config.validate().map_err(StartError::Config)?;
+        let ct = match ct {
+            Some(setup) => {
+                let db = CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>).map_err(|error| {
+                    StartError::Storage {
+                        path: config.data_dir.display().to_string(),
+                        reason: error.to_string(),
+                    }
+                })?;
+                Some(Arc::new(
+                    CtNode::new(setup, db).map_err(StartError::Config)?,
+                ))
+            }
+            None => None,
+        };
         let openraft_config = Arc::new(config.openraft().map_err(StartError::Config)?);
         let log_store = LogStore::new(Arc::clone(&disk));
         let state_machine =
@@ -113,9 +146,17 @@ impl Node {
         .map_err(|fatal| StartError::Raft(fatal.to_string()))?;
         let replica = Replica::new(config.id, config.member(), raft, reader, clock, peers);
         let (stop, stopped) = watch::channel(false);
-        let mut servers = vec![serve_grpc(&config, Arc::clone(&replica), stopped.clone()).await?];
+        let mut servers =
+            vec![serve_grpc(&config, Arc::clone(&replica), ct.clone(), stopped.clone()).await?];
         #[cfg(not(madsim))]
-        servers.push(serve_http(&config, Arc::clone(&replica), stopped.clone()).await?);
+        servers.push(serve_http(&config, Arc::clone(&replica), ct.clone(), stopped.clone()).await?);
+        if let Some(ct) = &ct {
+            servers.push(tokio::spawn(crate::ct_log::run(
+                Arc::clone(&replica),
+                Arc::clone(ct),
+                stopped.clone(),
+            )));
+        }
         servers.push(tokio::spawn(run_ticks(
             Arc::clone(&replica),
             config.clone(),
@@ -186,10 +227,14 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
     }
 }
 
-fn grpc_router(replica: &Arc<Replica>) -> tonic::transport::server::Router {
+fn grpc_router(
+    replica: &Arc<Replica>,
+    ct: Option<&Arc<CtNode>>,
+) -> tonic::transport::server::Router {
     use certus_proto::health::health_server::HealthServer;
     use certus_proto::v1::admin_server::AdminServer;
     use certus_proto::v1::leases_server::LeasesServer;
+    use certus_proto::v1::log_server::LogServer;
     use certus_proto::v1::raft_server::RaftServer;
     tonic::transport::Server::builder()
         .add_service(
@@ -208,12 +253,18 @@ fn grpc_router(replica: &Arc<Replica>) -> tonic::transport::server::Router {
                 .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
         )
         .add_service(HealthServer::new(HealthService::new(Arc::clone(replica))))
+        .add_optional_service(ct.map(|ct| {
+            LogServer::new(LogService::new(Arc::clone(replica), Arc::clone(ct)))
+                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+        }))
 }
 
 #[cfg(not(madsim))]
 async fn serve_grpc(
     config: &NodeConfig,
     replica: Arc<Replica>,
+    ct: Option<Arc<CtNode>>,
     stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, StartError> {
     let listener = tokio::net::TcpListener::bind(config.grpc_addr)
@@ -223,7 +274,7 @@ async fn serve_grpc(
             reason: error.to_string(),
         })?;
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let router = grpc_router(&replica);
+    let router = grpc_router(&replica, ct.as_ref());
     let id = config.id;
     Ok(tokio::spawn(async move {
         if let Err(error) = router
@@ -239,9 +290,10 @@ async fn serve_grpc(
 async fn serve_grpc(
     config: &NodeConfig,
     replica: Arc<Replica>,
+    ct: Option<Arc<CtNode>>,
     stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, StartError> {
-    let router = grpc_router(&replica);
+    let router = grpc_router(&replica, ct.as_ref());
     let addr = config.grpc_addr;
     let id = config.id;
     Ok(tokio::spawn(async move {
@@ -255,6 +307,7 @@ async fn serve_grpc(
 async fn serve_http(
     config: &NodeConfig,
     replica: Arc<Replica>,
+    ct: Option<Arc<CtNode>>,
     stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, StartError> {
     let listener = tokio::net::TcpListener::bind(config.http_addr)
@@ -263,7 +316,10 @@ async fn serve_http(
             addr: config.http_addr.to_string(),
             reason: error.to_string(),
         })?;
-    let router = crate::http::router(replica);
+    let mut router = crate::http::router(Arc::clone(&replica));
+    if let Some(ct) = ct {
+        router = crate::ct_http::router(replica, ct).merge(router);
+    }
     let id = config.id;
     Ok(tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, router)
@@ -297,4 +353,27 @@ async fn run_ticks(replica: Arc<Replica>, config: NodeConfig, stop: watch::Recei
             debug!(id = replica.id, %error, "tick not applied");
         }
     }
+}
+
+/// Loads the CT log's key and roots named by the node's configuration.
+pub fn load_ct_setup(files: &CtFiles) -> Result<Option<CtSetup>, String> {
+    let Some(key_file) = &files.key_file else {
+        return Ok(None);
+    };
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read {}: {error}", path.display()))
+    };
+    let signer = EcdsaP256Signer::from_pkcs8_pem(&read(key_file)?)
+        .map_err(|error| format!("ct.key_file {}: {error}", key_file.display()))?;
+    let roots = match &files.roots_file {
+        Some(path) => AcceptedRoots::from_pem(&read(path)?)
+            .map_err(|error| format!("ct.roots_file {}: {error}", path.display()))?,
+        None => AcceptedRoots::new(),
+    };
+    Ok(Some(CtSetup {
+        signer: Arc::new(signer),
+        roots,
+        limits: ChainLimits::default(),
+    }))
 }

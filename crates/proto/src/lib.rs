@@ -1,6 +1,6 @@
 //! The generated gRPC code of Certus, from the `.proto` files in `proto/`.
 //!
-//! **API boundary:** `certus.v1.Leases`, `certus.v1.Admin` and `grpc.health.v1.Health` are the
+//! **API boundary:** `certus.v1.Leases`, `certus.v1.Log`, `certus.v1.Admin` and `grpc.health.v1.Health` are the
 //! public client API and change only compatibly. `certus.v1.Raft` is internal to the cluster.
 
 #![allow(

@@ -56,7 +56,7 @@ impl<'a> Root<'a> {
 
 /// The roots a log accepts chains to: deduplicated by SHA-256 fingerprint, in the order first
 /// added (which is the order get-roots serves them in).
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct AcceptedRoots {
     /// The DER roots, served as they are by get-roots.
     certificates: Vec<Vec<u8>>,

@@ -1,0 +1,291 @@
+//! RFC 6962 §4 over HTTP, under `/ct/v1/`: what existing CT clients and monitors speak.
+//!
+//! Reads are answered from this node's local tree at the serving STH (never past it); bad
+//! parameters get a 400 with a JSON body naming what was wrong. A node that has not integrated
+//! the serving tree answers 503 with a `Retry-After`, so a client (or a load balancer) moves on
+//! to a node that can serve.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use certus_ct::Hash;
+use certus_ct::structures::json::{
+    AddChainRequest, AddChainResponse, GetEntriesResponse, GetEntryAndProofResponse,
+    GetProofByHashResponse, GetRootsResponse, GetSthConsistencyResponse, GetSthResponse, LeafEntry,
+};
+use certus_ct::structures::{ExtraData, LogEntryType, MerkleTreeLeaf};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::ct_log::{CtNode, ReadError, SubmitError};
+use crate::replica::Replica;
+
+/// Largest add-chain body accepted, in bytes (ten 64 KiB certificates in base64, with room).
+pub const ADD_CHAIN_BODY_BYTES_MAX: usize = 1024 * 1024;
+
+type CtState = (Arc<Replica>, Arc<CtNode>);
+
+/// The `/ct/v1/` routes.
+pub fn router(replica: Arc<Replica>, ct: Arc<CtNode>) -> Router {
+    Router::new()
+        .route("/ct/v1/add-chain", post(add_chain))
+        .route("/ct/v1/add-pre-chain", post(add_pre_chain))
+        .route("/ct/v1/get-sth", get(get_sth))
+        .route("/ct/v1/get-sth-consistency", get(get_sth_consistency))
+        .route("/ct/v1/get-proof-by-hash", get(get_proof_by_hash))
+        .route("/ct/v1/get-entries", get(get_entries))
+        .route("/ct/v1/get-roots", get(get_roots))
+        .route("/ct/v1/get-entry-and-proof", get(get_entry_and_proof))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            ADD_CHAIN_BODY_BYTES_MAX,
+        ))
+        .with_state((replica, ct))
+}
+
+fn error_body(code: StatusCode, error: &str, message: impl Into<String>) -> Response {
+    (
+        code,
+        axum::Json(json!({ "error": error, "message": message.into() })),
+    )
+        .into_response()
+}
+
+fn bad_request(message: impl Into<String>) -> Response {
+    error_body(StatusCode::BAD_REQUEST, "bad-request", message)
+}
+
+fn unavailable(message: impl Into<String>) -> Response {
+    let mut response = error_body(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+fn internal(message: impl Into<String>) -> Response {
+    error_body(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+}
+
+fn json_body<T: serde::Serialize>(value: &T) -> Response {
+    axum::Json(value).into_response()
+}
+
+async fn add_chain(state: State<CtState>, body: axum::body::Bytes) -> Response {
+    submit(state, &body, false).await
+}
+
+async fn add_pre_chain(state: State<CtState>, body: axum::body::Bytes) -> Response {
+    submit(state, &body, true).await
+}
+
+async fn submit(State((replica, ct)): State<CtState>, body: &[u8], precert: bool) -> Response {
+    let request: AddChainRequest = match serde_json::from_slice(body) {
+        Ok(request) => request,
+        Err(error) => {
+            return bad_request(format!(
+                "the body must be {{\"chain\": [base64 DER certificates]}}: {error}"
+            ));
+        }
+    };
+    match ct.submit(&replica, &request.chain, precert).await {
+        Ok(sct) => match AddChainResponse::try_from(&sct) {
+            Ok(response) => json_body(&response),
+            Err(error) => internal(error.to_string()),
+        },
+        Err(SubmitError::Chain(error)) => bad_request(error.to_string()),
+        Err(SubmitError::Refused(error)) => unavailable(error.to_string()),
+        Err(SubmitError::Service(error)) => unavailable(error.to_string()),
+        Err(SubmitError::Signing(error)) => internal(error),
+    }
+}
+
+fn read_error(error: ReadError) -> Response {
+    match error {
+        ReadError::BadRequest(message) => bad_request(message),
+        ReadError::NotFound(message) => error_body(StatusCode::NOT_FOUND, "not-found", message),
+        ReadError::Unavailable(message) => unavailable(message),
+        ReadError::Internal(message) => internal(message),
+    }
+}
+
+async fn get_sth(State((replica, ct)): State<CtState>) -> Response {
+    match ct.sth(&replica) {
+        Ok(sth) => match GetSthResponse::try_from(&sth) {
+            Ok(response) => json_body(&response),
+            Err(error) => internal(error.to_string()),
+        },
+        Err(error) => read_error(error),
+    }
+}
+
+#[derive(Deserialize)]
+struct ConsistencyQuery {
+    first: Option<String>,
+    second: Option<String>,
+}
+
+/// A required non-negative integer query parameter.
+fn number(name: &str, value: Option<&String>) -> Result<u64, Response> {
+    let value = value.ok_or_else(|| bad_request(format!("missing parameter {name}")))?;
+    value.parse().map_err(|_| {
+        bad_request(format!(
+            "{name} must be a non-negative integer, not {value:?}"
+        ))
+    })
+}
+
+async fn get_sth_consistency(
+    State((replica, ct)): State<CtState>,
+    Query(query): Query<ConsistencyQuery>,
+) -> Response {
+    let (first, second) = match (
+        number("first", query.first.as_ref()),
+        number("second", query.second.as_ref()),
+    ) {
+        (Ok(first), Ok(second)) => (first, second),
+        (Err(response), _) | (_, Err(response)) => return response,
+    };
+    match ct.consistency(&replica, first, second) {
+        Ok(consistency) => json_body(&GetSthConsistencyResponse { consistency }),
+        Err(error) => read_error(error),
+    }
+}
+
+#[derive(Deserialize)]
+struct ProofByHashQuery {
+    hash: Option<String>,
+    tree_size: Option<String>,
+}
+
+fn leaf_hash_param(value: Option<&String>) -> Result<Hash, Response> {
+    use base64::Engine as _;
+    let value = value.ok_or_else(|| bad_request("missing parameter hash"))?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(value)
+        .map_err(|error| bad_request(format!("hash is not base64: {error}")))?;
+    Hash::try_from(bytes.as_slice()).map_err(|_| {
+        bad_request(format!(
+            "hash must be a 32-byte SHA-256 leaf hash, got {} bytes",
+            bytes.len()
+        ))
+    })
+}
+
+async fn get_proof_by_hash(
+    State((replica, ct)): State<CtState>,
+    Query(query): Query<ProofByHashQuery>,
+) -> Response {
+    let (hash, tree_size) = match (
+        leaf_hash_param(query.hash.as_ref()),
+        number("tree_size", query.tree_size.as_ref()),
+    ) {
+        (Ok(hash), Ok(tree_size)) => (hash, tree_size),
+        (Err(response), _) | (_, Err(response)) => return response,
+    };
+    match ct.proof_by_hash(&replica, &hash, tree_size) {
+        Ok((leaf_index, audit_path)) => json_body(&GetProofByHashResponse {
+            leaf_index,
+            audit_path,
+        }),
+        Err(error) => read_error(error),
+    }
+}
+
+#[derive(Deserialize)]
+struct EntriesQuery {
+    start: Option<String>,
+    end: Option<String>,
+}
+
+fn leaf_entry(stored: &certus_store::LocalEntry) -> Result<LeafEntry, String> {
+    let leaf = MerkleTreeLeaf::decode(&stored.leaf_input).map_err(|e| e.to_string())?;
+    let entry_type = LogEntryType::of(&leaf.timestamped_entry.entry);
+    let extra = ExtraData::decode(entry_type, &stored.extra_data).map_err(|e| e.to_string())?;
+    LeafEntry::new(&leaf, &extra).map_err(|e| e.to_string())
+}
+
+async fn get_entries(
+    State((replica, ct)): State<CtState>,
+    Query(query): Query<EntriesQuery>,
+) -> Response {
+    let (start, end) = match (
+        number("start", query.start.as_ref()),
+        number("end", query.end.as_ref()),
+    ) {
+        (Ok(start), Ok(end)) => (start, end),
+        (Err(response), _) | (_, Err(response)) => return response,
+    };
+    let stored = match ct.entries(&replica, start, end) {
+        Ok(stored) => stored,
+        Err(error) => return read_error(error),
+    };
+    match stored.iter().map(leaf_entry).collect::<Result<Vec<_>, _>>() {
+        Ok(entries) => json_body(&GetEntriesResponse { entries }),
+        Err(error) => internal(error),
+    }
+}
+
+async fn get_roots(State((_, ct)): State<CtState>) -> Response {
+    json_body(&GetRootsResponse {
+        certificates: ct.roots().certificates().to_vec(),
+    })
+}
+
+#[derive(Deserialize)]
+struct EntryAndProofQuery {
+    leaf_index: Option<String>,
+    tree_size: Option<String>,
+}
+
+async fn get_entry_and_proof(
+    State((replica, ct)): State<CtState>,
+    Query(query): Query<EntryAndProofQuery>,
+) -> Response {
+    let (index, tree_size) = match (
+        number("leaf_index", query.leaf_index.as_ref()),
+        number("tree_size", query.tree_size.as_ref()),
+    ) {
+        (Ok(index), Ok(tree_size)) => (index, tree_size),
+        (Err(response), _) | (_, Err(response)) => return response,
+    };
+    let (stored, audit_path) = match ct.entry_and_proof(&replica, index, tree_size) {
+        Ok(found) => found,
+        Err(error) => return read_error(error),
+    };
+    match leaf_entry(&stored) {
+        Ok(entry) => json_body(&GetEntryAndProofResponse {
+            leaf_input: entry.leaf_input,
+            extra_data: entry.extra_data,
+            audit_path,
+        }),
+        Err(error) => internal(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_hashes_are_checked_with_reasons() {
+        assert_eq!(number("start", Some(&"12".to_owned())).unwrap(), 12);
+        for bad in ["-1", "x", "1.5", ""] {
+            let response = number("start", Some(&bad.to_owned())).unwrap_err();
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        }
+        assert_eq!(
+            number("start", None).unwrap_err().status(),
+            StatusCode::BAD_REQUEST
+        );
+        let short = leaf_hash_param(Some(&"AAAA".to_owned())).unwrap_err();
+        assert_eq!(short.status(), StatusCode::BAD_REQUEST);
+        let not_base64 = leaf_hash_param(Some(&"!!".to_owned())).unwrap_err();
+        assert_eq!(not_base64.status(), StatusCode::BAD_REQUEST);
+        let hash = leaf_hash_param(Some(&format!("{}=", "A".repeat(43))));
+        assert_eq!(hash.unwrap(), [0u8; 32]);
+    }
+}

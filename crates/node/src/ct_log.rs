@@ -1,0 +1,693 @@
+//! The node side of the clustered CT log (seed 004 on Certus's Raft).
+//!
+//! Every node: accepts submissions (checks the chain, signs the SCT, commits the entry through
+//! Raft and only then answers), copies sequenced entries from the replicated state into its
+//! local database, integrates them into its Merkle tree (leaf hashes recomputed from the stored
+//! entries), signs a node STH and reports `(STH, contiguous size)` through Raft. The master — the
+//! Raft leader — also sequences entries out of the guard window, publishes the serving STH and
+//! cleans up entries every member holds. Every decision the master takes is re-checked by the
+//! state machine (`certus_core::ct`), so a deposed master can propose but never corrupt.
+//!
+//! Clean-up removes an entry from the replicated state only once the serving STH covers it *and*
+//! every member reports holding it, so a member never needs entries the state no longer has.
+//! Fetching entries from peers (for a node added after a clean-up) is not built yet.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use certus_core::ct::{AddOutcome, CtCommand, CtError, CtReply, EntryKey, Submission};
+use certus_core::{Command, Response};
+use certus_ct::chain::{AcceptedRoots, ChainError, ChainLimits, check_chain, check_pre_chain};
+use certus_ct::merkle::MerkleTree;
+use certus_ct::signer::{LogVerifier, Signer};
+use certus_ct::structures::{
+    ExtraData, PrecertChainEntry, SignedCertificateTimestamp, SignedTreeHead, leaf_input,
+};
+use certus_ct::{Hash, LogEntry, sha256};
+use certus_store::{CtDatabase, LocalEntry};
+use tokio::sync::watch;
+use tracing::{debug, error};
+
+use crate::errors::ServiceError;
+use crate::replica::{Leader, Replica};
+
+/// Entries copied from the replicated state into the local database per round.
+const COPY_BATCH: usize = 4096;
+/// Entries integrated into the tree per round.
+const INTEGRATE_BATCH: usize = 16_384;
+/// A node re-signs an unchanged tree at least this often, so the serving STH stays fresh.
+const STH_REFRESH_MS: u64 = 10_000;
+
+/// What a node needs to take part in the log: the log's key and the roots it accepts.
+#[derive(Debug, Clone)]
+pub struct CtSetup {
+    /// The log's signing key (the same on every node).
+    pub signer: Arc<dyn Signer>,
+    /// The accepted roots.
+    pub roots: AcceptedRoots,
+    /// Bounds on submitted chains.
+    pub limits: ChainLimits,
+}
+
+/// Why a submission was not logged.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The chain failed a check (HTTP 400).
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+    /// The log refused it now: back-pressure or frozen (HTTP 503).
+    #[error("{0}")]
+    Refused(CtError),
+    /// The cluster could not commit it (HTTP 503; nothing is promised).
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+    /// Signing failed (HTTP 500).
+    #[error("signing failed: {0}")]
+    Signing(String),
+}
+
+/// One node's part in the CT log.
+#[derive(Debug)]
+pub struct CtNode {
+    setup: CtSetup,
+    verifier: LogVerifier,
+    db: CtDatabase,
+    /// Set when this node's tree disagrees with the serving STH: it stops reporting and serving.
+    corrupt: AtomicBool,
+}
+
+impl CtNode {
+    /// Wraps the local database; refuses a key whose verifier cannot be built.
+    pub fn new(setup: CtSetup, db: CtDatabase) -> Result<CtNode, String> {
+        let verifier = LogVerifier::for_signer(setup.signer.as_ref())
+            .map_err(|error| format!("the CT log key: {error}"))?;
+        Ok(CtNode {
+            setup,
+            verifier,
+            db,
+            corrupt: AtomicBool::new(false),
+        })
+    }
+
+    /// The accepted roots (get-roots).
+    pub fn roots(&self) -> &AcceptedRoots {
+        &self.setup.roots
+    }
+
+    /// The log's public key, DER SubjectPublicKeyInfo.
+    pub fn public_key_der(&self) -> &[u8] {
+        self.setup.signer.public_key_der()
+    }
+
+    /// The local database (entries and tree).
+    pub fn db(&self) -> &CtDatabase {
+        &self.db
+    }
+
+    /// Whether this node found its tree disagreeing with the serving STH.
+    pub fn is_corrupt(&self) -> bool {
+        self.corrupt.load(Ordering::Relaxed)
+    }
+
+    /// add-chain (`precert = false`) or add-pre-chain: checks, signs, commits, then answers.
+    pub async fn submit(
+        &self,
+        replica: &Replica,
+        chain: &[Vec<u8>],
+        precert: bool,
+    ) -> Result<SignedCertificateTimestamp, SubmitError> {
+        let checked = if precert {
+            check_pre_chain(chain, &self.setup.roots, &self.setup.limits)?
+        } else {
+            check_chain(chain, &self.setup.roots, &self.setup.limits)?
+        };
+        let key = entry_key(&checked.entry);
+        if let Some(sct) = self.known_sct(replica, &key, &checked.entry)? {
+            return Ok(sct);
+        }
+        let timestamp_ms = replica.clock.now_ms();
+        let sct = self
+            .setup
+            .signer
+            .sign_sct(timestamp_ms, &checked.entry, &[])
+            .map_err(|error| SubmitError::Signing(error.to_string()))?;
+        let extra_data = match &checked.entry {
+            LogEntry::X509 { .. } => ExtraData::X509 {
+                certificate_chain: checked.chain.clone(),
+            },
+            LogEntry::Precert { .. } => {
+                let (pre_certificate, rest) = checked
+                    .chain
+                    .split_first()
+                    .expect("a checked precertificate chain starts with the precertificate");
+                ExtraData::Precert(PrecertChainEntry {
+                    pre_certificate: pre_certificate.clone(),
+                    precertificate_chain: rest.to_vec(),
+                })
+            }
+        };
+        let encoding = |what: &str, error: String| SubmitError::Signing(format!("{what}: {error}"));
+        let submission = Submission {
+            key,
+            sct_timestamp_ms: timestamp_ms,
+            leaf_input: leaf_input(timestamp_ms, &checked.entry, &[])
+                .map_err(|e| encoding("leaf", e.to_string()))?,
+            extra_data: extra_data
+                .encode()
+                .map_err(|e| encoding("extra_data", e.to_string()))?,
+            sct: sct.encode().map_err(|e| encoding("sct", e.to_string()))?,
+        };
+        let command = Command::Ct(CtCommand::Add {
+            submissions: vec![submission],
+        });
+        let responses = replica.write(vec![command]).await?;
+        let outcome = match responses.into_iter().next() {
+            Some(Response::Ct(Ok(CtReply::Added(mut outcomes)))) if outcomes.len() == 1 => {
+                outcomes.remove(0)
+            }
+            Some(Response::Ct(Err(error))) => return Err(SubmitError::Refused(error)),
+            other => {
+                return Err(SubmitError::Service(ServiceError::Unavailable(format!(
+                    "unexpected answer to an add: {other:?}"
+                ))));
+            }
+        };
+        match outcome {
+            AddOutcome::Added => Ok(sct),
+            AddOutcome::Duplicate { sct, .. } => decode_sct(&sct),
+            AddOutcome::DuplicateCleanedUp {
+                sequence,
+                sct_timestamp_ms,
+            } => self.cleaned_up_sct(sequence, sct_timestamp_ms, &checked.entry),
+            AddOutcome::Refused(error) => Err(SubmitError::Refused(error)),
+        }
+    }
+
+    /// The SCT of an entry the log already has, from this node's view of the state.
+    fn known_sct(
+        &self,
+        replica: &Replica,
+        key: &EntryKey,
+        entry: &LogEntry,
+    ) -> Result<Option<SignedCertificateTimestamp>, SubmitError> {
+        let known = replica.reader.read(|applied| {
+            let state = &applied.state;
+            match state.ct_entry(key) {
+                Some(held) => Some(Ok(held.submission.sct.clone())),
+                None => state.ct_cleaned_entry(key).map(Err),
+            }
+        });
+        match known {
+            None => Ok(None),
+            Some(Ok(sct)) => decode_sct(&sct).map(Some),
+            Some(Err(cleaned)) => self
+                .cleaned_up_sct(cleaned.sequence, cleaned.sct_timestamp_ms, entry)
+                .map(Some),
+        }
+    }
+
+    /// The SCT of an entry cleaned up from the state: the stored one, or — if this node lacks
+    /// the entry — a fresh signature over the same timestamp and entry, which is an equally
+    /// valid SCT for the same leaf.
+    fn cleaned_up_sct(
+        &self,
+        sequence: u64,
+        sct_timestamp_ms: u64,
+        entry: &LogEntry,
+    ) -> Result<SignedCertificateTimestamp, SubmitError> {
+        if let Ok(Some(stored)) = self.db.entry(sequence) {
+            return decode_sct(&stored.sct);
+        }
+        self.setup
+            .signer
+            .sign_sct(sct_timestamp_ms, entry, &[])
+            .map_err(|error| SubmitError::Signing(error.to_string()))
+    }
+
+    /// One round of the node's background work; the leader also sequences, publishes and
+    /// cleans up.
+    async fn round(&self, replica: &Replica) {
+        if let Err(error) = self.copy_and_integrate(replica) {
+            error!(id = replica.id, %error, "local CT database failed");
+            return;
+        }
+        self.check_against_serving(replica);
+        if !self.is_corrupt()
+            && let Err(error) = self.sign_and_report(replica).await
+        {
+            debug!(id = replica.id, %error, "node STH not reported");
+        }
+        if replica.leader() == Some(Leader::Me)
+            && let Err(error) = self.lead(replica).await
+        {
+            debug!(id = replica.id, %error, "CT master round incomplete");
+        }
+    }
+
+    fn copy_and_integrate(&self, replica: &Replica) -> Result<(), String> {
+        let from = self.db.contiguous_size();
+        let (first_held, entries) = replica.reader.read(|applied| {
+            let state = &applied.state;
+            let entries: Vec<LocalEntry> = state
+                .ct_sequenced_from(from, COPY_BATCH)
+                .into_iter()
+                .map(|(_, held)| LocalEntry {
+                    leaf_input: held.submission.leaf_input.clone(),
+                    extra_data: held.submission.extra_data.clone(),
+                    sct: held.submission.sct.clone(),
+                    sct_timestamp_ms: held.submission.sct_timestamp_ms,
+                })
+                .collect();
+            (state.ct_first_held_sequence(), entries)
+        });
+        if first_held > from {
+            return Err(format!(
+                "entries {from}..{first_held} were cleaned up before this node stored them; \
+                 fetching them from peers is not supported yet"
+            ));
+        }
+        if !entries.is_empty() {
+            self.db
+                .store_entries(from, &entries)
+                .map_err(|e| e.to_string())?;
+        }
+        self.db
+            .integrate(INTEGRATE_BATCH)
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// A node whose tree disagrees with the serving STH at its size holds a corrupt tree: it
+    /// must neither report nor serve.
+    fn check_against_serving(&self, replica: &Replica) {
+        let serving = replica
+            .reader
+            .read(|applied| applied.state.ct_serving().cloned());
+        let Some(serving) = serving else { return };
+        let size = serving.sth.tree_size;
+        let root = self.db.with_tree(|tree| {
+            (tree.size() >= size).then(|| tree.root_at(size).expect("size is within the tree"))
+        });
+        if let Some(root) = root
+            && root != serving.sth.root_hash
+            && !self.corrupt.swap(true, Ordering::Relaxed)
+        {
+            error!(
+                id = replica.id,
+                tree_size = size,
+                "this node's Merkle tree disagrees with the serving STH; it stops reporting"
+            );
+        }
+    }
+
+    async fn sign_and_report(&self, replica: &Replica) -> Result<(), String> {
+        let (serving_ms, config) = replica.reader.read(|applied| {
+            let state = &applied.state;
+            (
+                state.ct_serving().map(|s| s.sth.timestamp_ms),
+                *state.ct_config(),
+            )
+        });
+        let (tree_size, root) = self.db.with_tree(|tree| (tree.size(), tree.root()));
+        let last = self.db.last_sth();
+        let now_ms = replica.clock.now_ms();
+        let fresh = last.as_ref().is_some_and(|last| {
+            last.tree_size == tree_size && now_ms.saturating_sub(last.timestamp_ms) < STH_REFRESH_MS
+        });
+        let previous_ms = last.as_ref().map(|s| s.timestamp_ms).max(serving_ms);
+        let sth = if fresh {
+            last.expect("fresh implies a last STH")
+        } else {
+            let timestamp_ms =
+                certus_core::ct::next_sth_timestamp(now_ms, previous_ms, self.db.newest_sct_ms());
+            let signed = self
+                .setup
+                .signer
+                .sign_sth(tree_size, timestamp_ms, &root)
+                .map_err(|e| e.to_string())?;
+            let sth = to_core_sth(&signed)?;
+            self.db.save_sth(&sth).map_err(|e| e.to_string())?;
+            sth
+        };
+        // Report when the replicated report differs from what this node holds now.
+        let contiguous_size = self.db.contiguous_size();
+        let reported = replica.reader.read(|applied| {
+            applied
+                .state
+                .ct_reports()
+                .get(&replica.id)
+                .is_some_and(|report| {
+                    report.sth == sth
+                        && report.contiguous_size == contiguous_size
+                        && report.reported_at_ms + config.report_ttl_ms / 2 > now_ms
+                })
+        });
+        if reported {
+            return Ok(());
+        }
+        let command = Command::Ct(CtCommand::Report {
+            node: replica.id,
+            sth,
+            contiguous_size,
+        });
+        expect_ok(replica.write(vec![command]).await)
+    }
+
+    async fn lead(&self, replica: &Replica) -> Result<(), String> {
+        let now_ms = replica.clock.now_ms();
+        let members: BTreeSet<u64> = replica.membership().members.iter().map(|m| m.id).collect();
+        let (next, ready) = replica.reader.read(|applied| {
+            let state = &applied.state;
+            (
+                state.ct_next_sequence(),
+                state.ct_ready_to_sequence(now_ms, certus_core::limits::CT_SEQUENCE_BATCH_MAX),
+            )
+        });
+        if !ready.is_empty() {
+            let command = Command::Ct(CtCommand::Sequence {
+                first: next,
+                keys: ready,
+            });
+            expect_ok(replica.write(vec![command]).await)?;
+        }
+        let candidate = replica
+            .reader
+            .read(|applied| applied.state.ct_select_serving(&members, now_ms).cloned());
+        if let Some(sth) = candidate {
+            self.check_candidate(&sth)?;
+            let command = Command::Ct(CtCommand::Publish {
+                sth,
+                members: members.iter().copied().collect(),
+            });
+            expect_ok(replica.write(vec![command]).await)?;
+        }
+        let removable = replica.reader.read(|applied| {
+            let state = &applied.state;
+            let served = state.ct_serving().map_or(0, |s| s.sth.tree_size);
+            let held_by_all = members
+                .iter()
+                .map(|node| {
+                    state
+                        .ct_reports()
+                        .get(node)
+                        .map_or(0, |r| r.contiguous_size)
+                })
+                .min()
+                .unwrap_or(0);
+            served
+                .min(held_by_all)
+                .saturating_sub(state.ct_first_held_sequence())
+        });
+        if removable > 0 {
+            let max_entries = u32::try_from(removable).unwrap_or(u32::MAX);
+            let command = Command::Ct(CtCommand::CleanUp { max_entries });
+            expect_ok(replica.write(vec![command]).await)?;
+        }
+        Ok(())
+    }
+
+    /// The master's own cross-check before publishing: the signature verifies under the log's
+    /// key, and where its own tree is large enough, the root is the one it computes.
+    fn check_candidate(&self, sth: &certus_core::ct::SignedTreeHead) -> Result<(), String> {
+        let signed = from_core_sth(sth)?;
+        self.verifier
+            .verify_sth(&signed)
+            .map_err(|error| format!("candidate STH does not verify: {error}"))?;
+        let own_root = self
+            .db
+            .with_tree(|tree| (tree.size() >= sth.tree_size).then(|| tree.root_at(sth.tree_size)));
+        if let Some(Ok(root)) = own_root
+            && root != sth.root_hash
+        {
+            return Err(format!(
+                "candidate STH at size {} has a root this node does not compute",
+                sth.tree_size
+            ));
+        }
+        Ok(())
+    }
+
+    /// The serving STH as RFC 6962 structures, if this node can serve it (its tree is large
+    /// enough and not corrupt).
+    pub fn servable_sth(&self, replica: &Replica) -> Result<SignedTreeHead, ServeError> {
+        let serving = replica
+            .reader
+            .read(|applied| applied.state.ct_serving().cloned())
+            .ok_or(ServeError::NoSth)?;
+        if self.is_corrupt() || self.db.tree_size() < serving.sth.tree_size {
+            return Err(ServeError::Behind {
+                tree_size: self.db.tree_size(),
+                serving: serving.sth.tree_size,
+            });
+        }
+        from_core_sth(&serving.sth).map_err(ServeError::Internal)
+    }
+
+    /// Runs `read` on the local tree.
+    pub fn with_tree<T>(&self, read: impl FnOnce(&MerkleTree) -> T) -> T {
+        self.db.with_tree(read)
+    }
+
+    fn serving_or_read_error(&self, replica: &Replica) -> Result<SignedTreeHead, ReadError> {
+        self.servable_sth(replica).map_err(|error| match error {
+            ServeError::NoSth | ServeError::Behind { .. } => {
+                ReadError::Unavailable(error.to_string())
+            }
+            ServeError::Internal(message) => ReadError::Internal(message),
+        })
+    }
+
+    /// get-sth-consistency: a proof between `first` and `second`, both within the serving tree.
+    pub fn consistency(
+        &self,
+        replica: &Replica,
+        first: u64,
+        second: u64,
+    ) -> Result<Vec<Hash>, ReadError> {
+        let sth = self.serving_or_read_error(replica)?;
+        if first > second || second > sth.tree_size {
+            return Err(ReadError::BadRequest(format!(
+                "need first <= second <= {} (the serving tree size); got first={first}, second={second}",
+                sth.tree_size
+            )));
+        }
+        // RFC 6962 defines no proof from the empty tree: every tree is consistent with it.
+        if first == 0 {
+            return Ok(Vec::new());
+        }
+        self.with_tree(|tree| tree.consistency_proof(first, second))
+            .map_err(|error| ReadError::Internal(error.to_string()))
+    }
+
+    /// get-proof-by-hash: the index of the leaf and its audit path in the tree of `tree_size`.
+    pub fn proof_by_hash(
+        &self,
+        replica: &Replica,
+        leaf_hash: &Hash,
+        tree_size: u64,
+    ) -> Result<(u64, Vec<Hash>), ReadError> {
+        let sth = self.serving_or_read_error(replica)?;
+        if tree_size == 0 || tree_size > sth.tree_size {
+            return Err(ReadError::BadRequest(format!(
+                "tree_size must be 1..={} (the serving tree size), not {tree_size}",
+                sth.tree_size
+            )));
+        }
+        let index = match self.db.index_of_leaf(leaf_hash) {
+            Ok(Some(index)) if index < tree_size => index,
+            Ok(_) => {
+                return Err(ReadError::NotFound(format!(
+                    "no leaf with this hash in the tree of size {tree_size}"
+                )));
+            }
+            Err(error) => return Err(ReadError::Internal(error.to_string())),
+        };
+        let path = self
+            .with_tree(|tree| tree.inclusion_proof(index, tree_size))
+            .map_err(|error| ReadError::Internal(error.to_string()))?;
+        Ok((index, path))
+    }
+
+    /// get-entries: stored entries `start..=end`, cut at the serving tree and at
+    /// [`GET_ENTRIES_MAX`].
+    pub fn entries(
+        &self,
+        replica: &Replica,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<LocalEntry>, ReadError> {
+        let sth = self.serving_or_read_error(replica)?;
+        if start > end || start >= sth.tree_size {
+            return Err(ReadError::BadRequest(format!(
+                "need start <= end and start < {} (the serving tree size); got start={start}, end={end}",
+                sth.tree_size
+            )));
+        }
+        let last = end.min(sth.tree_size - 1).min(start + GET_ENTRIES_MAX - 1);
+        let count = usize::try_from(last - start + 1).expect("at most GET_ENTRIES_MAX");
+        match self.db.entries(start, count) {
+            Ok(stored) if stored.len() == count => Ok(stored),
+            Ok(stored) => Err(ReadError::Internal(format!(
+                "entries {start}..={last} are served but only {} are stored",
+                stored.len()
+            ))),
+            Err(error) => Err(ReadError::Internal(error.to_string())),
+        }
+    }
+
+    /// get-entry-and-proof: entry `index` and its audit path in the tree of `tree_size`.
+    pub fn entry_and_proof(
+        &self,
+        replica: &Replica,
+        index: u64,
+        tree_size: u64,
+    ) -> Result<(LocalEntry, Vec<Hash>), ReadError> {
+        let sth = self.serving_or_read_error(replica)?;
+        if index >= tree_size || tree_size > sth.tree_size {
+            return Err(ReadError::BadRequest(format!(
+                "need leaf_index < tree_size <= {} (the serving tree size); got leaf_index={index}, tree_size={tree_size}",
+                sth.tree_size
+            )));
+        }
+        let entry = match self.db.entry(index) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => {
+                return Err(ReadError::Internal(format!(
+                    "entry {index} is served but not stored"
+                )));
+            }
+            Err(error) => return Err(ReadError::Internal(error.to_string())),
+        };
+        let path = self
+            .with_tree(|tree| tree.inclusion_proof(index, tree_size))
+            .map_err(|error| ReadError::Internal(error.to_string()))?;
+        Ok((entry, path))
+    }
+
+    /// The serving STH, as a read.
+    pub fn sth(&self, replica: &Replica) -> Result<SignedTreeHead, ReadError> {
+        self.serving_or_read_error(replica)
+    }
+}
+
+/// Most entries one get-entries answers; a client asks again for the rest (RFC 6962 §4.6
+/// allows fewer than asked).
+pub const GET_ENTRIES_MAX: u64 = 1000;
+
+/// Why a read was not answered.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The parameters are out of range (HTTP 400, gRPC INVALID_ARGUMENT).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Nothing matches (HTTP 404, gRPC NOT_FOUND).
+    #[error("{0}")]
+    NotFound(String),
+    /// This node cannot serve now: no STH yet, or behind (HTTP 503, gRPC UNAVAILABLE).
+    #[error("{0}")]
+    Unavailable(String),
+    /// Local data is inconsistent (HTTP 500, gRPC INTERNAL).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Why a read cannot be served by this node.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// No STH has been published yet.
+    #[error("the log has not published a tree head yet")]
+    NoSth,
+    /// This node has not integrated the serving tree yet.
+    #[error("this node holds {tree_size} entries; the serving tree has {serving}")]
+    Behind {
+        /// Local tree size.
+        tree_size: u64,
+        /// Serving tree size.
+        serving: u64,
+    },
+    /// Stored data could not be converted.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// The dedupe identity: SHA-256 over the entry type and what the entry certifies (not the
+/// timestamp), so the same certificate submitted twice is one entry.
+pub fn entry_key(entry: &LogEntry) -> EntryKey {
+    let mut bytes = Vec::new();
+    match entry {
+        LogEntry::X509 { certificate } => {
+            bytes.extend_from_slice(&0u16.to_be_bytes());
+            bytes.extend_from_slice(certificate);
+        }
+        LogEntry::Precert {
+            issuer_key_hash,
+            tbs_certificate,
+        } => {
+            bytes.extend_from_slice(&1u16.to_be_bytes());
+            bytes.extend_from_slice(issuer_key_hash);
+            bytes.extend_from_slice(tbs_certificate);
+        }
+    }
+    EntryKey(sha256(&bytes))
+}
+
+fn decode_sct(bytes: &[u8]) -> Result<SignedCertificateTimestamp, SubmitError> {
+    SignedCertificateTimestamp::decode(bytes)
+        .map_err(|error| SubmitError::Signing(format!("a stored SCT does not decode: {error}")))
+}
+
+fn to_core_sth(sth: &SignedTreeHead) -> Result<certus_core::ct::SignedTreeHead, String> {
+    Ok(certus_core::ct::SignedTreeHead {
+        tree_size: sth.tree_size,
+        timestamp_ms: sth.timestamp_ms,
+        root_hash: sth.sha256_root_hash,
+        signature: sth
+            .tree_head_signature
+            .encode()
+            .map_err(|e| e.to_string())?,
+    })
+}
+
+/// The RFC 6962 form of a replicated STH.
+pub fn from_core_sth(sth: &certus_core::ct::SignedTreeHead) -> Result<SignedTreeHead, String> {
+    Ok(SignedTreeHead {
+        tree_size: sth.tree_size,
+        timestamp_ms: sth.timestamp_ms,
+        sha256_root_hash: sth.root_hash,
+        tree_head_signature: certus_ct::structures::DigitallySigned::decode(&sth.signature)
+            .map_err(|e| e.to_string())?,
+    })
+}
+
+fn expect_ok(written: Result<Vec<Response>, ServiceError>) -> Result<(), String> {
+    match written.map_err(|e| e.to_string())?.into_iter().next() {
+        Some(Response::Ct(Ok(_))) => Ok(()),
+        Some(Response::Ct(Err(error))) => Err(error.to_string()),
+        other => Err(format!("unexpected answer: {other:?}")),
+    }
+}
+
+/// The node's CT loop: one round per the log's shortest interval, until `stop`.
+pub async fn run(replica: Arc<Replica>, ct: Arc<CtNode>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let interval_ms = replica.reader.read(|applied| {
+            let config = applied.state.ct_config();
+            config
+                .signing_interval_ms
+                .min(config.sequencing_interval_ms)
+        });
+        tokio::select! {
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    break;
+                }
+            }
+            () = tokio::time::sleep(Duration::from_millis(interval_ms)) => {
+                ct.round(&replica).await;
+            }
+        }
+    }
+    debug!(id = replica.id, "CT roles stopped");
+}

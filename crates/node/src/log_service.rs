@@ -1,0 +1,324 @@
+//! `certus.v1.Log`: the CT log over gRPC, for programs (and the simulation, which has no HTTP).
+
+use std::sync::Arc;
+
+use certus_core::ct::{CtCommand, CtError, LogConfig};
+use certus_core::{Command, Response as CommandResponse};
+use certus_ct::Hash;
+use certus_ct::structures::SignedTreeHead;
+use certus_proto::v1;
+use certus_proto::v1::log_server::Log;
+use tonic::{Code, Request, Response, Status};
+
+use crate::ct_log::{CtNode, GET_ENTRIES_MAX, ReadError, SubmitError};
+use crate::errors::status;
+use crate::replica::Replica;
+
+/// `certus.v1.Log` for one node.
+#[derive(Debug, Clone)]
+pub struct LogService {
+    replica: Arc<Replica>,
+    ct: Arc<CtNode>,
+}
+
+impl LogService {
+    /// The log service of `replica`.
+    pub fn new(replica: Arc<Replica>, ct: Arc<CtNode>) -> LogService {
+        LogService { replica, ct }
+    }
+
+    async fn control(&self, command: CtCommand) -> Result<(), Status> {
+        let mut responses = self.replica.write(vec![Command::Ct(command)]).await?;
+        match responses.pop() {
+            Some(CommandResponse::Ct(Ok(_))) => Ok(()),
+            Some(CommandResponse::Ct(Err(error))) => Err(ct_status(&error)),
+            other => Err(status(
+                Code::Internal,
+                "internal",
+                format!("unexpected answer: {other:?}"),
+            )),
+        }
+    }
+
+    fn log_status(&self) -> Result<v1::LogStatus, Status> {
+        let mut reply = self.replica.reader.read(|applied| {
+            let state = &applied.state;
+            let serving = state.ct_serving();
+            v1::LogStatus {
+                config: Some(config_to_proto(state.ct_config())),
+                frozen: state.ct_frozen(),
+                serving: serving.map(|s| core_sth_to_proto(&s.sth)),
+                serving_published_at_ms: serving.map_or(0, |s| s.published_at_ms),
+                next_sequence: state.ct_next_sequence(),
+                unsequenced: state.ct_unsequenced_count() as u64,
+                held: state.ct_held_count() as u64,
+                reports: state
+                    .ct_reports()
+                    .iter()
+                    .map(|(node, report)| v1::NodeReport {
+                        node: *node,
+                        sth: Some(core_sth_to_proto(&report.sth)),
+                        contiguous_size: report.contiguous_size,
+                        reported_at_ms: report.reported_at_ms,
+                    })
+                    .collect(),
+                ..v1::LogStatus::default()
+            }
+        });
+        reply.local_tree_size = self.ct.db().tree_size();
+        reply.local_contiguous_size = self.ct.db().contiguous_size();
+        reply.public_key = self.ct.public_key_der().to_vec();
+        reply.log_id = certus_ct::sha256(self.ct.public_key_der()).to_vec();
+        Ok(reply)
+    }
+}
+
+/// The status for a refused CT command.
+pub fn ct_status(error: &CtError) -> Status {
+    let (code, reason) = match error {
+        CtError::Backlog { .. } => (Code::ResourceExhausted, "backlog"),
+        CtError::Frozen => (Code::FailedPrecondition, "frozen"),
+        CtError::TooLarge { .. } | CtError::BatchTooLarge { .. } => {
+            (Code::InvalidArgument, "too-large")
+        }
+        CtError::MalformedSubmission(_) => (Code::InvalidArgument, "invalid-argument"),
+        CtError::InvalidConfig { .. } => (Code::InvalidArgument, "invalid-config"),
+        CtError::StaleSequence { .. }
+        | CtError::NotSequenceable { .. }
+        | CtError::BadReport { .. }
+        | CtError::NotPublishable { .. } => (Code::FailedPrecondition, "refused"),
+    };
+    status(code, reason, error.to_string())
+}
+
+fn read_status(error: ReadError) -> Status {
+    match error {
+        ReadError::BadRequest(message) => {
+            status(Code::InvalidArgument, "invalid-argument", message)
+        }
+        ReadError::NotFound(message) => status(Code::NotFound, "not-found", message),
+        ReadError::Unavailable(message) => status(Code::Unavailable, "behind", message),
+        ReadError::Internal(message) => status(Code::Internal, "internal", message),
+    }
+}
+
+fn sth_to_proto(sth: &SignedTreeHead) -> Result<v1::SignedTreeHead, Status> {
+    Ok(v1::SignedTreeHead {
+        tree_size: sth.tree_size,
+        timestamp_ms: sth.timestamp_ms,
+        sha256_root_hash: sth.sha256_root_hash.to_vec(),
+        tree_head_signature: sth
+            .tree_head_signature
+            .encode()
+            .map_err(|error| status(Code::Internal, "internal", error.to_string()))?,
+    })
+}
+
+fn core_sth_to_proto(sth: &certus_core::ct::SignedTreeHead) -> v1::SignedTreeHead {
+    v1::SignedTreeHead {
+        tree_size: sth.tree_size,
+        timestamp_ms: sth.timestamp_ms,
+        sha256_root_hash: sth.root_hash.to_vec(),
+        tree_head_signature: sth.signature.clone(),
+    }
+}
+
+fn config_to_proto(config: &LogConfig) -> v1::LogConfig {
+    v1::LogConfig {
+        min_serving_nodes: config.min_serving_nodes,
+        min_serving_permille: config.min_serving_permille,
+        unsequenced_watermark: config.unsequenced_watermark,
+        guard_window_ms: config.guard_window_ms,
+        signing_interval_ms: config.signing_interval_ms,
+        sequencing_interval_ms: config.sequencing_interval_ms,
+        report_ttl_ms: config.report_ttl_ms,
+    }
+}
+
+fn config_from_proto(config: &v1::LogConfig) -> LogConfig {
+    LogConfig {
+        min_serving_nodes: config.min_serving_nodes,
+        min_serving_permille: config.min_serving_permille,
+        unsequenced_watermark: config.unsequenced_watermark,
+        guard_window_ms: config.guard_window_ms,
+        signing_interval_ms: config.signing_interval_ms,
+        sequencing_interval_ms: config.sequencing_interval_ms,
+        report_ttl_ms: config.report_ttl_ms,
+    }
+}
+
+fn hash_list(hashes: Vec<Hash>) -> Vec<Vec<u8>> {
+    hashes.into_iter().map(|hash| hash.to_vec()).collect()
+}
+
+#[tonic::async_trait]
+impl Log for LogService {
+    async fn add_chain(
+        &self,
+        request: Request<v1::AddChainRequest>,
+    ) -> Result<Response<v1::AddChainReply>, Status> {
+        let request = request.into_inner();
+        let sct = self
+            .ct
+            .submit(&self.replica, &request.chain, request.precertificate)
+            .await
+            .map_err(|error| match error {
+                SubmitError::Chain(error) => {
+                    status(Code::InvalidArgument, "bad-chain", error.to_string())
+                }
+                SubmitError::Refused(error) => ct_status(&error),
+                SubmitError::Service(error) => error.into(),
+                SubmitError::Signing(message) => status(Code::Internal, "internal", message),
+            })?;
+        let internal = |error: String| status(Code::Internal, "internal", error);
+        Ok(Response::new(v1::AddChainReply {
+            sct: sct.encode().map_err(|e| internal(e.to_string()))?,
+            timestamp_ms: sct.timestamp_ms,
+            log_id: sct.log_id.to_vec(),
+            signature: sct
+                .signature
+                .encode()
+                .map_err(|e| internal(e.to_string()))?,
+            extensions: sct.extensions.clone(),
+        }))
+    }
+
+    async fn get_sth(
+        &self,
+        _request: Request<v1::GetSthRequest>,
+    ) -> Result<Response<v1::SignedTreeHead>, Status> {
+        let sth = self.ct.sth(&self.replica).map_err(read_status)?;
+        Ok(Response::new(sth_to_proto(&sth)?))
+    }
+
+    async fn get_consistency(
+        &self,
+        request: Request<v1::GetConsistencyRequest>,
+    ) -> Result<Response<v1::GetConsistencyReply>, Status> {
+        let request = request.into_inner();
+        let proof = self
+            .ct
+            .consistency(&self.replica, request.first, request.second)
+            .map_err(read_status)?;
+        Ok(Response::new(v1::GetConsistencyReply {
+            consistency: hash_list(proof),
+        }))
+    }
+
+    async fn get_proof_by_hash(
+        &self,
+        request: Request<v1::GetProofByHashRequest>,
+    ) -> Result<Response<v1::GetProofByHashReply>, Status> {
+        let request = request.into_inner();
+        let hash = Hash::try_from(request.leaf_hash.as_slice()).map_err(|_| {
+            status(
+                Code::InvalidArgument,
+                "invalid-argument",
+                format!(
+                    "leaf_hash must be 32 bytes, got {}",
+                    request.leaf_hash.len()
+                ),
+            )
+        })?;
+        let (leaf_index, path) = self
+            .ct
+            .proof_by_hash(&self.replica, &hash, request.tree_size)
+            .map_err(read_status)?;
+        Ok(Response::new(v1::GetProofByHashReply {
+            leaf_index,
+            audit_path: hash_list(path),
+        }))
+    }
+
+    async fn get_entries(
+        &self,
+        request: Request<v1::GetEntriesRequest>,
+    ) -> Result<Response<v1::GetEntriesReply>, Status> {
+        let request = request.into_inner();
+        let entries = self
+            .ct
+            .entries(&self.replica, request.start, request.end)
+            .map_err(read_status)?;
+        debug_assert!(entries.len() as u64 <= GET_ENTRIES_MAX);
+        Ok(Response::new(v1::GetEntriesReply {
+            entries: entries
+                .into_iter()
+                .map(|entry| v1::LogEntry {
+                    leaf_input: entry.leaf_input,
+                    extra_data: entry.extra_data,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn get_roots(
+        &self,
+        _request: Request<v1::GetRootsRequest>,
+    ) -> Result<Response<v1::GetRootsReply>, Status> {
+        Ok(Response::new(v1::GetRootsReply {
+            certificates: self.ct.roots().certificates().to_vec(),
+        }))
+    }
+
+    async fn status(
+        &self,
+        _request: Request<v1::LogStatusRequest>,
+    ) -> Result<Response<v1::LogStatus>, Status> {
+        Ok(Response::new(self.log_status()?))
+    }
+
+    async fn set_config(
+        &self,
+        request: Request<v1::SetLogConfigRequest>,
+    ) -> Result<Response<v1::LogConfig>, Status> {
+        let config = request.into_inner().config.ok_or_else(|| {
+            status(
+                Code::InvalidArgument,
+                "invalid-argument",
+                "config is required",
+            )
+        })?;
+        let config = config_from_proto(&config);
+        config.validate().map_err(|error| ct_status(&error))?;
+        self.control(CtCommand::Configure(config)).await?;
+        Ok(Response::new(config_to_proto(&config)))
+    }
+
+    async fn set_frozen(
+        &self,
+        request: Request<v1::SetFrozenRequest>,
+    ) -> Result<Response<v1::LogStatus>, Status> {
+        let frozen = request.into_inner().frozen;
+        self.control(CtCommand::SetFrozen { frozen }).await?;
+        Ok(Response::new(self.log_status()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_round_trips_through_protobuf() {
+        let config = LogConfig {
+            min_serving_nodes: 3,
+            min_serving_permille: 750,
+            unsequenced_watermark: 5,
+            guard_window_ms: 7,
+            signing_interval_ms: 11,
+            sequencing_interval_ms: 13,
+            report_ttl_ms: 17,
+        };
+        assert_eq!(config_from_proto(&config_to_proto(&config)), config);
+    }
+
+    #[test]
+    fn back_pressure_is_resource_exhausted() {
+        let error = CtError::Backlog {
+            unsequenced: 10,
+            watermark: 10,
+        };
+        assert_eq!(ct_status(&error).code(), Code::ResourceExhausted);
+        assert_eq!(ct_status(&CtError::Frozen).code(), Code::FailedPrecondition);
+    }
+}
