@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use certus_core::{Command, Response};
-use certus_node::{CertusNode, Clock, Leader, Node, NodeConfig, ServiceError};
+use certus_node::ct_log::CtNode;
+use certus_node::{CertusNode, Clock, CtSetup, Leader, Node, NodeConfig, ServiceError};
 use certus_store::SimDisk;
 use madsim::runtime::{Handle, NodeHandle};
 use openraft_metrics::watch_roles;
@@ -63,6 +64,8 @@ pub struct ClusterSpec {
     pub storage: Storage,
     /// Changes to each node's default configuration.
     pub tune: fn(&mut NodeConfig),
+    /// The CT log every node runs, if any.
+    pub ct: Option<CtSetup>,
 }
 
 impl ClusterSpec {
@@ -73,12 +76,16 @@ impl ClusterSpec {
             clocks: Vec::new(),
             storage: Storage::Simulated,
             tune: |_| {},
+            ct: None,
         }
     }
 }
 
 /// The running node of each simulated machine, as its init task published it.
 type Running = Arc<Mutex<BTreeMap<u64, Arc<certus_node::Replica>>>>;
+
+/// The CT part of each running node.
+type RunningCt = Arc<Mutex<BTreeMap<u64, Arc<CtNode>>>>;
 
 /// Role changes and commit progress of every node, as watchers on the nodes saw them.
 pub type Samples = Arc<Mutex<Vec<Sample>>>;
@@ -89,6 +96,7 @@ pub struct SimCluster {
     machines: BTreeMap<u64, NodeHandle>,
     disks: BTreeMap<u64, SimDisk>,
     running: Running,
+    running_ct: RunningCt,
     samples: Samples,
     started: tokio::time::Instant,
 }
@@ -117,6 +125,7 @@ impl SimCluster {
     pub fn start_with(spec: &ClusterSpec, started: tokio::time::Instant) -> SimCluster {
         let handle = Handle::current();
         let running: Running = Arc::default();
+        let running_ct: RunningCt = Arc::default();
         let samples: Samples = Arc::default();
         let tune = spec.tune;
         let configs: BTreeMap<u64, NodeConfig> = (1..=spec.nodes)
@@ -149,10 +158,12 @@ impl SimCluster {
                     drift_ppm: 0,
                 });
             let running = Arc::clone(&running);
+            let running_ct = Arc::clone(&running_ct);
             let samples = Arc::clone(&samples);
             let members = members.clone();
             let config = configs[&id].clone();
             let storage = spec.storage.clone();
+            let ct = spec.ct.clone();
             let machine = handle
                 .create_node()
                 .name(format!("node-{id}"))
@@ -160,17 +171,19 @@ impl SimCluster {
                 .init(move || {
                     let disk = disk.clone();
                     let running = Arc::clone(&running);
+                    let running_ct = Arc::clone(&running_ct);
                     let samples = Arc::clone(&samples);
                     let members = members.clone();
                     let config = config.clone();
                     let storage = storage.clone();
+                    let ct = ct.clone();
                     async move {
                         // The wall clock picks up where its drift has taken it by now.
                         let clock = Clock::system();
                         clock.set_skew(skew.offset_at(elapsed_ms(started)), skew.drift_ppm);
                         let node = match storage {
                             Storage::Simulated => {
-                                Node::start_on(config, Arc::new(disk), clock).await
+                                Node::start_with_ct(config, Arc::new(disk), clock, ct).await
                             }
                             Storage::Sled(_) => Node::start_with_clock(config, clock).await,
                         }
@@ -183,6 +196,12 @@ impl SimCluster {
                             .lock()
                             .expect("running table")
                             .insert(id, Arc::clone(&replica));
+                        if let Some(ct) = node.ct() {
+                            running_ct
+                                .lock()
+                                .expect("running CT table")
+                                .insert(id, Arc::clone(ct));
+                        }
                         // Watching runs on the node's machine, so it dies with it.
                         watch_roles(replica, samples, started).await;
                         // A node's init task must not return, or madsim stops the node's tasks.
@@ -199,6 +218,7 @@ impl SimCluster {
             machines,
             disks,
             running,
+            running_ct,
             samples,
             started,
         }
@@ -238,9 +258,28 @@ impl SimCluster {
         self.samples.lock().expect("samples").clone()
     }
 
+    /// The CT part of every running node.
+    pub fn ct_nodes(&self) -> Vec<(u64, Arc<CtNode>)> {
+        self.running_ct
+            .lock()
+            .expect("running CT table")
+            .iter()
+            .map(|(id, ct)| (*id, Arc::clone(ct)))
+            .collect()
+    }
+
+    /// The simulated disk of node `id` (what survives its crashes).
+    pub fn disk(&self, id: u64) -> &SimDisk {
+        &self.disks[&id]
+    }
+
     /// Crashes node `id`: its tasks stop and its disk loses what was not flushed.
     pub fn crash(&self, id: u64) {
         self.running.lock().expect("running table").remove(&id);
+        self.running_ct
+            .lock()
+            .expect("running CT table")
+            .remove(&id);
         self.handle.kill(self.machines[&id].id());
         self.disks[&id].crash();
         self.samples.lock().expect("samples").push(Sample {

@@ -3,8 +3,8 @@
 //! ring draws keys and ECDSA nonces from the operating system's RNG, which madsim cannot
 //! intercept, so a key generated inside a run would differ on replay. Keys here come from the
 //! seed instead, and Ed25519 signing is deterministic, so a replayed run signs identically. The
-//! production signer (ECDSA P-256) and this one sit behind the same signing interface when the
-//! CT log arrives.
+//! production signer (ECDSA P-256) and this one sit behind the same signing interface
+//! (`certus_ct::signer::Signer`).
 
 use ring::digest;
 use ring::signature::{Ed25519KeyPair, KeyPair as _};
@@ -13,11 +13,19 @@ use ring::signature::{Ed25519KeyPair, KeyPair as _};
 /// its private seed is SHA-256 of the run's seed and the purpose, so every purpose gets its own
 /// key and the same run always gets the same ones.
 pub fn ed25519(seed: u64, purpose: &str) -> Ed25519KeyPair {
+    Ed25519KeyPair::from_seed_unchecked(&ed25519_seed(seed, purpose))
+        .expect("any 32 bytes are an Ed25519 private seed")
+}
+
+/// The 32-byte private seed of [`ed25519`]`(seed, purpose)`: SHA-256 of the run's seed and the
+/// purpose.
+pub fn ed25519_seed(seed: u64, purpose: &str) -> [u8; 32] {
     let mut material = seed.to_be_bytes().to_vec();
     material.extend_from_slice(purpose.as_bytes());
     let private = digest::digest(&digest::SHA256, &material);
-    Ed25519KeyPair::from_seed_unchecked(private.as_ref())
-        .expect("any 32 bytes are an Ed25519 private seed")
+    let mut out = [0u8; 32];
+    out.copy_from_slice(private.as_ref());
+    out
 }
 
 /// The public key bytes of [`ed25519`]`(seed, purpose)`.

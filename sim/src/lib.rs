@@ -4,12 +4,13 @@
 //! (in its own target directory; `cargo xtask sim` and `cargo xtask test` run it): a cluster of
 //! real [`certus_node::Node`]s on madsim's simulated network and time, each on its own
 //! [`certus_store::SimDisk`] that outlives crashes. What it records ([`history`], [`observe`]) and
-//! what judges it ([`linearizability`], [`lease_model`], [`checkers`], [`schedule`],
+//! what judges it ([`linearizability`], [`lease_model`], [`checkers`], [`ct_checkers`], [`schedule`],
 //! [`timeline`]) and the seeded signing [`keys`] are plain code, tested by a normal `cargo test`.
 
 #![deny(missing_docs, unreachable_pub)]
 
 pub mod checkers;
+pub mod ct_checkers;
 pub mod history;
 pub mod keys;
 pub mod lease_model;
@@ -20,6 +21,10 @@ pub mod timeline;
 
 #[cfg(madsim)]
 pub mod cluster;
+#[cfg(madsim)]
+pub mod ct_run;
+#[cfg(madsim)]
+pub mod ct_workload;
 #[cfg(madsim)]
 pub mod faults;
 #[cfg(madsim)]

@@ -27,6 +27,8 @@ use crate::history::{Call, History, Operation, Outcome};
 use crate::lease_model::{self, LeaseModel};
 use crate::linearizability::Verdict as Linearity;
 
+use crate::ct_run::{self, CtReport};
+use crate::ct_workload::CtWorkload;
 use crate::observe::RunRecord;
 use crate::schedule::{FaultConfig, Schedule};
 use crate::workload::{self, LeaseWorkload};
@@ -55,6 +57,8 @@ pub struct Scenario {
     pub tune: fn(&mut NodeConfig),
     /// The client workload.
     pub workload: LeaseWorkload,
+    /// The CT log and its workload, if the scenario runs one.
+    pub ct: Option<CtWorkload>,
 }
 
 /// Every scenario.
@@ -68,6 +72,7 @@ pub fn scenarios() -> Vec<Scenario> {
             deterministic: true,
             tune: |_| {},
             workload: LeaseWorkload::default(),
+            ct: None,
         },
         Scenario {
             name: "leases-5",
@@ -81,6 +86,7 @@ pub fn scenarios() -> Vec<Scenario> {
                 leases: 3,
                 ..LeaseWorkload::default()
             },
+            ct: None,
         },
         Scenario {
             name: "snapshots",
@@ -94,6 +100,7 @@ pub fn scenarios() -> Vec<Scenario> {
                 config.raft.entries_kept_after_snapshot = 20;
             },
             workload: LeaseWorkload::default(),
+            ct: None,
         },
         Scenario {
             name: "sled",
@@ -104,6 +111,38 @@ pub fn scenarios() -> Vec<Scenario> {
             deterministic: false,
             tune: |_| {},
             workload: LeaseWorkload::default(),
+            ct: None,
+        },
+        Scenario {
+            name: "ct",
+            about: "3 nodes running the CT log: submitters and auditors beside lease clients; \
+                    the STH-selection checkers",
+            faults: FaultConfig::for_nodes(3),
+            sled: false,
+            deterministic: true,
+            tune: |_| {},
+            workload: LeaseWorkload {
+                clients: 2,
+                ..LeaseWorkload::default()
+            },
+            ct: Some(CtWorkload::default()),
+        },
+        Scenario {
+            name: "ct-5",
+            about: "5 nodes running the CT log (three must hold a tree before it serves), \
+                    more submitters",
+            faults: FaultConfig::for_nodes(5),
+            sled: false,
+            deterministic: true,
+            tune: |_| {},
+            workload: LeaseWorkload {
+                clients: 2,
+                ..LeaseWorkload::default()
+            },
+            ct: Some(CtWorkload {
+                submitters: 5,
+                ..CtWorkload::default()
+            }),
         },
     ]
 }
@@ -127,6 +166,8 @@ pub struct RunOutcome {
     pub trace: String,
     /// The windows of history no linearization explains, per lease.
     pub nonlinearizable: BTreeMap<String, Vec<Operation>>,
+    /// The CT log's publications and client history, as JSON, when the scenario runs the log.
+    pub ct_report: Option<String>,
     /// Simulated time the run covered.
     pub simulated: Duration,
     /// Wall time it took.
@@ -146,6 +187,7 @@ impl RunOutcome {
         serde_json::to_string(&self.history)
             .unwrap_or_default()
             .hash(&mut hasher);
+        self.ct_report.hash(&mut hasher);
         hasher.finish()
     }
 }
@@ -153,6 +195,7 @@ impl RunOutcome {
 /// What the simulated part of a run hands back.
 struct Collected {
     history: History,
+    ct_report: Option<CtReport>,
     record: RunRecord,
     verdicts: Vec<Verdict>,
     epoch_ms: u64,
@@ -245,8 +288,13 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> RunOutcome {
     let wall = wall.elapsed();
     let trace_text = without_task_ids(&String::from_utf8_lossy(&trace.0.lock().expect("trace")));
     let mut nonlinearizable = BTreeMap::new();
+    let mut ct_report = None;
     let (history, mut record, mut verdicts, simulated) = match result {
         Ok(collected) => {
+            ct_report = collected
+                .ct_report
+                .as_ref()
+                .map(|report| serde_json::to_string_pretty(report).unwrap_or_default());
             let mut verdicts = collected.verdicts;
             let model = LeaseModel {
                 epoch_ms: collected.epoch_ms,
@@ -302,6 +350,7 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> RunOutcome {
         record,
         trace: trace_text,
         nonlinearizable,
+        ct_report,
         simulated,
         wall,
     }
@@ -405,15 +454,24 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     } else {
         None
     };
+    let ct_setup = scenario.ct.as_ref().map(|_| ct_run::setup(schedule.seed));
     let spec = ClusterSpec {
         nodes,
         clocks: schedule.clocks.clone(),
         storage: data.clone().map_or(Storage::Simulated, Storage::Sled),
         tune: scenario.tune,
+        ct: ct_setup.as_ref().map(|(setup, _, _)| setup.clone()),
     };
     let cluster = Arc::new(SimCluster::start_with(&spec, started));
     let driver = FaultDriver::new(Arc::clone(&cluster), started);
     let running = workload::start_leases(&scenario.workload, nodes, schedule.seed, started);
+    let ct = scenario
+        .ct
+        .as_ref()
+        .zip(ct_setup)
+        .map(|(workload, (_, pki, verifier))| {
+            ct_run::start(&cluster, workload, schedule.seed, pki, verifier, started)
+        });
 
     // Safety phase.
     driver.run_safety_phase(&schedule).await;
@@ -448,6 +506,14 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     let end_of_phase = started + Duration::from_millis(config.safety_ms + config.liveness_ms);
     tokio::time::sleep_until(end_of_phase).await;
     let history = running.stop().await;
+    let ct_report = match ct {
+        Some(ct) => {
+            let (ct_verdicts, report) = ct.finish(&cluster, heal_ms, started).await;
+            verdicts.extend(ct_verdicts);
+            Some(report)
+        }
+        None => None,
+    };
 
     // Let every running node catch up, then read the final state.
     let (finals, cluster_now_ms) = settle(&cluster).await;
@@ -480,6 +546,7 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     };
     Collected {
         history,
+        ct_report,
         record,
         verdicts,
         epoch_ms,
@@ -491,6 +558,9 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
 async fn settle(cluster: &SimCluster) -> (BTreeMap<u64, BTreeMap<String, (String, u64)>>, u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut finals = BTreeMap::new();
+    // The look at which the most nodes had caught up: with a node cut off for good the loop
+    // runs to its deadline, and the last look alone may land just after a tick committed.
+    let mut best: BTreeMap<u64, BTreeMap<String, (String, u64)>> = BTreeMap::new();
     let mut latest_clock_ms = 0;
     while Instant::now() < deadline {
         let replicas = cluster.replicas();
@@ -526,12 +596,15 @@ async fn settle(cluster: &SimCluster) -> (BTreeMap<u64, BTreeMap<String, (String
                 finals.insert(*id, leases);
             }
         }
+        if finals.len() > best.len() {
+            best = finals.clone();
+        }
         if finals.len() == replicas.len() && !replicas.is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    (finals, latest_clock_ms)
+    (best, latest_clock_ms)
 }
 
 /// Per lease, the newest acknowledged grant or renewal that no later release could have undone.
@@ -585,6 +658,9 @@ pub fn write_report(outcome: &RunOutcome, root: &Path) -> std::io::Result<PathBu
         dir.join("timeline.html"),
         crate::timeline::render_html(&outcome.record),
     )?;
+    if let Some(report) = &outcome.ct_report {
+        std::fs::write(dir.join("ct.json"), report)?;
+    }
     for (lease, window) in &outcome.nonlinearizable {
         write_json(&dir.join(format!("nonlinearizable-{lease}.json")), window)?;
     }

@@ -1,5 +1,5 @@
-//! `certus ctl`: status, membership, snapshots, leases and challenge tokens of a running cluster,
-//! as tables or (`--json`) one JSON document on stdout.
+//! `certus ctl`: status, membership, snapshots, leases, challenge tokens and the CT log of a
+//! running cluster, as tables or (`--json`) one JSON document on stdout.
 
 use std::time::Duration;
 
@@ -19,6 +19,8 @@ macro_rules! say {
         let _ = writeln!(std::io::stdout().lock(), $($arg)*);
     }};
 }
+
+mod log;
 
 /// Talk to a running cluster (by default the one `certus up` starts).
 #[derive(Debug, Args)]
@@ -62,6 +64,11 @@ enum CtlCommand {
     Tokens {
         #[command(subcommand)]
         command: TokensCommand,
+    },
+    /// The Certificate Transparency log.
+    Log {
+        #[command(subcommand)]
+        command: log::LogCommand,
     },
 }
 
@@ -224,6 +231,7 @@ pub(crate) async fn run(args: CtlArgs) -> Result<(), String> {
         }
         CtlCommand::Leases { command } => leases(&client, &out, command).await,
         CtlCommand::Tokens { command } => tokens(&client, &out, command).await,
+        CtlCommand::Log { command } => log::run(&client, &out, command).await,
     }
 }
 
@@ -922,9 +930,55 @@ mod tests {
             &["tokens", "put", "t", "t.thumb"],
             &["tokens", "delete", "t"],
             &["tokens", "purge", "--older-than-ms", "60000"],
+            &["log", "status"],
+            &["log", "status", "--endpoint", "127.0.0.1:7102"],
+            &["log", "sth"],
+            &["log", "config"],
+            &["log", "config", "set", "--watermark", "500"],
+            &[
+                "log",
+                "config",
+                "set",
+                "--min-serving-nodes",
+                "3",
+                "--min-serving-permille",
+                "750",
+                "--watermark",
+                "10",
+                "--guard-window-ms",
+                "0",
+                "--signing-interval-ms",
+                "50",
+                "--sequencing-interval-ms",
+                "60",
+                "--report-ttl-ms",
+                "5000",
+            ],
+            &["log", "freeze"],
+            &["log", "unfreeze"],
+            &["log", "add-chain", "chain.pem"],
+            &["log", "add-chain", "chain.pem", "--precert"],
+            &["log", "roots"],
         ] {
             parse(args);
         }
+    }
+
+    #[test]
+    fn log_flags_are_checked_by_the_parser() {
+        let parse_error = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("ctl").chain(args.iter().copied()))
+                .expect_err("refused")
+                .to_string()
+        };
+        let error = parse_error(&["log", "config", "set", "--watermark", "many"]);
+        assert!(error.contains("--watermark"), "{error}");
+        let error = parse_error(&["log", "config", "set", "--min-serving-nodes=-1"]);
+        assert!(error.contains("--min-serving-nodes"), "{error}");
+        let error = parse_error(&["log", "add-chain"]);
+        assert!(error.contains("<FILE>"), "{error}");
+        let error = parse_error(&["log", "config", "set", "--bogus", "1"]);
+        assert!(error.contains("--bogus"), "{error}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `certus`: run a local cluster (`up`), one node (`serve`), or talk to a cluster (`ctl`).
+//! `certus`: run a local cluster (`up`), one node (`serve`), talk to a cluster (`ctl`), or make
+//! a CT log key (`ct-keygen`).
 
 use std::process::ExitCode;
 
@@ -7,6 +8,7 @@ use tracing_subscriber::EnvFilter;
 
 mod bench;
 mod cluster;
+mod ct_key;
 mod ctl;
 mod serve;
 mod up;
@@ -29,6 +31,8 @@ enum Command {
     Ctl(ctl::CtlArgs),
     /// Measure this machine: an embedded 3-node cluster under concurrent clients.
     Bench(bench::BenchArgs),
+    /// Generate a CT log signing key (ECDSA P-256, PKCS#8 PEM) and print its log id.
+    CtKeygen(ct_key::KeygenArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(args).await,
             Command::Ctl(args) => ctl::run(args).await,
             Command::Bench(args) => bench::run(args).await,
+            Command::CtKeygen(args) => ct_key::run(&args),
         }
     });
     match result {

@@ -11,11 +11,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use certus_client::Client;
-use certus_node::{CertusNode, Node, NodeConfig, RaftTuning};
+use certus_node::{CertusNode, CtFiles, Node, NodeConfig, RaftTuning};
 use serde::Deserialize;
 use tracing::info;
 
 use crate::cluster::node_table;
+use crate::ct_key::LogKey;
 
 /// Options of `certus serve`.
 #[derive(Debug, clap::Args)]
@@ -41,6 +42,13 @@ pub(crate) struct ServeArgs {
     /// When joining, stay a learner (non-voting).
     #[arg(long, env = "CERTUS_LEARNER")]
     learner: bool,
+    /// The CT log's signing key (PKCS#8 PEM, the same on every node; `certus ct-keygen` makes
+    /// one). Without it this node takes no part in the CT log.
+    #[arg(long, env = "CERTUS_CT_KEY_FILE")]
+    ct_key_file: Option<PathBuf>,
+    /// A PEM bundle of the root certificates the CT log accepts chains up to.
+    #[arg(long, env = "CERTUS_CT_ROOTS_FILE")]
+    ct_roots_file: Option<PathBuf>,
 }
 
 /// The config file.
@@ -61,6 +69,17 @@ struct ServeFile {
     raft: Option<RaftTuning>,
     tick_interval_ms: Option<u64>,
     challenge_retention_ms: Option<u64>,
+    /// The `[ct]` table: `key_file`, `roots_file`.
+    #[serde(default)]
+    ct: CtFiles,
+}
+
+/// The CT files of the config file, each overridden by its flag (or environment variable).
+fn ct_files(file: CtFiles, key_file: Option<PathBuf>, roots_file: Option<PathBuf>) -> CtFiles {
+    CtFiles {
+        key_file: key_file.or(file.key_file),
+        roots_file: roots_file.or(file.roots_file),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +124,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     if let Some(retention) = file.challenge_retention_ms {
         config.challenge_retention_ms = retention;
     }
+    config.ct = ct_files(file.ct, args.ct_key_file, args.ct_roots_file);
     let join = if args.join.is_empty() {
         file.join
     } else {
@@ -135,6 +155,16 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         "{}",
         node_table(&[(&node, config.data_dir.display().to_string())])
     );
+    if let Some(key_file) = &config.ct.key_file {
+        // The node loaded this key to start; this only shows who it is.
+        match LogKey::of_file(key_file) {
+            Ok(key) => println!(
+                "CT log: http://{}/ct/v1/ (log id {})",
+                config.http_addr, key.log_id
+            ),
+            Err(error) => tracing::warn!(%error, "cannot show the CT log id"),
+        }
+    }
 
     wait_for_stop().await?;
     info!(id = config.id, "stopping");
@@ -248,5 +278,46 @@ async fn wait_for_stop() -> Result<(), String> {
         tokio::signal::ctrl_c()
             .await
             .map_err(|error| format!("cannot wait for Ctrl-C: {error}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_file_takes_a_ct_table() {
+        let file: ServeFile = toml::from_str(
+            "id = 1\n[ct]\nkey_file = \"/etc/certus/ct-log-key.pem\"\nroots_file = \"/etc/certus/roots.pem\"\n",
+        )
+        .expect("parses");
+        assert_eq!(
+            file.ct,
+            CtFiles {
+                key_file: Some(PathBuf::from("/etc/certus/ct-log-key.pem")),
+                roots_file: Some(PathBuf::from("/etc/certus/roots.pem")),
+            }
+        );
+        let file: ServeFile = toml::from_str("id = 1\n").expect("parses");
+        assert_eq!(file.ct, CtFiles::default(), "no [ct]: no CT log");
+
+        let error = toml::from_str::<ServeFile>("[ct]\nkey = \"x.pem\"\n").expect_err("unknown");
+        assert!(error.to_string().contains("key"), "{error}");
+    }
+
+    #[test]
+    fn ct_flags_override_the_file() {
+        let file = CtFiles {
+            key_file: Some(PathBuf::from("file-key.pem")),
+            roots_file: Some(PathBuf::from("file-roots.pem")),
+        };
+        assert_eq!(ct_files(file.clone(), None, None), file);
+        assert_eq!(
+            ct_files(file, Some(PathBuf::from("flag-key.pem")), None),
+            CtFiles {
+                key_file: Some(PathBuf::from("flag-key.pem")),
+                roots_file: Some(PathBuf::from("file-roots.pem")),
+            }
+        );
     }
 }

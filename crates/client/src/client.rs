@@ -9,14 +9,18 @@ use certus_proto::health::health_check_response::ServingStatus;
 use certus_proto::health::health_client::HealthClient;
 use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::leases_client::LeasesClient;
+use certus_proto::v1::log_client::LogClient;
 use certus_proto::v1::{
-    AcquireReply, AcquireRequest, AddLearnerRequest, Challenge, ChangeMembershipRequest,
-    CheckFenceReply, CheckFenceRequest, DeleteChallengeReply, DeleteChallengeRequest,
-    GetChallengeRequest, GetLeaseRequest, Lease, ListChallengesReply, ListChallengesRequest,
-    ListLeasesReply, ListLeasesRequest, MembershipReply, PurgeChallengesReply,
-    PurgeChallengesRequest, PutChallengeReply, PutChallengeRequest, ReleaseReply, ReleaseRequest,
-    RenewReply, RenewRequest, StatusReply, StatusRequest, TriggerSnapshotReply,
-    TriggerSnapshotRequest,
+    AcquireReply, AcquireRequest, AddChainReply, AddChainRequest, AddLearnerRequest, Challenge,
+    ChangeMembershipRequest, CheckFenceReply, CheckFenceRequest, DeleteChallengeReply,
+    DeleteChallengeRequest, GetChallengeRequest, GetConsistencyReply, GetConsistencyRequest,
+    GetEntriesReply, GetEntriesRequest, GetLeaseRequest, GetProofByHashReply,
+    GetProofByHashRequest, GetRootsReply, GetRootsRequest, GetSthRequest, Lease,
+    ListChallengesReply, ListChallengesRequest, ListLeasesReply, ListLeasesRequest, LogConfig,
+    LogStatus, LogStatusRequest, MembershipReply, PurgeChallengesReply, PurgeChallengesRequest,
+    PutChallengeReply, PutChallengeRequest, ReleaseReply, ReleaseRequest, RenewReply, RenewRequest,
+    SetFrozenRequest, SetLogConfigRequest, SignedTreeHead, StatusReply, StatusRequest,
+    TriggerSnapshotReply, TriggerSnapshotRequest,
 };
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
@@ -386,6 +390,139 @@ impl Client {
             AdminClient::new(channel)
                 .trigger_snapshot(TriggerSnapshotRequest {})
                 .await
+        })
+        .await
+    }
+
+    // ---- certus.v1.Log ----------------------------------------------------------------
+
+    /// Submits a certificate chain to the CT log, leaf first, DER each (RFC 6962 add-chain), or
+    /// with `precertificate` a precertificate chain (add-pre-chain). Answers with the SCT once
+    /// the entry is committed; a chain the log already has gets its original SCT, so a retry
+    /// after an ambiguous failure is safe.
+    ///
+    /// Refusals include `bad-chain` (the chain fails a check, for example it does not lead to
+    /// an accepted root), `frozen`, `backlog` (`RESOURCE_EXHAUSTED`: try later) and `too-large`.
+    pub async fn add_chain(
+        &self,
+        chain: Vec<Vec<u8>>,
+        precertificate: bool,
+    ) -> Result<AddChainReply, ClientError> {
+        let request = AddChainRequest {
+            chain,
+            precertificate,
+        };
+        self.call("Log/AddChain", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LogClient::new(channel).add_chain(request).await }
+        })
+        .await
+    }
+
+    /// The serving signed tree head (get-sth).
+    ///
+    /// Log reads are answered from the local tree of the node asked; a node that has not yet
+    /// integrated the serving tree answers `UNAVAILABLE` with the reason `behind`, and the call
+    /// moves on to another node. Before the first STH is published every node answers `behind`.
+    pub async fn get_sth(&self) -> Result<SignedTreeHead, ClientError> {
+        self.call("Log/GetSth", self.budget(), |channel| async move {
+            LogClient::new(channel).get_sth(GetSthRequest {}).await
+        })
+        .await
+    }
+
+    /// A consistency proof between the trees of sizes `first` and `second`, both at most the
+    /// serving tree size (get-sth-consistency).
+    pub async fn get_consistency(
+        &self,
+        first: u64,
+        second: u64,
+    ) -> Result<GetConsistencyReply, ClientError> {
+        let request = GetConsistencyRequest { first, second };
+        self.call(
+            "Log/GetConsistency",
+            self.budget(),
+            move |channel| async move { LogClient::new(channel).get_consistency(request).await },
+        )
+        .await
+    }
+
+    /// The index and audit path of the leaf whose Merkle leaf hash is `leaf_hash` (32 bytes),
+    /// in the tree of size `tree_size` (get-proof-by-hash). `NOT_FOUND` if the tree does not
+    /// hold it.
+    pub async fn get_proof_by_hash(
+        &self,
+        leaf_hash: impl Into<Vec<u8>>,
+        tree_size: u64,
+    ) -> Result<GetProofByHashReply, ClientError> {
+        let request = GetProofByHashRequest {
+            leaf_hash: leaf_hash.into(),
+            tree_size,
+        };
+        self.call("Log/GetProofByHash", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LogClient::new(channel).get_proof_by_hash(request).await }
+        })
+        .await
+    }
+
+    /// Entries `start..=end`, at most 1000 and never past the serving tree (get-entries; a
+    /// shorter answer than asked is normal).
+    pub async fn get_entries(&self, start: u64, end: u64) -> Result<GetEntriesReply, ClientError> {
+        let request = GetEntriesRequest { start, end };
+        self.call("Log/GetEntries", self.budget(), move |channel| async move {
+            LogClient::new(channel).get_entries(request).await
+        })
+        .await
+    }
+
+    /// The root certificates the log accepts chains up to, DER each (get-roots).
+    pub async fn get_roots(&self) -> Result<GetRootsReply, ClientError> {
+        self.call("Log/GetRoots", self.budget(), |channel| async move {
+            LogClient::new(channel).get_roots(GetRootsRequest {}).await
+        })
+        .await
+    }
+
+    /// The log as the replicated state sees it (configuration, frozen, serving STH, sequencing
+    /// backlog, every node's last report), with the local tree of the node that answered.
+    pub async fn log_status(&self) -> Result<LogStatus, ClientError> {
+        self.call("Log/Status", self.budget(), |channel| async move {
+            LogClient::new(channel).status(LogStatusRequest {}).await
+        })
+        .await
+    }
+
+    /// [`Client::log_status`] of the node at `endpoint`, for its local tree. One attempt, never
+    /// sent to another node.
+    pub async fn log_status_of(&self, endpoint: &str) -> Result<LogStatus, ClientError> {
+        let timeout = self.config().attempt_timeout;
+        self.call_one(endpoint, timeout, |channel| async move {
+            LogClient::new(channel).status(LogStatusRequest {}).await
+        })
+        .await
+    }
+
+    /// Replaces the log's cluster-wide configuration (every field; read it with
+    /// [`Client::log_status`] first to change only some). Answers with the configuration in
+    /// force; refused with `invalid-config` naming the first field out of range. Safe to
+    /// repeat.
+    pub async fn set_log_config(&self, config: LogConfig) -> Result<LogConfig, ClientError> {
+        let request = SetLogConfigRequest {
+            config: Some(config),
+        };
+        self.call("Log/SetConfig", self.budget(), move |channel| async move {
+            LogClient::new(channel).set_config(request).await
+        })
+        .await
+    }
+
+    /// Freezes the log (`true`: no new entries are accepted, STHs are still served) or
+    /// unfreezes it. Answers with the log's status afterwards. Safe to repeat.
+    pub async fn set_frozen(&self, frozen: bool) -> Result<LogStatus, ClientError> {
+        let request = SetFrozenRequest { frozen };
+        self.call("Log/SetFrozen", self.budget(), move |channel| async move {
+            LogClient::new(channel).set_frozen(request).await
         })
         .await
     }
@@ -787,6 +924,45 @@ mod tests {
             started.elapsed() < Duration::from_secs(3),
             "{:?}",
             started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn log_calls_follow_the_cluster_and_single_node_rules() {
+        let config = ClientConfig {
+            max_attempts: 2,
+            backoff_initial: Duration::from_millis(1),
+            ..ClientConfig::default()
+        };
+        let client = Client::with_config(["127.0.0.1:1"], config).expect("client");
+        let error = client.get_sth().await.expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 2, .. }),
+            "retried like every cluster call: {error:?}"
+        );
+        let error = client
+            .add_chain(vec![vec![0x30]], false)
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 2, .. }),
+            "{error:?}"
+        );
+        let error = client
+            .log_status_of("127.0.0.1:1")
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 1, .. }),
+            "one attempt at one node: {error:?}"
+        );
+        let error = client
+            .log_status_of("not an endpoint")
+            .await
+            .expect_err("invalid");
+        assert!(
+            matches!(error, ClientError::InvalidEndpoint(_)),
+            "{error:?}"
         );
     }
 

@@ -1,8 +1,8 @@
 //! The Rust client of Certus: leader discovery, retries with backoff, deadlines.
 //!
 //! A [`Client`] is built from the gRPC endpoints (`host:port`) of some nodes of one cluster. It
-//! speaks only the public services of [`certus_proto`] (`certus.v1.Leases`, `certus.v1.Admin`
-//! and `grpc.health.v1.Health`), so anything it does, a client in another language can do with
+//! speaks only the public services of [`certus_proto`] (`certus.v1.Leases`, `certus.v1.Admin`,
+//! `certus.v1.Log` and `grpc.health.v1.Health`), so anything it does, a client in another language can do with
 //! the same `.proto` files.
 //!
 //! ```no_run
@@ -42,14 +42,16 @@
 //!
 //! A write whose attempt failed after it may have reached the leader (a transport error or a
 //! timeout mid-request, or a node answering with the reason `outcome-unknown`) may have been
-//! applied already; the retry then applies it a second time. Every write of the `Leases` service
-//! is safe to repeat in that sense:
+//! applied already; the retry then applies it a second time. Every write of the `Leases` and
+//! `Log` services is safe to repeat in that sense:
 //!
 //! - `acquire` by the same holder renews its own grant (same fencing token, `how = RENEWED`);
 //! - `renew` extends the same grant again;
 //! - `put_challenge` stores the same key authorization again (`replaced = true`);
 //! - `delete_challenge` of a token already removed succeeds with `existed = false`;
 //! - `purge_challenges` removes what is old enough, again;
+//! - `add_chain` of a chain the log already has answers with the original SCT;
+//! - `set_log_config` and `set_frozen` set the same value again;
 //! - a repeated `release` is the one write whose answer changes: the lease is already gone, so
 //!   it answers `unknown-lease` (or `not-holder` if someone else acquired it in between). Treat
 //!   those answers to a retried release as success.
@@ -57,11 +59,20 @@
 //! A refusal before anything was proposed (`no-leader`, validation errors) guarantees that
 //! nothing changed.
 //!
+//! # The CT log
+//!
+//! The `certus.v1.Log` methods ([`Client::add_chain`], [`Client::get_sth`], …) are RFC 6962's
+//! operations over gRPC, plus the operator's controls. Reads are answered from the local tree of
+//! the node asked; a node that has not integrated the serving tree yet answers `UNAVAILABLE`
+//! with the reason `behind`, and the call is retried on another node like any `UNAVAILABLE`
+//! answer. A node that does not run the log (no `ct.key_file`) answers `UNIMPLEMENTED`, which is
+//! returned at once as a refusal: give the client only nodes that run it.
+//!
 //! # Calls to one node
 //!
-//! [`Client::status_of`], [`Client::trigger_snapshot`] and [`Client::health_check`] address one
-//! node and make a single attempt: a node that does not answer is reported at once, never
-//! replaced by another.
+//! [`Client::status_of`], [`Client::log_status_of`], [`Client::trigger_snapshot`] and
+//! [`Client::health_check`] address one node and make a single attempt: a node that does not
+//! answer is reported at once, never replaced by another.
 
 #![deny(missing_docs, unreachable_pub)]
 
@@ -78,7 +89,9 @@ pub use error::{ClientError, ERROR_REASON_KEY};
 /// The generated reply and message types the client returns, re-exported for convenience.
 pub use certus_proto::health::health_check_response::ServingStatus;
 pub use certus_proto::v1::{
-    AcquireReply, Challenge, CheckFenceReply, DeleteChallengeReply, Lease, ListChallengesReply,
-    ListLeasesReply, Member, MembershipReply, PurgeChallengesReply, PutChallengeReply,
-    ReleaseReply, RenewReply, StatusReply, TriggerSnapshotReply,
+    AcquireReply, AddChainReply, Challenge, CheckFenceReply, DeleteChallengeReply,
+    GetConsistencyReply, GetEntriesReply, GetProofByHashReply, GetRootsReply, Lease,
+    ListChallengesReply, ListLeasesReply, LogConfig, LogEntry, LogStatus, Member, MembershipReply,
+    NodeReport, PurgeChallengesReply, PutChallengeReply, ReleaseReply, RenewReply, SignedTreeHead,
+    StatusReply, TriggerSnapshotReply,
 };

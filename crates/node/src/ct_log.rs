@@ -31,12 +31,16 @@ use tokio::sync::watch;
 use tracing::{debug, error};
 
 use crate::errors::ServiceError;
+use crate::metrics::Metrics;
 use crate::replica::{Leader, Replica};
 
 /// Entries copied from the replicated state into the local database per round.
 const COPY_BATCH: usize = 4096;
 /// Entries integrated into the tree per round.
 const INTEGRATE_BATCH: usize = 16_384;
+/// The longest a round waits for one write: a write forwarded to a leader that has just been
+/// cut off would otherwise hold the round (and this node's reports) until the forward gives up.
+const ROUND_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 /// A node re-signs an unchanged tree at least this often, so the serving STH stays fresh.
 const STH_REFRESH_MS: u64 = 10_000;
 
@@ -74,19 +78,21 @@ pub struct CtNode {
     setup: CtSetup,
     verifier: LogVerifier,
     db: CtDatabase,
+    metrics: Arc<Metrics>,
     /// Set when this node's tree disagrees with the serving STH: it stops reporting and serving.
     corrupt: AtomicBool,
 }
 
 impl CtNode {
     /// Wraps the local database; refuses a key whose verifier cannot be built.
-    pub fn new(setup: CtSetup, db: CtDatabase) -> Result<CtNode, String> {
+    pub fn new(setup: CtSetup, db: CtDatabase, metrics: Arc<Metrics>) -> Result<CtNode, String> {
         let verifier = LogVerifier::for_signer(setup.signer.as_ref())
             .map_err(|error| format!("the CT log key: {error}"))?;
         Ok(CtNode {
             setup,
             verifier,
             db,
+            metrics,
             corrupt: AtomicBool::new(false),
         })
     }
@@ -347,17 +353,20 @@ impl CtNode {
         if reported {
             return Ok(());
         }
-        let command = Command::Ct(CtCommand::Report {
+        let command = CtCommand::Report {
             node: replica.id,
             sth,
             contiguous_size,
-        });
-        expect_ok(replica.write(vec![command]).await)
+        };
+        propose(replica, command).await
     }
 
+    /// The master's work: sequence, publish, clean up. Each step runs even if an earlier one
+    /// failed (each is checked by the state machine on its own).
     async fn lead(&self, replica: &Replica) -> Result<(), String> {
         let now_ms = replica.clock.now_ms();
         let members: BTreeSet<u64> = replica.membership().members.iter().map(|m| m.id).collect();
+        let mut errors = Vec::new();
         let (next, ready) = replica.reader.read(|applied| {
             let state = &applied.state;
             (
@@ -366,22 +375,39 @@ impl CtNode {
             )
         });
         if !ready.is_empty() {
-            let command = Command::Ct(CtCommand::Sequence {
+            let command = CtCommand::Sequence {
                 first: next,
                 keys: ready,
-            });
-            expect_ok(replica.write(vec![command]).await)?;
+            };
+            if let Err(error) = propose(replica, command).await {
+                errors.push(format!("sequence: {error}"));
+            }
         }
         let candidate = replica
             .reader
             .read(|applied| applied.state.ct_select_serving(&members, now_ms).cloned());
         if let Some(sth) = candidate {
-            self.check_candidate(&sth)?;
-            let command = Command::Ct(CtCommand::Publish {
-                sth,
-                members: members.iter().copied().collect(),
-            });
-            expect_ok(replica.write(vec![command]).await)?;
+            let published = match self.check_candidate(&sth) {
+                Ok(()) => {
+                    let size = sth.tree_size;
+                    let command = CtCommand::Publish {
+                        sth,
+                        members: members.iter().copied().collect(),
+                    };
+                    let previous = replica
+                        .reader
+                        .read(|applied| applied.state.ct_serving().map_or(0, |s| s.sth.tree_size));
+                    let published = propose(replica, command).await;
+                    if published.is_ok() {
+                        self.observe_merge_delays(replica, previous, size, now_ms);
+                    }
+                    published
+                }
+                Err(error) => Err(error),
+            };
+            if let Err(error) = published {
+                errors.push(format!("publish: {error}"));
+            }
         }
         let removable = replica.reader.read(|applied| {
             let state = &applied.state;
@@ -402,10 +428,26 @@ impl CtNode {
         });
         if removable > 0 {
             let max_entries = u32::try_from(removable).unwrap_or(u32::MAX);
-            let command = Command::Ct(CtCommand::CleanUp { max_entries });
-            expect_ok(replica.write(vec![command]).await)?;
+            if let Err(error) = propose(replica, CtCommand::CleanUp { max_entries }).await {
+                errors.push(format!("clean-up: {error}"));
+            }
         }
-        Ok(())
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+
+    /// Merge delay of each entry a publication newly covers: from its SCT to the publication.
+    fn observe_merge_delays(&self, replica: &Replica, from: u64, to: u64, published_ms: u64) {
+        let count = usize::try_from(to.saturating_sub(from)).unwrap_or(usize::MAX);
+        replica.reader.read(|applied| {
+            for (_, held) in applied.state.ct_sequenced_from(from, count) {
+                let delay_ms = published_ms.saturating_sub(held.submission.sct_timestamp_ms);
+                self.metrics.observe_merge_delay_ms(delay_ms);
+            }
+        });
     }
 
     /// The master's own cross-check before publishing: the signature verifies under the log's
@@ -659,6 +701,18 @@ pub fn from_core_sth(sth: &certus_core::ct::SignedTreeHead) -> Result<SignedTree
         tree_head_signature: certus_ct::structures::DigitallySigned::decode(&sth.signature)
             .map_err(|e| e.to_string())?,
     })
+}
+
+/// Proposes one CT command for a background round, giving up after [`ROUND_WRITE_TIMEOUT`]
+/// (the next round tries again from the state it then reads).
+async fn propose(replica: &Replica, command: CtCommand) -> Result<(), String> {
+    let written = tokio::time::timeout(
+        ROUND_WRITE_TIMEOUT,
+        replica.write(vec![Command::Ct(command)]),
+    )
+    .await
+    .map_err(|_| format!("no answer within {ROUND_WRITE_TIMEOUT:?}"))?;
+    expect_ok(written)
 }
 
 fn expect_ok(written: Result<Vec<Response>, ServiceError>) -> Result<(), String> {

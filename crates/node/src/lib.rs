@@ -23,6 +23,7 @@ pub mod http;
 pub mod leases_service;
 pub mod limits;
 pub mod log_service;
+pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod proposer;

@@ -14,6 +14,9 @@ use crate::ct_log::{CtNode, GET_ENTRIES_MAX, ReadError, SubmitError};
 use crate::errors::status;
 use crate::replica::Replica;
 
+/// The most entry bytes one GetEntries reply carries, under the client message limit.
+const GET_ENTRIES_REPLY_BYTES_MAX: usize = crate::limits::CLIENT_MESSAGE_BYTES_MAX - 16 * 1024;
+
 /// `certus.v1.Log` for one node.
 #[derive(Debug, Clone)]
 pub struct LogService {
@@ -240,15 +243,27 @@ impl Log for LogService {
             .entries(&self.replica, request.start, request.end)
             .map_err(read_status)?;
         debug_assert!(entries.len() as u64 <= GET_ENTRIES_MAX);
-        Ok(Response::new(v1::GetEntriesReply {
-            entries: entries
-                .into_iter()
-                .map(|entry| v1::LogEntry {
-                    leaf_input: entry.leaf_input,
-                    extra_data: entry.extra_data,
-                })
-                .collect(),
-        }))
+        // Fewer entries than asked is allowed (RFC 6962 §4.6); the reply must fit a message.
+        let mut bytes = 0usize;
+        let entries: Vec<v1::LogEntry> = entries
+            .into_iter()
+            .take_while(|entry| {
+                bytes += entry.leaf_input.len() + entry.extra_data.len() + 16;
+                bytes <= GET_ENTRIES_REPLY_BYTES_MAX
+            })
+            .map(|entry| v1::LogEntry {
+                leaf_input: entry.leaf_input,
+                extra_data: entry.extra_data,
+            })
+            .collect();
+        if entries.is_empty() {
+            return Err(status(
+                Code::Internal,
+                "internal",
+                "one entry is larger than a reply may be",
+            ));
+        }
+        Ok(Response::new(v1::GetEntriesReply { entries }))
     }
 
     async fn get_roots(

@@ -54,6 +54,7 @@ pub enum StartError {
 /// A running node. Dropping it without [`Node::shutdown`] leaves its tasks running.
 pub struct Node {
     replica: Arc<Replica>,
+    ct: Option<Arc<CtNode>>,
     stop: watch::Sender<bool>,
     servers: Vec<tokio::task::JoinHandle<()>>,
     /// How many handles to the disk are left (openraft's tasks release theirs as they end).
@@ -112,6 +113,7 @@ impl Node {
         D: Disk + Send + Sync + 'static,
     {
         config.validate().map_err(StartError::Config)?;
+        let metrics = Arc::new(crate::metrics::Metrics::new());
         let ct = match ct {
             Some(setup) => {
                 let db = CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>).map_err(|error| {
@@ -121,7 +123,7 @@ impl Node {
                     }
                 })?;
                 Some(Arc::new(
-                    CtNode::new(setup, db).map_err(StartError::Config)?,
+                    CtNode::new(setup, db, Arc::clone(&metrics)).map_err(StartError::Config)?,
                 ))
             }
             None => None,
@@ -149,7 +151,16 @@ impl Node {
         let mut servers =
             vec![serve_grpc(&config, Arc::clone(&replica), ct.clone(), stopped.clone()).await?];
         #[cfg(not(madsim))]
-        servers.push(serve_http(&config, Arc::clone(&replica), ct.clone(), stopped.clone()).await?);
+        servers.push(
+            serve_http(
+                &config,
+                Arc::clone(&replica),
+                ct.clone(),
+                Arc::clone(&metrics),
+                stopped.clone(),
+            )
+            .await?,
+        );
         if let Some(ct) = &ct {
             servers.push(tokio::spawn(crate::ct_log::run(
                 Arc::clone(&replica),
@@ -166,6 +177,7 @@ impl Node {
         let disk = Arc::downgrade(&disk);
         Ok(Node {
             replica,
+            ct,
             stop,
             servers,
             disk_handles: Box::new(move || disk.strong_count()),
@@ -175,6 +187,11 @@ impl Node {
     /// What every service of this node shares.
     pub fn replica(&self) -> &Arc<Replica> {
         &self.replica
+    }
+
+    /// This node's part in the CT log, if it runs one.
+    pub fn ct(&self) -> Option<&Arc<CtNode>> {
+        self.ct.as_ref()
     }
 
     /// Makes this node the first member of a new cluster of `members`. A node that is already
@@ -199,6 +216,8 @@ impl Node {
         for server in self.servers {
             let _ = server.await;
         }
+        // The CT database holds the disk too.
+        drop(self.ct);
         if let Err(error) = self.replica.raft.shutdown().await {
             warn!(%error, "raft did not stop cleanly");
         }
@@ -308,6 +327,7 @@ async fn serve_http(
     config: &NodeConfig,
     replica: Arc<Replica>,
     ct: Option<Arc<CtNode>>,
+    metrics: Arc<crate::metrics::Metrics>,
     stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, StartError> {
     let listener = tokio::net::TcpListener::bind(config.http_addr)
@@ -316,10 +336,7 @@ async fn serve_http(
             addr: config.http_addr.to_string(),
             reason: error.to_string(),
         })?;
-    let mut router = crate::http::router(Arc::clone(&replica));
-    if let Some(ct) = ct {
-        router = crate::ct_http::router(replica, ct).merge(router);
-    }
+    let router = crate::http::node_router(replica, metrics, ct);
     let id = config.id;
     Ok(tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, router)

@@ -2,6 +2,8 @@
 //! loopback, an HTTP client that is not ours. Submit to a follower, verify the SCT under the
 //! log's key, watch the entry reach a serving STH, verify inclusion and consistency.
 
+#![cfg(not(madsim))]
+
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;

@@ -1,0 +1,521 @@
+//! The node's metrics, served on `/metrics` in the Prometheus text format.
+//!
+//! Two kinds. Events are counted as they happen, in [`Metrics`] (one per node): HTTP requests by
+//! route and status, and the CT merge delay. Levels are read from the node when scraped, into a
+//! [`NodeSample`]: Raft's term and indexes, and — on a node that runs the CT log — the local tree,
+//! the serving STH and the sequencing backlog. Nothing has to remember to update a gauge, and a
+//! scrape never shows a level older than the scrape.
+//!
+//! Label values are bounded: an HTTP request is labelled with the route *template* that matched
+//! (`/.well-known/acme-challenge/{token}`, never the token), or [`OTHER_PATH`] when no route
+//! matched, and with its status code.
+
+use prometheus::proto::MetricFamily;
+use prometheus::{Encoder as _, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
+
+use crate::ct_log::CtNode;
+use crate::replica::Replica;
+
+/// The `path` label of a request no route matched (unknown paths must not grow the label set).
+pub const OTHER_PATH: &str = "other";
+
+/// The merge-delay histogram's buckets, in seconds: from well under the signing interval to the
+/// 24 h maximum merge delay logs usually promise.
+const MERGE_DELAY_BUCKETS_SECONDS: &[f64] = &[
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3_600.0, 86_400.0,
+];
+
+/// The counted metrics of one node. Create one per node and share it (`Arc<Metrics>`).
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    http_requests: IntCounterVec,
+    merge_delay: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Empty counters.
+    pub fn new() -> Metrics {
+        let http_requests = IntCounterVec::new(
+            Opts::new(
+                "certus_http_requests_total",
+                "HTTP requests answered, by route template and status code.",
+            ),
+            &["path", "status"],
+        )
+        .expect("a valid metric definition");
+        let merge_delay = Histogram::with_opts(
+            HistogramOpts::new(
+                "certus_ct_merge_delay_seconds",
+                "Time from an entry's SCT to the first serving STH that includes it, as this node saw it.",
+            )
+            .buckets(MERGE_DELAY_BUCKETS_SECONDS.to_vec()),
+        )
+        .expect("a valid metric definition");
+        let registry = Registry::new();
+        registry
+            .register(Box::new(http_requests.clone()))
+            .expect("registered once");
+        registry
+            .register(Box::new(merge_delay.clone()))
+            .expect("registered once");
+        Metrics {
+            registry,
+            http_requests,
+            merge_delay,
+        }
+    }
+
+    /// Counts one answered HTTP request. `path` is the route template that matched, or
+    /// [`OTHER_PATH`].
+    pub fn count_http_request(&self, path: &str, status: u16) {
+        self.http_requests
+            .with_label_values(&[path, &status.to_string()])
+            .inc();
+    }
+
+    /// Records a merge delay: how long after its SCT timestamp an entry was first covered by a
+    /// serving STH this node saw.
+    pub fn observe_merge_delay_ms(&self, ms: u64) {
+        self.merge_delay.observe(seconds(ms));
+    }
+
+    /// The text exposition of the counters and of `sample`.
+    pub fn render(&self, sample: &NodeSample) -> Result<String, prometheus::Error> {
+        let mut families = self.registry.gather();
+        families.extend(sample.families()?);
+        families.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut text = Vec::new();
+        prometheus::TextEncoder::new().encode(&families, &mut text)?;
+        String::from_utf8(text).map_err(|error| prometheus::Error::Msg(error.to_string()))
+    }
+}
+
+fn seconds(ms: u64) -> f64 {
+    // Exact below 2^53 ms (285,000 years).
+    ms as f64 / 1_000.0
+}
+
+/// A gauge's value: saturates at `i64::MAX` (no replicated counter gets near it).
+fn level(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Raft as this node sees it at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaftSample {
+    /// The current term.
+    pub term: u64,
+    /// The commit index (see [`Replica::commit_index`]).
+    pub commit_index: u64,
+    /// The last applied log index.
+    pub applied_index: u64,
+    /// Whether this node is the leader.
+    pub is_leader: bool,
+}
+
+/// The CT log as this node sees it at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CtSample {
+    /// Entries in this node's Merkle tree.
+    pub local_tree_size: u64,
+    /// Entries stored locally without a gap from 0.
+    pub local_contiguous_size: u64,
+    /// The serving STH's tree size, and its age by this node's clock (`None` before the first
+    /// publication).
+    pub serving: Option<ServingSample>,
+    /// The next sequence number the master will assign.
+    pub next_sequence: u64,
+    /// Entries accepted but not yet sequenced (the backlog back-pressure watches).
+    pub unsequenced: u64,
+    /// Entries still held in the replicated state.
+    pub held: u64,
+    /// Whether the log is frozen.
+    pub frozen: bool,
+}
+
+/// The serving STH, for the gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServingSample {
+    /// Its tree size.
+    pub tree_size: u64,
+    /// This node's clock minus the STH's timestamp, 0 if the STH is from this node's future.
+    pub age_ms: u64,
+}
+
+/// Everything the gauges show, read from one node at scrape time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeSample {
+    /// Raft.
+    pub raft: RaftSample,
+    /// The CT log, on a node that runs it.
+    pub ct: Option<CtSample>,
+}
+
+impl NodeSample {
+    /// Reads the node now.
+    pub fn of(replica: &Replica, ct: Option<&CtNode>) -> NodeSample {
+        let commit_index = replica.commit_index();
+        let raft = {
+            let metrics = replica.raft.metrics();
+            let metrics = metrics.borrow();
+            RaftSample {
+                term: metrics.current_term,
+                commit_index,
+                applied_index: metrics.last_applied.map_or(0, |log_id| log_id.index),
+                is_leader: metrics.state == openraft::ServerState::Leader,
+            }
+        };
+        let ct = ct.map(|ct| {
+            let now_ms = replica.clock.now_ms();
+            let mut sample = replica.reader.read(|applied| {
+                let state = &applied.state;
+                CtSample {
+                    local_tree_size: 0,
+                    local_contiguous_size: 0,
+                    serving: state.ct_serving().map(|serving| ServingSample {
+                        tree_size: serving.sth.tree_size,
+                        age_ms: now_ms.saturating_sub(serving.sth.timestamp_ms),
+                    }),
+                    next_sequence: state.ct_next_sequence(),
+                    unsequenced: state.ct_unsequenced_count() as u64,
+                    held: state.ct_held_count() as u64,
+                    frozen: state.ct_frozen(),
+                }
+            });
+            sample.local_tree_size = ct.db().tree_size();
+            sample.local_contiguous_size = ct.db().contiguous_size();
+            sample
+        });
+        NodeSample { raft, ct }
+    }
+
+    /// The gauges, as metric families.
+    fn families(&self) -> Result<Vec<MetricFamily>, prometheus::Error> {
+        let registry = Registry::new();
+        let gauge = |name: &str, help: &str, value: i64| -> Result<(), prometheus::Error> {
+            let gauge = IntGauge::new(name, help)?;
+            gauge.set(value);
+            registry.register(Box::new(gauge))
+        };
+        let raft = &self.raft;
+        gauge(
+            "certus_raft_term",
+            "The current Raft term.",
+            level(raft.term),
+        )?;
+        gauge(
+            "certus_raft_commit_index",
+            "The highest log index this node knows to be committed.",
+            level(raft.commit_index),
+        )?;
+        gauge(
+            "certus_raft_applied_index",
+            "The last log index this node applied to its state.",
+            level(raft.applied_index),
+        )?;
+        gauge(
+            "certus_is_leader",
+            "1 on the Raft leader, 0 elsewhere.",
+            i64::from(raft.is_leader),
+        )?;
+        if let Some(ct) = &self.ct {
+            gauge(
+                "certus_ct_local_tree_size",
+                "Entries in this node's CT Merkle tree.",
+                level(ct.local_tree_size),
+            )?;
+            gauge(
+                "certus_ct_local_contiguous_size",
+                "CT entries stored on this node without a gap from index 0.",
+                level(ct.local_contiguous_size),
+            )?;
+            gauge(
+                "certus_ct_serving_tree_size",
+                "The serving STH's tree size (0 before the first publication).",
+                level(ct.serving.map_or(0, |serving| serving.tree_size)),
+            )?;
+            if let Some(serving) = ct.serving {
+                let age = prometheus::Gauge::new(
+                    "certus_ct_serving_sth_age_seconds",
+                    "This node's clock minus the serving STH's timestamp.",
+                )?;
+                age.set(seconds(serving.age_ms));
+                registry.register(Box::new(age))?;
+            }
+            gauge(
+                "certus_ct_next_sequence",
+                "The sequence number the next sequenced CT entry gets.",
+                level(ct.next_sequence),
+            )?;
+            gauge(
+                "certus_ct_unsequenced_entries",
+                "CT entries accepted but not yet sequenced (the back-pressure backlog).",
+                level(ct.unsequenced),
+            )?;
+            gauge(
+                "certus_ct_held_entries",
+                "CT entries still held in the replicated state (not yet cleaned up).",
+                level(ct.held),
+            )?;
+            gauge(
+                "certus_ct_frozen",
+                "1 while the CT log is frozen (read-only).",
+                i64::from(ct.frozen),
+            )?;
+        }
+        Ok(registry.gather())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// One sample line: name, labels, value.
+    #[derive(Debug, Clone, PartialEq)]
+    pub(crate) struct Line {
+        pub(crate) name: String,
+        pub(crate) labels: BTreeMap<String, String>,
+        pub(crate) value: f64,
+    }
+
+    /// Parses the text format strictly: every line is a `# HELP`/`# TYPE` comment or
+    /// `name{label="value",...} number`; anything else fails the test.
+    pub(crate) fn parse(text: &str) -> Vec<Line> {
+        let mut lines = Vec::new();
+        for line in text.lines() {
+            if line.starts_with("# HELP ") || line.starts_with("# TYPE ") {
+                continue;
+            }
+            let (series, value) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("no value in {line:?}"));
+            let value: f64 = match value {
+                "+Inf" => f64::INFINITY,
+                value => value
+                    .parse()
+                    .unwrap_or_else(|_| panic!("value {value:?} in {line:?}")),
+            };
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => {
+                    let body = rest
+                        .strip_suffix('}')
+                        .unwrap_or_else(|| panic!("unclosed labels in {line:?}"));
+                    let labels = body
+                        .split(',')
+                        .filter(|pair| !pair.is_empty())
+                        .map(|pair| {
+                            let (key, value) = pair
+                                .split_once('=')
+                                .unwrap_or_else(|| panic!("label {pair:?} in {line:?}"));
+                            let value = value
+                                .strip_prefix('"')
+                                .and_then(|value| value.strip_suffix('"'))
+                                .unwrap_or_else(|| panic!("unquoted label in {line:?}"));
+                            (key.to_owned(), value.to_owned())
+                        })
+                        .collect();
+                    (name, labels)
+                }
+                None => (series, BTreeMap::new()),
+            };
+            assert!(
+                !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+                "metric name {name:?} in {line:?}"
+            );
+            lines.push(Line {
+                name: name.to_owned(),
+                labels,
+                value,
+            });
+        }
+        lines
+    }
+
+    /// The value of the first series named `name` that has (at least) `labels`.
+    pub(crate) fn value_of(lines: &[Line], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        lines
+            .iter()
+            .find(|line| {
+                line.name == name
+                    && labels.iter().all(|(key, value)| {
+                        line.labels.get(*key).map(String::as_str) == Some(value)
+                    })
+            })
+            .map(|line| line.value)
+    }
+
+    fn raft() -> RaftSample {
+        RaftSample {
+            term: 7,
+            commit_index: 120,
+            applied_index: 118,
+            is_leader: true,
+        }
+    }
+
+    #[test]
+    fn raft_gauges_show_the_sample_and_ct_gauges_only_with_a_log() {
+        let metrics = Metrics::new();
+        let text = metrics
+            .render(&NodeSample {
+                raft: raft(),
+                ct: None,
+            })
+            .expect("renders");
+        let lines = parse(&text);
+        assert_eq!(value_of(&lines, "certus_raft_term", &[]), Some(7.0));
+        assert_eq!(
+            value_of(&lines, "certus_raft_commit_index", &[]),
+            Some(120.0)
+        );
+        assert_eq!(
+            value_of(&lines, "certus_raft_applied_index", &[]),
+            Some(118.0)
+        );
+        assert_eq!(value_of(&lines, "certus_is_leader", &[]), Some(1.0));
+        assert!(
+            lines.iter().all(|line| !line.name.starts_with("certus_ct_")
+                || line.name.starts_with("certus_ct_merge_delay")),
+            "no CT gauges without a CT log:\n{text}"
+        );
+
+        let ct = CtSample {
+            local_tree_size: 40,
+            local_contiguous_size: 42,
+            serving: Some(ServingSample {
+                tree_size: 39,
+                age_ms: 2_500,
+            }),
+            next_sequence: 45,
+            unsequenced: 3,
+            held: 44,
+            frozen: true,
+        };
+        let text = metrics
+            .render(&NodeSample {
+                raft: RaftSample {
+                    is_leader: false,
+                    ..raft()
+                },
+                ct: Some(ct),
+            })
+            .expect("renders");
+        let lines = parse(&text);
+        assert_eq!(value_of(&lines, "certus_is_leader", &[]), Some(0.0));
+        for (name, expected) in [
+            ("certus_ct_local_tree_size", 40.0),
+            ("certus_ct_local_contiguous_size", 42.0),
+            ("certus_ct_serving_tree_size", 39.0),
+            ("certus_ct_serving_sth_age_seconds", 2.5),
+            ("certus_ct_next_sequence", 45.0),
+            ("certus_ct_unsequenced_entries", 3.0),
+            ("certus_ct_held_entries", 44.0),
+            ("certus_ct_frozen", 1.0),
+        ] {
+            assert_eq!(
+                value_of(&lines, name, &[]),
+                Some(expected),
+                "{name}:\n{text}"
+            );
+        }
+
+        // Before the first publication there is no STH to be old.
+        let text = metrics
+            .render(&NodeSample {
+                raft: raft(),
+                ct: Some(CtSample {
+                    serving: None,
+                    ..ct
+                }),
+            })
+            .expect("renders");
+        let lines = parse(&text);
+        assert_eq!(
+            value_of(&lines, "certus_ct_serving_tree_size", &[]),
+            Some(0.0)
+        );
+        assert_eq!(
+            value_of(&lines, "certus_ct_serving_sth_age_seconds", &[]),
+            None
+        );
+    }
+
+    #[test]
+    fn requests_are_counted_by_route_and_status() {
+        let metrics = Metrics::new();
+        metrics.count_http_request("/ct/v1/get-sth", 200);
+        metrics.count_http_request("/ct/v1/get-sth", 200);
+        metrics.count_http_request("/ct/v1/get-sth", 503);
+        metrics.count_http_request(OTHER_PATH, 404);
+        let lines = parse(
+            &metrics
+                .render(&NodeSample {
+                    raft: raft(),
+                    ct: None,
+                })
+                .expect("renders"),
+        );
+        let count = |path, status| {
+            value_of(
+                &lines,
+                "certus_http_requests_total",
+                &[("path", path), ("status", status)],
+            )
+        };
+        assert_eq!(count("/ct/v1/get-sth", "200"), Some(2.0));
+        assert_eq!(count("/ct/v1/get-sth", "503"), Some(1.0));
+        assert_eq!(count("other", "404"), Some(1.0));
+        assert_eq!(count("/status", "200"), None);
+    }
+
+    #[test]
+    fn merge_delays_fill_the_histogram_in_seconds() {
+        let metrics = Metrics::new();
+        let sample = NodeSample {
+            raft: raft(),
+            ct: None,
+        };
+        let lines = parse(&metrics.render(&sample).expect("renders"));
+        assert_eq!(
+            value_of(&lines, "certus_ct_merge_delay_seconds_count", &[]),
+            Some(0.0)
+        );
+        metrics.observe_merge_delay_ms(80);
+        metrics.observe_merge_delay_ms(1_500);
+        metrics.observe_merge_delay_ms(90_000);
+        let lines = parse(&metrics.render(&sample).expect("renders"));
+        let bucket = |le| {
+            value_of(
+                &lines,
+                "certus_ct_merge_delay_seconds_bucket",
+                &[("le", le)],
+            )
+            .unwrap_or_else(|| panic!("bucket {le}"))
+        };
+        assert_eq!(bucket("0.05"), 0.0);
+        assert_eq!(bucket("0.1"), 1.0);
+        assert_eq!(bucket("2.5"), 2.0);
+        assert_eq!(bucket("60"), 2.0);
+        assert_eq!(bucket("300"), 3.0);
+        assert_eq!(bucket("+Inf"), 3.0);
+        assert_eq!(
+            value_of(&lines, "certus_ct_merge_delay_seconds_count", &[]),
+            Some(3.0)
+        );
+        let sum = value_of(&lines, "certus_ct_merge_delay_seconds_sum", &[]).expect("sum");
+        assert!((sum - 91.58).abs() < 1e-9, "{sum}");
+    }
+}
