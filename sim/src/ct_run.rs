@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use certus_core::ct::holders_needed;
+use certus_core::ct::{CtCommand, LogConfig, holders_needed};
+use certus_core::{Command, Response};
 use certus_ct::chain::{AcceptedRoots, ChainLimits};
 use certus_ct::signer::{Ed25519Signer, LogVerifier};
 use certus_node::CtSetup;
@@ -37,9 +38,14 @@ pub fn setup(seed: u64) -> (CtSetup, Arc<TestPki>, LogVerifier) {
     (setup, pki, verifier)
 }
 
+/// Keys of what the observer has already recorded.
+type Seen = BTreeSet<(u64, u64, u64)>;
+
 #[derive(Debug, Default)]
 struct Observed {
     publications: Vec<Publication>,
+    /// Every node STH reported through Raft (each could have become the serving STH).
+    reported: Vec<Publication>,
     sizes: BTreeMap<u64, Vec<u64>>,
 }
 
@@ -72,6 +78,9 @@ pub fn start(
     started: tokio::time::Instant,
 ) -> CtRun {
     let nodes = cluster.ids().len() as u64;
+    if workload.log_config != LogConfig::default() {
+        tokio::spawn(configure(Arc::clone(cluster), workload.log_config));
+    }
     let running = ct_workload::start(workload, nodes, seed, pki, &verifier, started);
     let observed: Arc<Mutex<Observed>> = Arc::default();
     let (stop_observer, stopped) = watch::channel(false);
@@ -90,6 +99,21 @@ pub fn start(
     }
 }
 
+/// Sets the log's configuration through any node, retrying until it is applied.
+async fn configure(cluster: Arc<SimCluster>, config: LogConfig) {
+    let command = Command::Ct(CtCommand::Configure(config));
+    for attempt in 0u64.. {
+        let via = attempt % cluster.ids().len() as u64 + 1;
+        if let Ok(responses) = cluster.write(via, vec![command.clone()]).await
+            && matches!(responses.first(), Some(Response::Ct(Ok(_))))
+        {
+            tracing::info!(?config, "CT log configured");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Records each new serving STH the first time any node has applied it, with every node's
 /// local tree size at that moment, and each node's tree size whenever it changes.
 async fn observe(
@@ -98,13 +122,14 @@ async fn observe(
     stopped: watch::Receiver<bool>,
     started: tokio::time::Instant,
 ) {
-    let mut seen: BTreeSet<(u64, u64, u64)> = BTreeSet::new();
+    let mut seen = Seen::new();
+    let mut seen_reports = Seen::new();
     let mut last_size: BTreeMap<u64, u64> = BTreeMap::new();
     while !*stopped.borrow() {
         look(
             &cluster,
             &observed,
-            &mut seen,
+            (&mut seen, &mut seen_reports),
             &mut last_size,
             elapsed_ms(started),
         );
@@ -116,7 +141,7 @@ async fn observe(
 fn look(
     cluster: &SimCluster,
     observed: &Mutex<Observed>,
-    seen: &mut BTreeSet<(u64, u64, u64)>,
+    (seen, seen_reports): (&mut Seen, &mut Seen),
     last_size: &mut BTreeMap<u64, u64>,
     now_ms: u64,
 ) {
@@ -129,6 +154,21 @@ fn look(
             }
         }
         for (_, replica) in cluster.replicas() {
+            let reports = replica
+                .reader
+                .read(|applied| applied.state.ct_reports().clone());
+            for (node, report) in reports {
+                let key = (node, report.sth.tree_size, report.sth.timestamp_ms);
+                if seen_reports.insert(key) {
+                    observed.reported.push(Publication {
+                        observed_ms: now_ms,
+                        published_at_ms: report.reported_at_ms,
+                        sth: report.sth,
+                        holders: BTreeMap::new(),
+                        needed: 0,
+                    });
+                }
+            }
             let found = replica.reader.read(|applied| {
                 let state = &applied.state;
                 state
@@ -210,6 +250,12 @@ impl CtRun {
             ct_checkers::held_when_published(&publications),
             numbered,
             ct_checkers::consistent_with_log(&publications, &log, &self.verifier),
+            {
+                let mut verdict =
+                    ct_checkers::consistent_with_log(&observed.reported, &log, &self.verifier);
+                verdict.checker = "node-sths-consistent".to_owned();
+                verdict
+            },
             ct_checkers::merge_delay(
                 &acknowledged,
                 &log,

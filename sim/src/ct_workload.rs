@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use certus_core::ct::LogConfig;
 use certus_ct::merkle::{leaf_hash, verify_consistency, verify_inclusion};
 use certus_ct::signer::LogVerifier;
 use certus_ct::structures::{
@@ -39,6 +40,8 @@ pub struct CtWorkload {
     pub auditors: u32,
     /// How long a client waits for one answer.
     pub attempt_timeout: Duration,
+    /// The log's configuration, set through Raft as the run starts.
+    pub log_config: LogConfig,
 }
 
 impl Default for CtWorkload {
@@ -47,6 +50,7 @@ impl Default for CtWorkload {
             submitters: 3,
             auditors: 2,
             attempt_timeout: Duration::from_millis(2_000),
+            log_config: LogConfig::default(),
         }
     }
 }
