@@ -21,7 +21,7 @@ use certus_ct::structures::{ExtraData, LogEntryType, MerkleTreeLeaf};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::ct_log::{CtNode, ReadError, SubmitError};
+use crate::ct_log::{CtNode, Read, ReadError, ReadReply, ServedEntry, SubmitError};
 use crate::replica::Replica;
 
 /// Largest add-chain body accepted, in bytes (ten 64 KiB certificates in base64, with room).
@@ -103,6 +103,10 @@ async fn submit(State((replica, ct)): State<CtState>, body: &[u8], precert: bool
     }
 }
 
+fn mismatch(reply: &ReadReply) -> Response {
+    internal(format!("a read answered another kind of reply: {reply:?}"))
+}
+
 fn read_error(error: ReadError) -> Response {
     match error {
         ReadError::BadRequest(message) => bad_request(message),
@@ -113,11 +117,12 @@ fn read_error(error: ReadError) -> Response {
 }
 
 async fn get_sth(State((replica, ct)): State<CtState>) -> Response {
-    match ct.sth(&replica) {
-        Ok(sth) => match GetSthResponse::try_from(&sth) {
+    match ct.read(&replica, Read::Sth, true).await {
+        Ok(ReadReply::Sth(sth)) => match GetSthResponse::try_from(&sth) {
             Ok(response) => json_body(&response),
             Err(error) => internal(error.to_string()),
         },
+        Ok(other) => mismatch(&other),
         Err(error) => read_error(error),
     }
 }
@@ -149,8 +154,14 @@ async fn get_sth_consistency(
         (Ok(first), Ok(second)) => (first, second),
         (Err(response), _) | (_, Err(response)) => return response,
     };
-    match ct.consistency(&replica, first, second) {
-        Ok(consistency) => json_body(&GetSthConsistencyResponse { consistency }),
+    match ct
+        .read(&replica, Read::Consistency { first, second }, true)
+        .await
+    {
+        Ok(ReadReply::Consistency(consistency)) => {
+            json_body(&GetSthConsistencyResponse { consistency })
+        }
+        Ok(other) => mismatch(&other),
         Err(error) => read_error(error),
     }
 }
@@ -186,11 +197,19 @@ async fn get_proof_by_hash(
         (Ok(hash), Ok(tree_size)) => (hash, tree_size),
         (Err(response), _) | (_, Err(response)) => return response,
     };
-    match ct.proof_by_hash(&replica, &hash, tree_size) {
-        Ok((leaf_index, audit_path)) => json_body(&GetProofByHashResponse {
+    let read = Read::ProofByHash {
+        leaf_hash: hash,
+        tree_size,
+    };
+    match ct.read(&replica, read, true).await {
+        Ok(ReadReply::Proof {
+            leaf_index,
+            audit_path,
+        }) => json_body(&GetProofByHashResponse {
             leaf_index,
             audit_path,
         }),
+        Ok(other) => mismatch(&other),
         Err(error) => read_error(error),
     }
 }
@@ -201,10 +220,10 @@ struct EntriesQuery {
     end: Option<String>,
 }
 
-fn leaf_entry(stored: &certus_store::LocalEntry) -> Result<LeafEntry, String> {
-    let leaf = MerkleTreeLeaf::decode(&stored.leaf_input).map_err(|e| e.to_string())?;
+fn leaf_entry((leaf_input, extra_data): &ServedEntry) -> Result<LeafEntry, String> {
+    let leaf = MerkleTreeLeaf::decode(leaf_input).map_err(|e| e.to_string())?;
     let entry_type = LogEntryType::of(&leaf.timestamped_entry.entry);
-    let extra = ExtraData::decode(entry_type, &stored.extra_data).map_err(|e| e.to_string())?;
+    let extra = ExtraData::decode(entry_type, extra_data).map_err(|e| e.to_string())?;
     LeafEntry::new(&leaf, &extra).map_err(|e| e.to_string())
 }
 
@@ -219,8 +238,9 @@ async fn get_entries(
         (Ok(start), Ok(end)) => (start, end),
         (Err(response), _) | (_, Err(response)) => return response,
     };
-    let stored = match ct.entries(&replica, start, end) {
-        Ok(stored) => stored,
+    let stored = match ct.read(&replica, Read::Entries { start, end }, true).await {
+        Ok(ReadReply::Entries(stored)) => stored,
+        Ok(other) => return mismatch(&other),
         Err(error) => return read_error(error),
     };
     match stored.iter().map(leaf_entry).collect::<Result<Vec<_>, _>>() {
@@ -252,8 +272,13 @@ async fn get_entry_and_proof(
         (Ok(index), Ok(tree_size)) => (index, tree_size),
         (Err(response), _) | (_, Err(response)) => return response,
     };
-    let (stored, audit_path) = match ct.entry_and_proof(&replica, index, tree_size) {
-        Ok(found) => found,
+    let read = Read::EntryAndProof {
+        leaf_index: index,
+        tree_size,
+    };
+    let (stored, audit_path) = match ct.read(&replica, read, true).await {
+        Ok(ReadReply::EntryAndProof { entry, audit_path }) => (entry, audit_path),
+        Ok(other) => return mismatch(&other),
         Err(error) => return read_error(error),
     };
     match leaf_entry(&stored) {

@@ -8,9 +8,10 @@
 //! cleans up entries every member holds. Every decision the master takes is re-checked by the
 //! state machine (`certus_core::ct`), so a deposed master can propose but never corrupt.
 //!
-//! Clean-up removes an entry from the replicated state only once the serving STH covers it *and*
-//! every member reports holding it, so a member never needs entries the state no longer has.
-//! Fetching entries from peers (for a node added after a clean-up) is not built yet.
+//! Clean-up removes entries the serving STH covers (enough nodes held them when it was
+//! published); a node that lacks some of them — it was down, or behind — fetches them from a peer
+//! that reports holding them (`ct_peers`). Reads a node cannot serve because its tree is behind
+//! the serving STH are forwarded to a node that can.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -30,12 +31,15 @@ use certus_store::{CtDatabase, LocalEntry};
 use tokio::sync::watch;
 use tracing::{debug, error};
 
+use crate::ct_peers::{FETCH_BATCH, LogPeers};
 use crate::errors::ServiceError;
 use crate::metrics::Metrics;
 use crate::replica::{Leader, Replica};
 
 /// Entries copied from the replicated state into the local database per round.
 const COPY_BATCH: usize = 4096;
+/// Fetches from peers per round, each of at most [`FETCH_BATCH`] entries.
+const FETCH_ROUNDS_MAX: usize = 16;
 /// Entries integrated into the tree per round.
 const INTEGRATE_BATCH: usize = 16_384;
 /// The longest a round waits for one write: a write forwarded to a leader that has just been
@@ -79,6 +83,7 @@ pub struct CtNode {
     verifier: LogVerifier,
     db: CtDatabase,
     metrics: Arc<Metrics>,
+    peers: LogPeers,
     /// Set when this node's tree disagrees with the serving STH: it stops reporting and serving.
     corrupt: AtomicBool,
 }
@@ -93,6 +98,7 @@ impl CtNode {
             verifier,
             db,
             metrics,
+            peers: LogPeers::default(),
             corrupt: AtomicBool::new(false),
         })
     }
@@ -235,7 +241,7 @@ impl CtNode {
     /// One round of the node's background work; the leader also sequences, publishes and
     /// cleans up.
     async fn round(&self, replica: &Replica) {
-        if let Err(error) = self.copy_and_integrate(replica) {
+        if let Err(error) = self.copy_and_integrate(replica).await {
             error!(id = replica.id, %error, "local CT database failed");
             return;
         }
@@ -252,7 +258,8 @@ impl CtNode {
         }
     }
 
-    fn copy_and_integrate(&self, replica: &Replica) -> Result<(), String> {
+    async fn copy_and_integrate(&self, replica: &Replica) -> Result<(), String> {
+        self.fetch_cleaned_up(replica).await?;
         let from = self.db.contiguous_size();
         let (first_held, entries) = replica.reader.read(|applied| {
             let state = &applied.state;
@@ -269,10 +276,16 @@ impl CtNode {
             (state.ct_first_held_sequence(), entries)
         });
         if first_held > from {
-            return Err(format!(
-                "entries {from}..{first_held} were cleaned up before this node stored them; \
-                 fetching them from peers is not supported yet"
-            ));
+            // Cleaned up since this round fetched; the next round fetches them.
+            debug!(
+                id = replica.id,
+                from, first_held, "entries cleaned up meanwhile"
+            );
+            return self
+                .db
+                .integrate(INTEGRATE_BATCH)
+                .map(|_| ())
+                .map_err(|e| e.to_string());
         }
         if !entries.is_empty() {
             self.db
@@ -282,6 +295,35 @@ impl CtNode {
         self.db
             .integrate(INTEGRATE_BATCH)
             .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Fetches from peers the entries this node lacks that the replicated state no longer
+    /// holds (cleaned up while this node was down or behind), a bounded number per round.
+    async fn fetch_cleaned_up(&self, replica: &Replica) -> Result<(), String> {
+        let first_held = replica
+            .reader
+            .read(|applied| applied.state.ct_first_held_sequence());
+        for _ in 0..FETCH_ROUNDS_MAX {
+            let from = self.db.contiguous_size();
+            if from >= first_held {
+                return Ok(());
+            }
+            let wanted = u32::try_from(first_held - from)
+                .unwrap_or(u32::MAX)
+                .min(FETCH_BATCH);
+            let entries = self.peers.fetch(replica, from, wanted).await?;
+            let count = entries
+                .len()
+                .min(usize::try_from(wanted).unwrap_or(usize::MAX));
+            self.db
+                .store_entries(from, &entries[..count])
+                .map_err(|e| e.to_string())?;
+            debug!(
+                id = replica.id,
+                from, count, "fetched cleaned-up entries from a peer"
+            );
+        }
         Ok(())
     }
 
@@ -409,22 +451,12 @@ impl CtNode {
                 errors.push(format!("publish: {error}"));
             }
         }
+        // Seed 004's rule: what the serving STH covers was held by enough nodes; a member that
+        // lacks some of it fetches it from them.
         let removable = replica.reader.read(|applied| {
             let state = &applied.state;
             let served = state.ct_serving().map_or(0, |s| s.sth.tree_size);
-            let held_by_all = members
-                .iter()
-                .map(|node| {
-                    state
-                        .ct_reports()
-                        .get(node)
-                        .map_or(0, |r| r.contiguous_size)
-                })
-                .min()
-                .unwrap_or(0);
-            served
-                .min(held_by_all)
-                .saturating_sub(state.ct_first_held_sequence())
+            served.saturating_sub(state.ct_first_held_sequence())
         });
         if removable > 0 {
             let max_entries = u32::try_from(removable).unwrap_or(u32::MAX);
@@ -612,6 +644,135 @@ impl CtNode {
     pub fn sth(&self, replica: &Replica) -> Result<SignedTreeHead, ReadError> {
         self.serving_or_read_error(replica)
     }
+
+    /// Answers `read` from this node's tree; if it is behind the serving STH and `may_proxy`
+    /// (the request was not itself forwarded), from a node that holds the serving tree.
+    pub async fn read(
+        &self,
+        replica: &Replica,
+        read: Read,
+        may_proxy: bool,
+    ) -> Result<ReadReply, ReadError> {
+        match self.read_local(replica, &read) {
+            Err(ReadError::Unavailable(reason)) if may_proxy => {
+                let serving = replica
+                    .reader
+                    .read(|applied| applied.state.ct_serving().map(|s| s.sth.tree_size));
+                match serving {
+                    Some(size) => self.peers.read(replica, &read, size).await,
+                    None => Err(ReadError::Unavailable(reason)),
+                }
+            }
+            answered => answered,
+        }
+    }
+
+    fn read_local(&self, replica: &Replica, read: &Read) -> Result<ReadReply, ReadError> {
+        let served = |entry: LocalEntry| (entry.leaf_input, entry.extra_data);
+        Ok(match *read {
+            Read::Sth => ReadReply::Sth(self.sth(replica)?),
+            Read::Consistency { first, second } => {
+                ReadReply::Consistency(self.consistency(replica, first, second)?)
+            }
+            Read::ProofByHash {
+                leaf_hash,
+                tree_size,
+            } => {
+                let (leaf_index, audit_path) =
+                    self.proof_by_hash(replica, &leaf_hash, tree_size)?;
+                ReadReply::Proof {
+                    leaf_index,
+                    audit_path,
+                }
+            }
+            Read::Entries { start, end } => ReadReply::Entries(
+                self.entries(replica, start, end)?
+                    .into_iter()
+                    .map(served)
+                    .collect(),
+            ),
+            Read::EntryAndProof {
+                leaf_index,
+                tree_size,
+            } => {
+                let (entry, audit_path) = self.entry_and_proof(replica, leaf_index, tree_size)?;
+                ReadReply::EntryAndProof {
+                    entry: served(entry),
+                    audit_path,
+                }
+            }
+        })
+    }
+
+    /// Stored entries from `start` (not limited to the serving STH), for a peer catching up.
+    pub fn stored_entries(&self, start: u64, limit: usize) -> Result<Vec<LocalEntry>, ReadError> {
+        self.db
+            .entries(start, limit)
+            .map_err(|error| ReadError::Internal(error.to_string()))
+    }
+}
+
+/// A read of the log, as RFC 6962 §4 defines them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// get-sth.
+    Sth,
+    /// get-sth-consistency.
+    Consistency {
+        /// The older size.
+        first: u64,
+        /// The newer size.
+        second: u64,
+    },
+    /// get-proof-by-hash.
+    ProofByHash {
+        /// The leaf hash.
+        leaf_hash: Hash,
+        /// The tree size.
+        tree_size: u64,
+    },
+    /// get-entries.
+    Entries {
+        /// First index.
+        start: u64,
+        /// Last index (inclusive).
+        end: u64,
+    },
+    /// get-entry-and-proof.
+    EntryAndProof {
+        /// The index.
+        leaf_index: u64,
+        /// The tree size.
+        tree_size: u64,
+    },
+}
+
+/// An entry as get-entries serves it: `(leaf_input, extra_data)`.
+pub type ServedEntry = (Vec<u8>, Vec<u8>);
+
+/// The answer to a [`Read`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadReply {
+    /// The serving STH.
+    Sth(SignedTreeHead),
+    /// A consistency proof.
+    Consistency(Vec<Hash>),
+    /// An inclusion proof.
+    Proof {
+        /// The leaf's index.
+        leaf_index: u64,
+        /// Its audit path.
+        audit_path: Vec<Hash>,
+    },
+    /// Entries, in order.
+    Entries(Vec<ServedEntry>),
+    /// One entry and its audit path.
+    EntryAndProof {
+        /// The entry.
+        entry: ServedEntry,
+        /// Its audit path.
+        audit_path: Vec<Hash>,
+    },
 }
 
 /// Most entries one get-entries answers; a client asks again for the rest (RFC 6962 §4.6

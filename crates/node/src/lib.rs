@@ -15,6 +15,7 @@ pub mod convert;
 #[cfg(not(madsim))]
 pub mod ct_http;
 pub mod ct_log;
+pub mod ct_peers;
 pub mod errors;
 pub mod forward;
 pub mod health;

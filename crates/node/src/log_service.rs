@@ -10,7 +10,8 @@ use certus_proto::v1;
 use certus_proto::v1::log_server::Log;
 use tonic::{Code, Request, Response, Status};
 
-use crate::ct_log::{CtNode, GET_ENTRIES_MAX, ReadError, SubmitError};
+use crate::ct_log::{CtNode, GET_ENTRIES_MAX, Read, ReadError, ReadReply, SubmitError};
+use crate::ct_peers::PROXIED_KEY;
 use crate::errors::status;
 use crate::replica::Replica;
 
@@ -41,6 +42,16 @@ impl LogService {
                 format!("unexpected answer: {other:?}"),
             )),
         }
+    }
+
+    /// Answers a read here, or forwards it when this node is behind, unless the request was
+    /// itself forwarded.
+    async fn read<T>(&self, request: &Request<T>, read: Read) -> Result<ReadReply, Status> {
+        let may_proxy = !request.metadata().contains_key(PROXIED_KEY);
+        self.ct
+            .read(&self.replica, read, may_proxy)
+            .await
+            .map_err(read_status)
     }
 
     fn log_status(&self) -> Result<v1::LogStatus, Status> {
@@ -150,6 +161,14 @@ fn config_from_proto(config: &v1::LogConfig) -> LogConfig {
     }
 }
 
+fn mismatch(reply: &ReadReply) -> Status {
+    status(
+        Code::Internal,
+        "internal",
+        format!("a read answered another kind of reply: {reply:?}"),
+    )
+}
+
 fn hash_list(hashes: Vec<Hash>) -> Vec<Vec<u8>> {
     hashes.into_iter().map(|hash| hash.to_vec()).collect()
 }
@@ -188,72 +207,84 @@ impl Log for LogService {
 
     async fn get_sth(
         &self,
-        _request: Request<v1::GetSthRequest>,
+        request: Request<v1::GetSthRequest>,
     ) -> Result<Response<v1::SignedTreeHead>, Status> {
-        let sth = self.ct.sth(&self.replica).map_err(read_status)?;
-        Ok(Response::new(sth_to_proto(&sth)?))
+        match self.read(&request, Read::Sth).await? {
+            ReadReply::Sth(sth) => Ok(Response::new(sth_to_proto(&sth)?)),
+            other => Err(mismatch(&other)),
+        }
     }
 
     async fn get_consistency(
         &self,
         request: Request<v1::GetConsistencyRequest>,
     ) -> Result<Response<v1::GetConsistencyReply>, Status> {
-        let request = request.into_inner();
-        let proof = self
-            .ct
-            .consistency(&self.replica, request.first, request.second)
-            .map_err(read_status)?;
-        Ok(Response::new(v1::GetConsistencyReply {
-            consistency: hash_list(proof),
-        }))
+        let read = Read::Consistency {
+            first: request.get_ref().first,
+            second: request.get_ref().second,
+        };
+        match self.read(&request, read).await? {
+            ReadReply::Consistency(proof) => Ok(Response::new(v1::GetConsistencyReply {
+                consistency: hash_list(proof),
+            })),
+            other => Err(mismatch(&other)),
+        }
     }
 
     async fn get_proof_by_hash(
         &self,
         request: Request<v1::GetProofByHashRequest>,
     ) -> Result<Response<v1::GetProofByHashReply>, Status> {
-        let request = request.into_inner();
-        let hash = Hash::try_from(request.leaf_hash.as_slice()).map_err(|_| {
+        let leaf_hash = Hash::try_from(request.get_ref().leaf_hash.as_slice()).map_err(|_| {
             status(
                 Code::InvalidArgument,
                 "invalid-argument",
                 format!(
                     "leaf_hash must be 32 bytes, got {}",
-                    request.leaf_hash.len()
+                    request.get_ref().leaf_hash.len()
                 ),
             )
         })?;
-        let (leaf_index, path) = self
-            .ct
-            .proof_by_hash(&self.replica, &hash, request.tree_size)
-            .map_err(read_status)?;
-        Ok(Response::new(v1::GetProofByHashReply {
-            leaf_index,
-            audit_path: hash_list(path),
-        }))
+        let read = Read::ProofByHash {
+            leaf_hash,
+            tree_size: request.get_ref().tree_size,
+        };
+        match self.read(&request, read).await? {
+            ReadReply::Proof {
+                leaf_index,
+                audit_path,
+            } => Ok(Response::new(v1::GetProofByHashReply {
+                leaf_index,
+                audit_path: hash_list(audit_path),
+            })),
+            other => Err(mismatch(&other)),
+        }
     }
 
     async fn get_entries(
         &self,
         request: Request<v1::GetEntriesRequest>,
     ) -> Result<Response<v1::GetEntriesReply>, Status> {
-        let request = request.into_inner();
-        let entries = self
-            .ct
-            .entries(&self.replica, request.start, request.end)
-            .map_err(read_status)?;
+        let read = Read::Entries {
+            start: request.get_ref().start,
+            end: request.get_ref().end,
+        };
+        let entries = match self.read(&request, read).await? {
+            ReadReply::Entries(entries) => entries,
+            other => return Err(mismatch(&other)),
+        };
         debug_assert!(entries.len() as u64 <= GET_ENTRIES_MAX);
         // Fewer entries than asked is allowed (RFC 6962 §4.6); the reply must fit a message.
         let mut bytes = 0usize;
         let entries: Vec<v1::LogEntry> = entries
             .into_iter()
-            .take_while(|entry| {
-                bytes += entry.leaf_input.len() + entry.extra_data.len() + 16;
+            .take_while(|(leaf_input, extra_data)| {
+                bytes += leaf_input.len() + extra_data.len() + 16;
                 bytes <= GET_ENTRIES_REPLY_BYTES_MAX
             })
-            .map(|entry| v1::LogEntry {
-                leaf_input: entry.leaf_input,
-                extra_data: entry.extra_data,
+            .map(|(leaf_input, extra_data)| v1::LogEntry {
+                leaf_input,
+                extra_data,
             })
             .collect();
         if entries.is_empty() {
@@ -264,6 +295,57 @@ impl Log for LogService {
             ));
         }
         Ok(Response::new(v1::GetEntriesReply { entries }))
+    }
+
+    async fn get_entry_and_proof(
+        &self,
+        request: Request<v1::GetEntryAndProofRequest>,
+    ) -> Result<Response<v1::GetEntryAndProofReply>, Status> {
+        let read = Read::EntryAndProof {
+            leaf_index: request.get_ref().leaf_index,
+            tree_size: request.get_ref().tree_size,
+        };
+        match self.read(&request, read).await? {
+            ReadReply::EntryAndProof {
+                entry: (leaf_input, extra_data),
+                audit_path,
+            } => Ok(Response::new(v1::GetEntryAndProofReply {
+                entry: Some(v1::LogEntry {
+                    leaf_input,
+                    extra_data,
+                }),
+                audit_path: hash_list(audit_path),
+            })),
+            other => Err(mismatch(&other)),
+        }
+    }
+
+    async fn fetch_entries(
+        &self,
+        request: Request<v1::FetchEntriesRequest>,
+    ) -> Result<Response<v1::FetchEntriesReply>, Status> {
+        let request = request.into_inner();
+        let limit =
+            usize::try_from(request.limit.min(crate::ct_peers::FETCH_BATCH)).unwrap_or(usize::MAX);
+        let stored = self
+            .ct
+            .stored_entries(request.start, limit)
+            .map_err(read_status)?;
+        let mut bytes = 0usize;
+        let entries = stored
+            .into_iter()
+            .take_while(|entry| {
+                bytes += entry.leaf_input.len() + entry.extra_data.len() + entry.sct.len() + 24;
+                bytes <= GET_ENTRIES_REPLY_BYTES_MAX
+            })
+            .map(|entry| v1::StoredEntry {
+                leaf_input: entry.leaf_input,
+                extra_data: entry.extra_data,
+                sct: entry.sct,
+                sct_timestamp_ms: entry.sct_timestamp_ms,
+            })
+            .collect();
+        Ok(Response::new(v1::FetchEntriesReply { entries }))
     }
 
     async fn get_roots(

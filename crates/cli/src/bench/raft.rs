@@ -1,0 +1,219 @@
+//! `certus bench raft`: a 3-node cluster on loopback in this process, C concurrent clients
+//! making durable 256-byte writes (challenge-token puts) and then linearizable reads; prints
+//! ops/s and p50/p99/max latency for each C.
+//!
+//! The clients run in the same process as the nodes (as a benchmark tool on the same machine
+//! would), each over its own HTTP/2 connection, all to the leader.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use certus_node::NodeConfig;
+use certus_proto::v1::leases_client::LeasesClient;
+use certus_proto::v1::{GetChallengeRequest, PutChallengeRequest};
+use comfy_table::Table;
+use serde_json::json;
+use tonic::transport::{Channel, Endpoint};
+
+use super::{WARM_UP, free_addr, micros, percentile};
+use crate::cluster::{await_leader, start_local};
+
+/// Options of `certus bench raft`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RaftArgs {
+    /// Concurrent clients, one run each.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
+    clients: Vec<usize>,
+    /// How long each run measures, in seconds (after a one-second warm-up).
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Bytes of each written value (the key authorization).
+const VALUE_BYTES: usize = 256;
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Write,
+    Read,
+}
+
+#[derive(Debug)]
+struct Run {
+    op: Op,
+    clients: usize,
+    ops: usize,
+    errors: usize,
+    elapsed: Duration,
+    latencies_us: Vec<u64>,
+}
+
+impl Run {
+    fn ops_per_second(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn percentile_ms(&self, fraction: f64) -> f64 {
+        percentile(&self.latencies_us, fraction).map_or(0.0, |us| us as f64 / 1000.0)
+    }
+}
+
+pub(super) async fn run(args: RaftArgs) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|error| error.to_string())?;
+    let mut configs = Vec::new();
+    for id in 1..=3 {
+        configs.push(NodeConfig::new(
+            id,
+            free_addr()?,
+            free_addr()?,
+            dir.path().join(format!("node-{id}")),
+        ));
+    }
+    let nodes = start_local(&configs).await?;
+    let leader = await_leader(&nodes, Duration::from_secs(10))
+        .await
+        .ok_or("no leader elected within 10 s")?;
+    let leader_addr = configs
+        .iter()
+        .find(|config| config.id == leader)
+        .map(|config| config.grpc_addr)
+        .ok_or("the leader is not a configured node")?;
+    eprintln!("bench: 3 nodes on loopback (sled, fsync per batch), leader node {leader}");
+
+    let mut runs = Vec::new();
+    for &clients in &args.clients {
+        for op in [Op::Write, Op::Read] {
+            let run = measure(leader_addr, op, clients, Duration::from_secs(args.seconds)).await?;
+            eprintln!(
+                "bench: {:?} x{clients}: {:.0} ops/s",
+                run.op,
+                run.ops_per_second()
+            );
+            runs.push(run);
+        }
+    }
+    report(&runs, args.json);
+    for node in nodes {
+        node.shutdown().await;
+    }
+    Ok(())
+}
+
+async fn measure(
+    leader: SocketAddr,
+    op: Op,
+    clients: usize,
+    duration: Duration,
+) -> Result<Run, String> {
+    let value: String = "v".repeat(VALUE_BYTES);
+    let start = Instant::now() + WARM_UP;
+    let end = start + duration;
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let channel: Channel = Endpoint::from_shared(format!("http://{leader}"))
+            .map_err(|error| error.to_string())?
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .map_err(|error| error.to_string())?;
+        let value = value.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut grpc = LeasesClient::new(channel);
+            let mut latencies = Vec::new();
+            let mut errors = 0usize;
+            let mut n = 0u64;
+            loop {
+                let began = Instant::now();
+                if began >= end {
+                    break;
+                }
+                // Reads look up tokens the write runs stored (each client wrote `c{client}-…`).
+                let token = format!("c{client}-{}", n % 1000);
+                n += 1;
+                let result = match op {
+                    Op::Write => grpc
+                        .put_challenge(PutChallengeRequest {
+                            token,
+                            key_authorization: value.clone(),
+                        })
+                        .await
+                        .map(|_| ()),
+                    Op::Read => match grpc.get_challenge(GetChallengeRequest { token }).await {
+                        Ok(_) => Ok(()),
+                        Err(status) if status.code() == tonic::Code::NotFound => Ok(()),
+                        Err(status) => Err(status),
+                    },
+                };
+                if began < start {
+                    continue;
+                }
+                match result {
+                    Ok(()) => latencies.push(micros(began.elapsed())),
+                    Err(_) => errors += 1,
+                }
+            }
+            (latencies, errors)
+        }));
+    }
+    let mut latencies_us = Vec::new();
+    let mut errors = 0;
+    for task in tasks {
+        let (latencies, failed) = task.await.map_err(|error| error.to_string())?;
+        latencies_us.extend(latencies);
+        errors += failed;
+    }
+    latencies_us.sort_unstable();
+    Ok(Run {
+        op,
+        clients,
+        ops: latencies_us.len(),
+        errors,
+        elapsed: duration,
+        latencies_us,
+    })
+}
+
+fn report(runs: &[Run], as_json: bool) {
+    if as_json {
+        let rows: Vec<_> = runs
+            .iter()
+            .map(|run| {
+                json!({
+                    "op": format!("{:?}", run.op).to_lowercase(),
+                    "clients": run.clients,
+                    "ops": run.ops,
+                    "errors": run.errors,
+                    "ops_per_second": run.ops_per_second(),
+                    "p50_ms": run.percentile_ms(0.50),
+                    "p99_ms": run.percentile_ms(0.99),
+                    "max_ms": run.percentile_ms(1.0),
+                })
+            })
+            .collect();
+        println!("{}", json!({ "bench": "raft", "runs": rows }));
+        return;
+    }
+    let mut table = Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    table.set_header([
+        "op", "clients", "ops/s", "p50 ms", "p99 ms", "max ms", "errors",
+    ]);
+    for run in runs {
+        table.add_row([
+            match run.op {
+                Op::Write => "write (256 B, durable)".to_owned(),
+                Op::Read => "linearizable read".to_owned(),
+            },
+            run.clients.to_string(),
+            format!("{:.0}", run.ops_per_second()),
+            format!("{:.2}", run.percentile_ms(0.50)),
+            format!("{:.2}", run.percentile_ms(0.99)),
+            format!("{:.2}", run.percentile_ms(1.0)),
+            run.errors.to_string(),
+        ]);
+    }
+    println!("{table}");
+}
