@@ -23,7 +23,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "`bench raft [--clients 1,16,64,256] [--seconds 5]`: a 3-node loopback cluster, release build",
+        "`bench raft|ct [--clients ...] [--seconds N] [--json]`: a 3-node loopback cluster, release build",
     ),
     ("help", "this list"),
 ];
@@ -177,12 +177,39 @@ fn sim(args: &[String]) -> Result<(), String> {
     )
 }
 
-/// `cargo xtask bench <what> [options]`: benchmarks run on a release build.
+/// The benchmarks `cargo xtask bench` runs (`certus bench <name>`), with what each measures.
+const BENCHMARKS: &[(&str, &str)] = &[
+    (
+        "raft",
+        "durable writes and linearizable reads through Raft [--clients 1,16,64,256] [--seconds 5]",
+    ),
+    (
+        "ct",
+        "the CT log: add-chain/s and merge delay, get-sth and proof reads/s over HTTP and gRPC, \
+         memory per million entries [--clients 64,256] [--seconds 10] [--entries 100000]",
+    ),
+];
+
+/// `cargo xtask bench <what> [options]`: benchmarks run on a release build; without a name it
+/// lists them.
 fn bench(args: &[String]) -> Result<(), String> {
+    let names = || {
+        BENCHMARKS
+            .iter()
+            .map(|(name, _)| *name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     match args.first().map(String::as_str) {
-        Some("raft") => {}
-        Some(other) => return Err(format!("unknown benchmark {other:?}; known: raft")),
-        None => return Err("which benchmark? known: raft".into()),
+        Some(name) if BENCHMARKS.iter().any(|(known, _)| *known == name) => {}
+        Some(other) => return Err(format!("unknown benchmark {other:?}; known: {}", names())),
+        None => {
+            println!("usage: cargo xtask bench <benchmark> [options] [--json]\n\nbenchmarks:");
+            for (name, what) in BENCHMARKS {
+                println!("  {name:<6} {what}");
+            }
+            return Ok(());
+        }
     }
     let mut cargo_args = vec![
         "run",

@@ -173,7 +173,7 @@ pub(super) async fn run(args: CtArgs) -> Result<(), String> {
         })
         .collect();
     let nodes = start_local(&configs).await?;
-    let result = measure_all(&args, &nodes, &addrs, &pki).await;
+    let result = measure_all(&args, &nodes, addrs, &pki).await;
     for node in nodes {
         node.shutdown().await;
     }
@@ -201,99 +201,296 @@ struct Report {
 async fn measure_all(
     args: &CtArgs,
     nodes: &[Node],
-    addrs: &[NodeAddrs],
+    addrs: Vec<NodeAddrs>,
     pki: &Arc<TestPki>,
 ) -> Result<Report, String> {
     let leader = await_leader(nodes, Duration::from_secs(10))
         .await
         .ok_or("no leader elected within 10 s")?;
+    let mut logs = Vec::new();
     let mut watch_channels = Vec::new();
-    for node in addrs {
+    for node in &addrs {
+        logs.push(LogClient::new(connect(node.grpc).await?));
         watch_channels.push(connect(node.grpc).await?);
     }
-    let watch = SthWatch::start(watch_channels);
-    let result = measure_with_watch(args, nodes, addrs, pki, leader, &watch).await;
-    watch.stop().await;
+    let bench = Bench {
+        args,
+        nodes,
+        addrs,
+        logs,
+        pki: Arc::clone(pki),
+        watch: SthWatch::start(watch_channels),
+    };
+    let result = bench.measure(leader).await;
+    bench.watch.stop().await;
     result
 }
 
-async fn measure_with_watch(
-    args: &CtArgs,
-    nodes: &[Node],
-    addrs: &[NodeAddrs],
-    pki: &Arc<TestPki>,
-    leader: u64,
-    watch: &SthWatch,
-) -> Result<Report, String> {
-    let ready = Instant::now();
-    while watch.largest().is_none() {
-        if ready.elapsed() > READY_TIMEOUT {
-            return Err(format!(
-                "the log published no tree head within {} s",
-                READY_TIMEOUT.as_secs()
-            ));
+/// The cluster under measurement and what every phase shares.
+#[derive(Debug)]
+struct Bench<'a> {
+    args: &'a CtArgs,
+    /// The nodes, in this process: their local databases give each entry's index.
+    nodes: &'a [Node],
+    addrs: Vec<NodeAddrs>,
+    /// A `Log` client per node, in the order of `addrs`.
+    logs: Vec<LogClient<Channel>>,
+    pki: Arc<TestPki>,
+    watch: SthWatch,
+}
+
+impl Bench<'_> {
+    async fn measure(&self, leader: u64) -> Result<Report, String> {
+        let ready = Instant::now();
+        while self.watch.largest().is_none() {
+            if ready.elapsed() > READY_TIMEOUT {
+                return Err(format!(
+                    "the log published no tree head within {} s",
+                    READY_TIMEOUT.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let config = configure(args, nodes, addrs).await?;
-    eprintln!(
-        "bench ct: 3 nodes on loopback (sled, fsync per batch), leader node {leader}; log config: \
-         {}",
-        describe(&config)
-    );
-
-    let memory = measure_memory(args, nodes, addrs, pki, watch).await?;
-    eprintln!(
-        "bench ct: memory: {} entries, RSS {:+.1} MiB",
-        memory.entries,
-        memory.growth_bytes() as f64 / MIB
-    );
-
-    let mut add_chain = Vec::new();
-    for &clients in &args.clients {
-        let run = measure_add_chain(args, nodes, addrs, pki, watch, clients).await?;
+        let config = self.configure().await?;
         eprintln!(
-            "bench ct: add-chain x{clients}: {:.0}/s, merge delay p99 {} ms",
-            run.per_second(),
-            optional(percentile(&run.merge.delays_ms, 0.99))
+            "bench ct: 3 nodes on loopback (sled, fsync per batch), leader node {leader}; log \
+             config: {}",
+            describe(&config)
         );
-        add_chain.push(run);
-    }
 
-    let targets = Arc::new(proof_targets(nodes, addrs, &add_chain).await?);
-    reads::check_answers(addrs, &targets).await?;
-    let mut read_runs = Vec::new();
-    for &clients in &args.clients {
-        for op in [ReadOp::Sth, ReadOp::Proof] {
-            for transport in [Transport::Http, Transport::Grpc] {
-                let run = reads::measure(
-                    addrs,
-                    &targets,
-                    op,
-                    transport,
-                    clients,
-                    Duration::from_secs(args.seconds),
-                )
-                .await?;
-                eprintln!(
-                    "bench ct: {} over {} x{clients}: {:.0}/s",
-                    op_name(op),
-                    transport_name(transport),
-                    per_second(run.latencies_us.len(), run.elapsed)
-                );
-                read_runs.push(run);
+        let memory = self.measure_memory().await?;
+        eprintln!(
+            "bench ct: memory: {} entries, RSS {:+.1} MiB",
+            memory.entries,
+            memory.growth_bytes() as f64 / MIB
+        );
+
+        let mut add_chain = Vec::new();
+        for &clients in &self.args.clients {
+            let run = self.measure_add_chain(clients).await?;
+            eprintln!(
+                "bench ct: add-chain x{clients}: {:.0}/s, merge delay p99 {} ms",
+                run.per_second(),
+                optional(percentile(&run.merge.delays_ms, 0.99))
+            );
+            add_chain.push(run);
+        }
+
+        let targets = Arc::new(self.proof_targets(&add_chain).await?);
+        reads::check_answers(&self.addrs, &targets).await?;
+        let mut read_runs = Vec::new();
+        for &clients in &self.args.clients {
+            for op in [ReadOp::Sth, ReadOp::Proof] {
+                for transport in [Transport::Http, Transport::Grpc] {
+                    let run = reads::measure(
+                        &self.addrs,
+                        &targets,
+                        op,
+                        transport,
+                        clients,
+                        Duration::from_secs(self.args.seconds),
+                    )
+                    .await?;
+                    eprintln!(
+                        "bench ct: {} over {} x{clients}: {:.0}/s",
+                        op_name(op),
+                        transport_name(transport),
+                        run.per_second()
+                    );
+                    read_runs.push(run);
+                }
             }
         }
+        Ok(Report {
+            leader,
+            config_set: self.args.sets_config(),
+            config,
+            mean_leaf_bytes: self.pki.mean_leaf_bytes(),
+            memory,
+            add_chain,
+            reads: read_runs,
+        })
     }
-    Ok(Report {
-        leader,
-        config_set: args.sets_config(),
-        config,
-        mean_leaf_bytes: pki.mean_leaf_bytes(),
-        memory,
-        add_chain,
-        reads: read_runs,
-    })
+
+    /// One channel per client, client i to node i mod 3.
+    async fn connect_clients(&self, clients: usize) -> Result<Vec<Channel>, String> {
+        let mut channels = Vec::with_capacity(clients);
+        for client in 0..clients {
+            channels.push(connect(self.addrs[client % self.addrs.len()].grpc).await?);
+        }
+        Ok(channels)
+    }
+
+    /// The current leader's `Log` client: it has applied every acknowledged submission.
+    async fn leader_log(&self) -> Result<LogClient<Channel>, String> {
+        let leader = await_leader(self.nodes, Duration::from_secs(10))
+            .await
+            .ok_or("no leader within 10 s")?;
+        self.addrs
+            .iter()
+            .position(|node| node.id == leader)
+            .map(|at| self.logs[at].clone())
+            .ok_or_else(|| format!("the leader, node {leader}, is not a configured node"))
+    }
+
+    /// Applies the configuration flags, if any; returns the configuration in force.
+    async fn configure(&self) -> Result<LogConfig, String> {
+        let args = self.args;
+        let mut log = self.leader_log().await?;
+        let status = log
+            .status(LogStatusRequest {})
+            .await
+            .map_err(|status| format!("Log/Status: {status}"))?
+            .into_inner();
+        let mut config = status.config.ok_or("Log/Status carries no configuration")?;
+        if !args.sets_config() {
+            return Ok(config);
+        }
+        config.signing_interval_ms = args
+            .signing_interval_ms
+            .unwrap_or(config.signing_interval_ms);
+        config.sequencing_interval_ms = args
+            .sequencing_interval_ms
+            .unwrap_or(config.sequencing_interval_ms);
+        config.guard_window_ms = args.guard_window_ms.unwrap_or(config.guard_window_ms);
+        config.unsequenced_watermark = args
+            .unsequenced_watermark
+            .unwrap_or(config.unsequenced_watermark);
+        let set = log
+            .set_config(SetLogConfigRequest {
+                config: Some(config),
+            })
+            .await
+            .map_err(|status| format!("Log/SetConfig refused the configuration: {status}"))?;
+        Ok(set.into_inner())
+    }
+
+    /// Waits until the serving tree covers every numbered entry and nothing is left to number
+    /// (and, with `cleaned_up`, until the replicated state holds no entry); returns how long
+    /// that took, or `None` when it did not happen within [`SETTLE_TIMEOUT`].
+    async fn settle(&self, cleaned_up: bool) -> Result<Option<Duration>, String> {
+        let began = Instant::now();
+        loop {
+            let status = self
+                .leader_log()
+                .await?
+                .status(LogStatusRequest {})
+                .await
+                .map_err(|status| format!("Log/Status: {status}"))?
+                .into_inner();
+            let serving = status.serving.map_or(0, |sth| sth.tree_size);
+            let seen = self.watch.largest().unwrap_or(0);
+            if status.unsequenced == 0
+                && serving >= status.next_sequence
+                && seen >= status.next_sequence
+                && (!cleaned_up || status.held == 0)
+            {
+                return Ok(Some(began.elapsed()));
+            }
+            if began.elapsed() > SETTLE_TIMEOUT {
+                eprintln!(
+                    "bench ct: not settled after {} s: {} unsequenced, {} numbered, serving \
+                     {serving}, seen {seen}, {} held",
+                    SETTLE_TIMEOUT.as_secs(),
+                    status.unsequenced,
+                    status.next_sequence,
+                    status.held
+                );
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn measure_memory(&self) -> Result<MemoryRun, String> {
+        let channels = self.connect_clients(MEMORY_CLIENTS).await?;
+        let warm_up = Until::Count(MEMORY_WARM_UP_ENTRIES);
+        let warmed = submit::submit(&channels, &self.pki, warm_up).await?;
+        fail_if_nothing_logged(&warmed, "the memory phase's warm-up")?;
+        self.settle(true).await?;
+        let rss_before_bytes = memory::resident_bytes()
+            .ok_or("cannot read this process's resident memory (/proc/self/status VmRSS)")?;
+        let began = Instant::now();
+        let logged = submit::submit(&channels, &self.pki, Until::Count(self.args.entries)).await?;
+        let logging = began.elapsed();
+        fail_if_nothing_logged(&logged, "the memory phase")?;
+        if logged.leaves_ran_out {
+            return Err("the memory phase ran out of pre-issued leaves".into());
+        }
+        let settled = self.settle(true).await?.is_some();
+        let rss_after_bytes = memory::resident_bytes()
+            .ok_or("cannot read this process's resident memory (/proc/self/status VmRSS)")?;
+        Ok(MemoryRun {
+            entries: logged.acknowledged.len() as u64,
+            errors: logged.error_count(),
+            logging,
+            settled,
+            rss_before_bytes,
+            rss_after_bytes,
+        })
+    }
+
+    async fn measure_add_chain(&self, clients: usize) -> Result<AddChainRun, String> {
+        let channels = self.connect_clients(clients).await?;
+        let duration = Duration::from_secs(self.args.seconds);
+        let start = Instant::now() + WARM_UP;
+        let end = start + duration;
+        let submitted = submit::submit(&channels, &self.pki, Until::Window { start, end }).await?;
+        if submitted.leaves_ran_out {
+            return Err(format!(
+                "add-chain x{clients} used all pre-issued leaves before its {} s were over; run \
+                 again with a --leaf-rate-max above {}",
+                self.args.seconds, self.args.leaf_rate_max
+            ));
+        }
+        fail_if_nothing_logged(&submitted, &format!("add-chain x{clients}"))?;
+        let settled_after = self.settle(false).await?;
+        let merge = merge_delays(&submitted.acknowledged, self.nodes, &self.watch.coverage())?;
+        Ok(AddChainRun {
+            clients,
+            elapsed: duration,
+            submitted,
+            merge,
+            settled_after,
+        })
+    }
+
+    /// Leaves logged by the add-chain runs, inside the serving tree, to ask proofs for.
+    async fn proof_targets(&self, runs: &[AddChainRun]) -> Result<ProofTargets, String> {
+        let tree_size = self
+            .leader_log()
+            .await?
+            .get_sth(GetSthRequest {})
+            .await
+            .map_err(|status| format!("Log/GetSth: {status}"))?
+            .into_inner()
+            .tree_size;
+        let acknowledged: Vec<&Acknowledged> = runs
+            .iter()
+            .flat_map(|run| &run.submitted.acknowledged)
+            .collect();
+        let step = acknowledged.len().div_ceil(PROOF_TARGETS_MAX).max(1);
+        let ct = self
+            .nodes
+            .first()
+            .and_then(Node::ct)
+            .ok_or("a node runs no CT log")?;
+        let mut leaves: Vec<Hash> = Vec::new();
+        for entry in acknowledged.into_iter().step_by(step) {
+            let hash = entry.leaf_hash()?;
+            match ct.db().index_of_leaf(&hash) {
+                Ok(Some(index)) if index < tree_size => leaves.push(hash),
+                Ok(_) => {}
+                Err(error) => return Err(error.to_string()),
+            }
+        }
+        if leaves.is_empty() {
+            return Err(format!(
+                "no logged leaf is inside the serving tree of size {tree_size}"
+            ));
+        }
+        Ok(ProofTargets::new(leaves, tree_size))
+    }
 }
 
 async fn connect(addr: SocketAddr) -> Result<Channel, String> {
@@ -303,62 +500,6 @@ async fn connect(addr: SocketAddr) -> Result<Channel, String> {
         .connect()
         .await
         .map_err(|error| format!("connecting to {addr}: {error}"))
-}
-
-/// One channel per client, client i to node i mod 3.
-async fn connect_clients(addrs: &[NodeAddrs], clients: usize) -> Result<Vec<Channel>, String> {
-    let mut channels = Vec::with_capacity(clients);
-    for client in 0..clients {
-        channels.push(connect(addrs[client % addrs.len()].grpc).await?);
-    }
-    Ok(channels)
-}
-
-/// The current leader's `Log` client: it has applied every acknowledged submission.
-async fn leader_log(nodes: &[Node], addrs: &[NodeAddrs]) -> Result<LogClient<Channel>, String> {
-    let leader = await_leader(nodes, Duration::from_secs(10))
-        .await
-        .ok_or("no leader within 10 s")?;
-    let addr = addrs
-        .iter()
-        .find(|node| node.id == leader)
-        .ok_or("the leader is not a configured node")?;
-    Ok(LogClient::new(connect(addr.grpc).await?))
-}
-
-/// Applies the configuration flags, if any; returns the configuration in force.
-async fn configure(
-    args: &CtArgs,
-    nodes: &[Node],
-    addrs: &[NodeAddrs],
-) -> Result<LogConfig, String> {
-    let mut log = leader_log(nodes, addrs).await?;
-    let status = log
-        .status(LogStatusRequest {})
-        .await
-        .map_err(|status| format!("Log/Status: {status}"))?
-        .into_inner();
-    let mut config = status.config.ok_or("Log/Status carries no configuration")?;
-    if !args.sets_config() {
-        return Ok(config);
-    }
-    config.signing_interval_ms = args
-        .signing_interval_ms
-        .unwrap_or(config.signing_interval_ms);
-    config.sequencing_interval_ms = args
-        .sequencing_interval_ms
-        .unwrap_or(config.sequencing_interval_ms);
-    config.guard_window_ms = args.guard_window_ms.unwrap_or(config.guard_window_ms);
-    config.unsequenced_watermark = args
-        .unsequenced_watermark
-        .unwrap_or(config.unsequenced_watermark);
-    let set = log
-        .set_config(SetLogConfigRequest {
-            config: Some(config),
-        })
-        .await
-        .map_err(|status| format!("Log/SetConfig refused the configuration: {status}"))?;
-    Ok(set.into_inner())
 }
 
 fn describe(config: &LogConfig) -> String {
@@ -372,47 +513,6 @@ fn describe(config: &LogConfig) -> String {
         config.min_serving_nodes,
         config.min_serving_permille
     )
-}
-
-/// Waits until the serving tree covers every numbered entry and nothing is left to number (and,
-/// with `cleaned_up`, until the replicated state holds no entry); returns how long that took,
-/// or `None` when it did not happen within [`SETTLE_TIMEOUT`].
-async fn settle(
-    nodes: &[Node],
-    addrs: &[NodeAddrs],
-    watch: &SthWatch,
-    cleaned_up: bool,
-) -> Result<Option<Duration>, String> {
-    let began = Instant::now();
-    loop {
-        let status = leader_log(nodes, addrs)
-            .await?
-            .status(LogStatusRequest {})
-            .await
-            .map_err(|status| format!("Log/Status: {status}"))?
-            .into_inner();
-        let serving = status.serving.map_or(0, |sth| sth.tree_size);
-        let seen = watch.largest().unwrap_or(0);
-        if status.unsequenced == 0
-            && serving >= status.next_sequence
-            && seen >= status.next_sequence
-            && (!cleaned_up || status.held == 0)
-        {
-            return Ok(Some(began.elapsed()));
-        }
-        if began.elapsed() > SETTLE_TIMEOUT {
-            eprintln!(
-                "bench ct: not settled after {} s: {} unsequenced, {} numbered, serving {serving}, \
-                 seen {seen}, {} held",
-                SETTLE_TIMEOUT.as_secs(),
-                status.unsequenced,
-                status.next_sequence,
-                status.held
-            );
-            return Ok(None);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -441,39 +541,6 @@ impl MemoryRun {
     }
 }
 
-async fn measure_memory(
-    args: &CtArgs,
-    nodes: &[Node],
-    addrs: &[NodeAddrs],
-    pki: &Arc<TestPki>,
-    watch: &SthWatch,
-) -> Result<MemoryRun, String> {
-    let channels = connect_clients(addrs, MEMORY_CLIENTS).await?;
-    let warm_up = submit::submit(&channels, pki, Until::Count(MEMORY_WARM_UP_ENTRIES)).await?;
-    fail_if_nothing_logged(&warm_up, "the memory phase's warm-up")?;
-    settle(nodes, addrs, watch, true).await?;
-    let rss_before_bytes = memory::resident_bytes()
-        .ok_or("cannot read this process's resident memory (/proc/self/status VmRSS)")?;
-    let began = Instant::now();
-    let logged = submit::submit(&channels, pki, Until::Count(args.entries)).await?;
-    let logging = began.elapsed();
-    fail_if_nothing_logged(&logged, "the memory phase")?;
-    if logged.leaves_ran_out {
-        return Err("the memory phase ran out of pre-issued leaves".into());
-    }
-    let settled = settle(nodes, addrs, watch, true).await?.is_some();
-    let rss_after_bytes = memory::resident_bytes()
-        .ok_or("cannot read this process's resident memory (/proc/self/status VmRSS)")?;
-    Ok(MemoryRun {
-        entries: logged.acknowledged.len() as u64,
-        errors: logged.error_count(),
-        logging,
-        settled,
-        rss_before_bytes,
-        rss_after_bytes,
-    })
-}
-
 fn fail_if_nothing_logged(submitted: &Submitted, what: &str) -> Result<(), String> {
     if submitted.acknowledged.is_empty() {
         return Err(format!(
@@ -500,82 +567,10 @@ struct AddChainRun {
 }
 
 impl AddChainRun {
+    /// Acknowledgements received within the measured window, per second.
     fn per_second(&self) -> f64 {
-        per_second(self.submitted.acknowledged.len(), self.elapsed)
+        per_second(self.submitted.completed_in_window, self.elapsed)
     }
-}
-
-async fn measure_add_chain(
-    args: &CtArgs,
-    nodes: &[Node],
-    addrs: &[NodeAddrs],
-    pki: &Arc<TestPki>,
-    watch: &SthWatch,
-    clients: usize,
-) -> Result<AddChainRun, String> {
-    let channels = connect_clients(addrs, clients).await?;
-    let duration = Duration::from_secs(args.seconds);
-    let start = Instant::now() + WARM_UP;
-    let end = start + duration;
-    let submitted = submit::submit(&channels, pki, Until::Window { start, end }).await?;
-    // Submissions in flight at `end` finish after it; the rate counts them over `duration`.
-    let elapsed = duration;
-    if submitted.leaves_ran_out {
-        return Err(format!(
-            "add-chain x{clients} used all pre-issued leaves before its {} s were over; run \
-             again with a --leaf-rate-max above {}",
-            args.seconds, args.leaf_rate_max
-        ));
-    }
-    fail_if_nothing_logged(&submitted, &format!("add-chain x{clients}"))?;
-    let settled_after = settle(nodes, addrs, watch, false).await?;
-    let merge = merge_delays(&submitted.acknowledged, nodes, &watch.coverage())?;
-    Ok(AddChainRun {
-        clients,
-        elapsed,
-        submitted,
-        merge,
-        settled_after,
-    })
-}
-
-/// Leaves logged by the add-chain runs, inside the serving tree, to ask proofs for.
-async fn proof_targets(
-    nodes: &[Node],
-    addrs: &[NodeAddrs],
-    runs: &[AddChainRun],
-) -> Result<ProofTargets, String> {
-    let tree_size = leader_log(nodes, addrs)
-        .await?
-        .get_sth(GetSthRequest {})
-        .await
-        .map_err(|status| format!("Log/GetSth: {status}"))?
-        .into_inner()
-        .tree_size;
-    let acknowledged: Vec<&Acknowledged> = runs
-        .iter()
-        .flat_map(|run| &run.submitted.acknowledged)
-        .collect();
-    let step = acknowledged.len().div_ceil(PROOF_TARGETS_MAX).max(1);
-    let ct = nodes
-        .first()
-        .and_then(Node::ct)
-        .ok_or("a node runs no CT log")?;
-    let mut leaves: Vec<Hash> = Vec::new();
-    for entry in acknowledged.into_iter().step_by(step) {
-        let hash = entry.leaf_hash()?;
-        match ct.db().index_of_leaf(&hash) {
-            Ok(Some(index)) if index < tree_size => leaves.push(hash),
-            Ok(_) => {}
-            Err(error) => return Err(error.to_string()),
-        }
-    }
-    if leaves.is_empty() {
-        return Err(format!(
-            "no logged leaf is inside the serving tree of size {tree_size}"
-        ));
-    }
-    Ok(ProofTargets::new(leaves, tree_size))
 }
 
 fn op_name(op: ReadOp) -> &'static str {
@@ -634,6 +629,7 @@ impl Report {
                 json!({
                     "clients": run.clients,
                     "acknowledged": run.submitted.acknowledged.len(),
+                    "acknowledged_in_window": run.submitted.completed_in_window,
                     "ops_per_second": run.per_second(),
                     "errors": run.submitted.errors,
                     "submit_p50_ms": us_to_ms(percentile(latencies, 0.50)),
@@ -656,8 +652,8 @@ impl Report {
                     "op": op_name(run.op),
                     "transport": transport_name(run.transport).to_lowercase(),
                     "clients": run.clients,
-                    "ops": run.latencies_us.len(),
-                    "ops_per_second": per_second(run.latencies_us.len(), run.elapsed),
+                    "ops": run.completed_in_window,
+                    "ops_per_second": run.per_second(),
                     "errors": run.errors,
                     "p50_ms": us_to_ms(percentile(&run.latencies_us, 0.50)),
                     "p99_ms": us_to_ms(percentile(&run.latencies_us, 0.99)),
@@ -762,7 +758,7 @@ impl Report {
                 op_name(run.op).to_owned(),
                 transport_name(run.transport).to_owned(),
                 run.clients.to_string(),
-                format!("{:.0}", per_second(run.latencies_us.len(), run.elapsed)),
+                format!("{:.0}", run.per_second()),
                 ms(percentile(&run.latencies_us, 0.50)),
                 ms(percentile(&run.latencies_us, 0.99)),
                 ms(percentile(&run.latencies_us, 1.0)),
@@ -796,8 +792,8 @@ impl Report {
         ]);
         println!("{table}");
         println!(
-            "memory: extrapolated from {} entries (process RSS, all three nodes and the \
-             clients; per node = a third); logging them took {:.1} s",
+            "memory: extrapolated from {} entries (process RSS: all three nodes with their \
+             sled caches, and the clients; per node = a third); logging them took {:.1} s",
             memory.entries,
             memory.logging.as_secs_f64()
         );
@@ -829,12 +825,13 @@ impl Report {
             );
         }
         for op in [ReadOp::Sth, ReadOp::Proof] {
-            let best = self.reads.iter().filter(|run| run.op == op).max_by(|a, b| {
-                per_second(a.latencies_us.len(), a.elapsed)
-                    .total_cmp(&per_second(b.latencies_us.len(), b.elapsed))
-            });
+            let best = self
+                .reads
+                .iter()
+                .filter(|run| run.op == op)
+                .max_by(|a, b| a.per_second().total_cmp(&b.per_second()));
             if let Some(best) = best {
-                let rate = per_second(best.latencies_us.len(), best.elapsed);
+                let rate = best.per_second();
                 println!(
                     "target {} >= {READS_TARGET_PER_SECOND:.0}/s across the cluster: best \
                      {rate:.0}/s ({} x{}, {:.0}% of target){}",

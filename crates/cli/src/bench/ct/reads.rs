@@ -91,10 +91,18 @@ pub(super) struct ReadRun {
     pub(super) transport: Transport,
     pub(super) clients: usize,
     pub(super) elapsed: Duration,
-    /// Latencies of the successful reads, sorted, in microseconds.
+    /// Latencies of the successful reads begun in the window, sorted, in microseconds.
     pub(super) latencies_us: Vec<u64>,
+    /// Successful reads that also ended in the window: what the rate counts.
+    pub(super) completed_in_window: usize,
     /// Failed reads by cause.
     pub(super) errors: BTreeMap<String, usize>,
+}
+
+impl ReadRun {
+    pub(super) fn per_second(&self) -> f64 {
+        super::submit::per_second(self.completed_in_window, self.elapsed)
+    }
 }
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
@@ -247,11 +255,13 @@ pub(super) async fn measure(
         }
     }
     let mut latencies_us = Vec::new();
+    let mut completed_in_window = 0;
     let mut errors = BTreeMap::new();
     for task in tasks {
-        let (latencies, failed) = task.await.map_err(|error| error.to_string())??;
-        latencies_us.extend(latencies);
-        for (cause, count) in failed {
+        let seen = task.await.map_err(|error| error.to_string())??;
+        latencies_us.extend(seen.latencies_us);
+        completed_in_window += seen.completed_in_window;
+        for (cause, count) in seen.errors {
             *errors.entry(cause).or_default() += count;
         }
     }
@@ -262,11 +272,20 @@ pub(super) async fn measure(
         clients,
         elapsed: duration,
         latencies_us,
+        completed_in_window,
         errors,
     })
 }
 
-type ReaderResult = Result<(Vec<u64>, BTreeMap<String, usize>), String>;
+/// What one reader saw in the window.
+#[derive(Debug, Default)]
+struct Seen {
+    latencies_us: Vec<u64>,
+    completed_in_window: usize,
+    errors: BTreeMap<String, usize>,
+}
+
+type ReaderResult = Result<Seen, String>;
 
 /// One reader's loop.
 #[derive(Debug)]
@@ -282,8 +301,7 @@ impl Reader {
     async fn http(self, node: NodeAddrs) -> ReaderResult {
         let client = http_client();
         let sth = sth_uri(&node)?;
-        let mut latencies = Vec::new();
-        let mut errors = BTreeMap::new();
+        let mut seen = Seen::default();
         for n in 0.. {
             let uri = match self.op {
                 ReadOp::Sth => sth.clone(),
@@ -296,15 +314,14 @@ impl Reader {
                 break;
             }
             let result = http_get(&client, uri).await;
-            self.record(began, result.map(drop), &mut latencies, &mut errors);
+            self.record(began, result.map(drop), &mut seen);
         }
-        Ok((latencies, errors))
+        Ok(seen)
     }
 
     async fn grpc(self, channel: Channel) -> ReaderResult {
         let mut log = LogClient::new(channel);
-        let mut latencies = Vec::new();
-        let mut errors = BTreeMap::new();
+        let mut seen = Seen::default();
         for n in 0.. {
             let began = Instant::now();
             if began >= self.end {
@@ -323,24 +340,22 @@ impl Reader {
                 }
             };
             let result = result.map_err(|status| format!("gRPC {:?}", status.code()));
-            self.record(began, result, &mut latencies, &mut errors);
+            self.record(began, result, &mut seen);
         }
-        Ok((latencies, errors))
+        Ok(seen)
     }
 
-    fn record(
-        &self,
-        began: Instant,
-        result: Result<(), String>,
-        latencies: &mut Vec<u64>,
-        errors: &mut BTreeMap<String, usize>,
-    ) {
+    fn record(&self, began: Instant, result: Result<(), String>, seen: &mut Seen) {
         if began < self.start {
             return;
         }
         match result {
-            Ok(()) => latencies.push(micros(began.elapsed())),
-            Err(cause) => *errors.entry(cause).or_default() += 1,
+            Ok(()) => {
+                let ended = Instant::now();
+                seen.latencies_us.push(micros(ended - began));
+                seen.completed_in_window += usize::from(ended <= self.end);
+            }
+            Err(cause) => *seen.errors.entry(cause).or_default() += 1,
         }
     }
 }

@@ -55,6 +55,9 @@ impl Acknowledged {
 pub(super) struct Submitted {
     /// Submit latencies of the acknowledged submissions, sorted, in microseconds.
     pub(super) latencies_us: Vec<u64>,
+    /// Acknowledgements that came before the window's end (all of them for a count): what a
+    /// rate counts.
+    pub(super) completed_in_window: usize,
     /// In the order they were acknowledged, per client.
     pub(super) acknowledged: Vec<Acknowledged>,
     /// Refusals and failures by gRPC code.
@@ -116,6 +119,11 @@ pub(super) async fn submit(
                 match result {
                     Ok(reply) => {
                         seen.latencies_us.push(micros(began.elapsed()));
+                        let in_window = match until {
+                            Until::Count(_) => true,
+                            Until::Window { end, .. } => Instant::now() <= end,
+                        };
+                        seen.completed_in_window += usize::from(in_window);
                         let reply = reply.into_inner();
                         seen.acknowledged.push(Acknowledged {
                             sct_timestamp_ms: reply.timestamp_ms,
@@ -139,6 +147,7 @@ pub(super) async fn submit(
     for task in tasks {
         let seen = task.await.map_err(|error| error.to_string())?;
         all.latencies_us.extend(seen.latencies_us);
+        all.completed_in_window += seen.completed_in_window;
         all.acknowledged.extend(seen.acknowledged);
         for (code, count) in seen.errors {
             *all.errors.entry(code).or_default() += count;
