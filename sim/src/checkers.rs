@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{History, Outcome};
+use crate::history::{Call, History, Outcome};
 use crate::observe::{Role, Sample};
 
 /// One checker's judgement of one run.
@@ -70,13 +70,45 @@ pub fn single_master(samples: &[Sample]) -> Verdict {
     }
 }
 
+/// How long an unanswered write may stay in flight before it can no longer take effect: the
+/// client's attempt, a forward to a leader that just lost its post, and the proposal.
+pub const RELEASE_IN_FLIGHT_MS: u64 = 15_000;
+
 /// **Exclusive holding**: no two clients hold one lease (under different grants) at the same
 /// global time for longer than `skew_bound_ms`. The cluster's clock is its leaders' wall clocks,
 /// which may differ by the skew bound, so a new grant may begin up to that much before the old
 /// holder's own reckoning of its end.
 pub fn exclusive_holding(history: &History, skew_bound_ms: u64) -> Verdict {
+    // Releases name the holder, not the grant: a release whose answer never came may still be
+    // in flight (forwarded, queued) and land after the same client took the lease again,
+    // ending that newer grant early. Such holds are not the client's to count on.
+    let mut unanswered_releases: BTreeMap<(u32, &str), Vec<u64>> = BTreeMap::new();
+    for operation in &history.operations {
+        if matches!(operation.call, Call::Release { .. })
+            && matches!(operation.outcome, Outcome::Unknown { .. })
+        {
+            unanswered_releases
+                .entry((operation.client, operation.lease.as_str()))
+                .or_default()
+                .push(operation.invoked_ms);
+        }
+    }
+    let shadowed = |hold: &crate::history::Hold| {
+        unanswered_releases
+            .get(&(hold.client, hold.lease.as_str()))
+            .is_some_and(|invoked| {
+                invoked.iter().any(|invoked_ms| {
+                    *invoked_ms <= hold.from_ms && hold.from_ms <= invoked_ms + RELEASE_IN_FLIGHT_MS
+                })
+            })
+    };
     let mut by_lease: BTreeMap<&str, Vec<&crate::history::Hold>> = BTreeMap::new();
+    let mut skipped = 0;
     for hold in &history.holds {
+        if shadowed(hold) {
+            skipped += 1;
+            continue;
+        }
         by_lease.entry(hold.lease.as_str()).or_default().push(hold);
     }
     let mut worst: Option<String> = None;
@@ -115,7 +147,8 @@ pub fn exclusive_holding(history: &History, skew_bound_ms: u64) -> Verdict {
         None => Verdict::pass(
             "exclusive-holding",
             format!(
-                "{} holds, {pairs} pairs of one lease, none overlapping beyond {skew_bound_ms} ms",
+                "{} holds ({skipped} left out: an unanswered release of the holder may have \
+                 ended them), {pairs} pairs of one lease, none overlapping beyond {skew_bound_ms} ms",
                 history.holds.len()
             ),
         ),
@@ -298,6 +331,41 @@ mod tests {
         };
         assert!(exclusive_holding(&history, 100).passed);
         assert!(!exclusive_holding(&history, 99).passed);
+    }
+
+    #[test]
+    fn a_hold_after_an_unanswered_release_of_the_same_holder_is_left_out() {
+        let release = |client: u32, invoked_ms: u64| Operation {
+            id: 0,
+            client,
+            lease: "l".to_owned(),
+            call: Call::Release {
+                holder: format!("c{client}"),
+            },
+            invoked_ms,
+            completed_ms: invoked_ms + 1_500,
+            outcome: Outcome::Unknown {
+                error: "no answer".to_owned(),
+            },
+        };
+        let overlapping = vec![hold(0, 5, 20_000, 23_000), hold(1, 9, 20_500, 24_000)];
+        // Client 0's release before its hold may still land: its hold is not counted.
+        let history = History {
+            holds: overlapping.clone(),
+            operations: vec![release(0, 19_500)],
+            ..History::default()
+        };
+        assert!(exclusive_holding(&history, 100).passed);
+        // Another client's release, or one long before, does not excuse the overlap.
+        let long_before = 20_000 - super::RELEASE_IN_FLIGHT_MS - 1;
+        for operations in [vec![release(2, 19_500)], vec![release(0, long_before)]] {
+            let history = History {
+                holds: overlapping.clone(),
+                operations,
+                ..History::default()
+            };
+            assert!(!exclusive_holding(&history, 100).passed);
+        }
     }
 
     fn granted(client: u32, token: u64, invoked_ms: u64, completed_ms: u64) -> Operation {
