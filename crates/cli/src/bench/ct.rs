@@ -34,8 +34,8 @@ use tonic::transport::{Channel, Endpoint};
 use super::{WARM_UP, free_addr, percentile};
 use crate::cluster::{await_leader, start_local};
 
-mod memory;
 mod pki;
+mod process;
 mod reads;
 mod sth_watch;
 mod submit;
@@ -133,6 +133,7 @@ struct NodeAddrs {
 
 pub(super) async fn run(args: CtArgs) -> Result<(), String> {
     args.check()?;
+    let load_average = process::load_average();
     let leaves = args.leaves_needed()?;
     let began = Instant::now();
     let pki = Arc::new(TestPki::generate(leaves)?);
@@ -173,7 +174,7 @@ pub(super) async fn run(args: CtArgs) -> Result<(), String> {
         })
         .collect();
     let nodes = start_local(&configs).await?;
-    let result = measure_all(&args, &nodes, addrs, &pki).await;
+    let result = measure_all(&args, &nodes, addrs, &pki, load_average).await;
     for node in nodes {
         node.shutdown().await;
     }
@@ -189,6 +190,9 @@ pub(super) async fn run(args: CtArgs) -> Result<(), String> {
 /// Everything `bench ct` measured.
 #[derive(Debug)]
 struct Report {
+    cpus: usize,
+    /// The machine's 1-minute load average before the bench started anything.
+    load_average: Option<f64>,
     leader: u64,
     config: LogConfig,
     config_set: bool,
@@ -203,6 +207,7 @@ async fn measure_all(
     nodes: &[Node],
     addrs: Vec<NodeAddrs>,
     pki: &Arc<TestPki>,
+    load_average: Option<f64>,
 ) -> Result<Report, String> {
     let leader = await_leader(nodes, Duration::from_secs(10))
         .await
@@ -220,6 +225,7 @@ async fn measure_all(
         logs,
         pki: Arc::clone(pki),
         watch: SthWatch::start(watch_channels),
+        load_average,
     };
     let result = bench.measure(leader).await;
     bench.watch.stop().await;
@@ -237,6 +243,7 @@ struct Bench<'a> {
     logs: Vec<LogClient<Channel>>,
     pki: Arc<TestPki>,
     watch: SthWatch,
+    load_average: Option<f64>,
 }
 
 impl Bench<'_> {
@@ -302,6 +309,8 @@ impl Bench<'_> {
             }
         }
         Ok(Report {
+            cpus: std::thread::available_parallelism().map_or(1, usize::from),
+            load_average: self.load_average,
             leader,
             config_set: self.args.sets_config(),
             config,
@@ -408,7 +417,7 @@ impl Bench<'_> {
         let warmed = submit::submit(&channels, &self.pki, warm_up).await?;
         fail_if_nothing_logged(&warmed, "the memory phase's warm-up")?;
         self.settle(true).await?;
-        let rss_before_bytes = memory::resident_bytes()
+        let rss_before_bytes = process::resident_bytes()
             .ok_or("cannot read this process's resident memory (/proc/self/status VmRSS)")?;
         let began = Instant::now();
         let logged = submit::submit(&channels, &self.pki, Until::Count(self.args.entries)).await?;
@@ -418,10 +427,10 @@ impl Bench<'_> {
             return Err("the memory phase ran out of pre-issued leaves".into());
         }
         let settled = self.settle(true).await?.is_some();
-        let rss_after_bytes = memory::resident_bytes()
+        let rss_after_bytes = process::resident_bytes()
             .ok_or("cannot read this process's resident memory (/proc/self/status VmRSS)")?;
         Ok(MemoryRun {
-            entries: logged.acknowledged.len() as u64,
+            entries: logged.acknowledged_count as u64,
             errors: logged.error_count(),
             logging,
             settled,
@@ -435,7 +444,9 @@ impl Bench<'_> {
         let duration = Duration::from_secs(self.args.seconds);
         let start = Instant::now() + WARM_UP;
         let end = start + duration;
+        let cpu = cpu_cores_between(start, end);
         let submitted = submit::submit(&channels, &self.pki, Until::Window { start, end }).await?;
+        let cpu_cores = cpu.await.map_err(|error| error.to_string())?;
         if submitted.leaves_ran_out {
             return Err(format!(
                 "add-chain x{clients} used all pre-issued leaves before its {} s were over; run \
@@ -445,9 +456,11 @@ impl Bench<'_> {
         }
         fail_if_nothing_logged(&submitted, &format!("add-chain x{clients}"))?;
         let settled_after = self.settle(false).await?;
-        let merge = merge_delays(&submitted.acknowledged, self.nodes, &self.watch.coverage())?;
+        let coverage = self.watch.coverage();
+        let merge = merge_delays(&submitted.acknowledged, &self.pki, self.nodes, &coverage)?;
         Ok(AddChainRun {
             clients,
+            cpu_cores,
             elapsed: duration,
             submitted,
             merge,
@@ -477,7 +490,7 @@ impl Bench<'_> {
             .ok_or("a node runs no CT log")?;
         let mut leaves: Vec<Hash> = Vec::new();
         for entry in acknowledged.into_iter().step_by(step) {
-            let hash = entry.leaf_hash()?;
+            let hash = entry.leaf_hash(&self.pki)?;
             match ct.db().index_of_leaf(&hash) {
                 Ok(Some(index)) if index < tree_size => leaves.push(hash),
                 Ok(_) => {}
@@ -500,6 +513,18 @@ async fn connect(addr: SocketAddr) -> Result<Channel, String> {
         .connect()
         .await
         .map_err(|error| format!("connecting to {addr}: {error}"))
+}
+
+/// The CPU the whole process (nodes and clients) used from `start` to `end`, in cores: a task
+/// reads the process's CPU time at both instants. `None` where the kernel does not say.
+fn cpu_cores_between(start: Instant, end: Instant) -> tokio::task::JoinHandle<Option<f64>> {
+    tokio::spawn(async move {
+        tokio::time::sleep_until(start.into()).await;
+        let (began, cpu_before) = (Instant::now(), process::cpu_time()?);
+        tokio::time::sleep_until(end.into()).await;
+        let (ended, cpu_after) = (Instant::now(), process::cpu_time()?);
+        Some((cpu_after - cpu_before).as_secs_f64() / (ended - began).as_secs_f64())
+    })
 }
 
 fn describe(config: &LogConfig) -> String {
@@ -537,12 +562,12 @@ impl MemoryRun {
     }
 
     fn mib_per_million(&self) -> f64 {
-        memory::mib_per_million(self.growth_bytes(), self.entries)
+        process::mib_per_million(self.growth_bytes(), self.entries)
     }
 }
 
 fn fail_if_nothing_logged(submitted: &Submitted, what: &str) -> Result<(), String> {
-    if submitted.acknowledged.is_empty() {
+    if submitted.acknowledged_count == 0 {
         return Err(format!(
             "{what} logged nothing; errors: {:?}",
             submitted.error_examples
@@ -558,6 +583,8 @@ fn fail_if_nothing_logged(submitted: &Submitted, what: &str) -> Result<(), Strin
 #[derive(Debug)]
 struct AddChainRun {
     clients: usize,
+    /// CPU the process used in the window, in cores.
+    cpu_cores: Option<f64>,
     elapsed: Duration,
     submitted: Submitted,
     merge: MergeDelays,
@@ -596,6 +623,10 @@ fn optional(value: Option<u64>) -> String {
     value.map_or_else(|| "-".to_owned(), |value| value.to_string())
 }
 
+fn cores(cpu: Option<f64>) -> String {
+    cpu.map_or_else(|| "-".to_owned(), |cores| format!("{cores:.2}"))
+}
+
 fn us_to_ms(us: Option<u64>) -> Value {
     us.map_or(Value::Null, |us| json!(us as f64 / 1000.0))
 }
@@ -628,7 +659,7 @@ impl Report {
                 let delays = &run.merge.delays_ms;
                 json!({
                     "clients": run.clients,
-                    "acknowledged": run.submitted.acknowledged.len(),
+                    "acknowledged": run.submitted.acknowledged_count,
                     "acknowledged_in_window": run.submitted.completed_in_window,
                     "ops_per_second": run.per_second(),
                     "errors": run.submitted.errors,
@@ -641,6 +672,7 @@ impl Report {
                     "not_integrated": run.merge.not_integrated,
                     "not_served": run.merge.not_served,
                     "settled_after_load_ms": run.settled_after.map(|wait| wait.as_millis()),
+                    "cpu_cores": run.cpu_cores,
                 })
             })
             .collect();
@@ -658,12 +690,15 @@ impl Report {
                     "p50_ms": us_to_ms(percentile(&run.latencies_us, 0.50)),
                     "p99_ms": us_to_ms(percentile(&run.latencies_us, 0.99)),
                     "max_ms": us_to_ms(percentile(&run.latencies_us, 1.0)),
+                    "cpu_cores": run.cpu_cores,
                 })
             })
             .collect();
         let memory = &self.memory;
         json!({
             "bench": "ct",
+            "cpus": self.cpus,
+            "load_average_before": self.load_average,
             "nodes": 3,
             "leader": self.leader,
             "config_set": self.config_set,
@@ -697,8 +732,12 @@ impl Report {
 
     fn print(&self) {
         println!(
-            "CT log, 3 nodes on loopback in this process (sled, fsync per batch), leader node {}",
-            self.leader
+            "CT log, 3 nodes on loopback in this process (sled, fsync per batch), leader node {}; \
+             {} CPUs, load average {} before the bench",
+            self.leader,
+            self.cpus,
+            self.load_average
+                .map_or_else(|| "unknown".to_owned(), |load| format!("{load:.2}"))
         );
         println!(
             "log config ({}): {}",
@@ -729,12 +768,13 @@ impl Report {
             "merge max ms",
             "not covered",
             "errors",
+            "CPU cores",
         ]);
         for run in &self.add_chain {
             let latencies = &run.submitted.latencies_us;
             let delays = &run.merge.delays_ms;
             table.add_row([
-                format!("{} acknowledged", run.submitted.acknowledged.len()),
+                format!("{} acknowledged", run.submitted.acknowledged_count),
                 run.clients.to_string(),
                 format!("{:.0}", run.per_second()),
                 ms(percentile(latencies, 0.50)),
@@ -744,6 +784,7 @@ impl Report {
                 optional(percentile(delays, 1.0)),
                 run.merge.not_covered().to_string(),
                 errors_text(&run.submitted.errors),
+                cores(run.cpu_cores),
             ]);
         }
         println!("{table}");
@@ -751,7 +792,15 @@ impl Report {
         let mut table = Table::new();
         table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
         table.set_header([
-            "read", "over", "clients", "ops/s", "p50 ms", "p99 ms", "max ms", "errors",
+            "read",
+            "over",
+            "clients",
+            "ops/s",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "errors",
+            "CPU cores",
         ]);
         for run in &self.reads {
             table.add_row([
@@ -763,6 +812,7 @@ impl Report {
                 ms(percentile(&run.latencies_us, 0.99)),
                 ms(percentile(&run.latencies_us, 1.0)),
                 errors_text(&run.errors),
+                cores(run.cpu_cores),
             ]);
         }
         println!("{table}");

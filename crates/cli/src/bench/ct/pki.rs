@@ -77,10 +77,17 @@ impl TestPki {
         })
     }
 
-    /// The next unused leaf (DER), or `None` once all were handed out.
-    pub(super) fn take_leaf(&self) -> Option<&[u8]> {
-        let index = self.next.fetch_add(1, Ordering::Relaxed);
-        self.leaves.get(index).map(Vec::as_slice)
+    /// The next unused leaf: its number and DER; `None` once all were handed out.
+    pub(super) fn take_leaf(&self) -> Option<(usize, &[u8])> {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        self.leaves
+            .get(number)
+            .map(|leaf| (number, leaf.as_slice()))
+    }
+
+    /// Leaf `number` (handed out before).
+    pub(super) fn leaf(&self, number: usize) -> &[u8] {
+        &self.leaves[number]
     }
 
     /// The mean DER size of a leaf, in bytes.
@@ -113,8 +120,9 @@ mod tests {
         let pki = TestPki::generate(5).expect("a PKI");
         assert!(pki.root_pem.starts_with("-----BEGIN CERTIFICATE-----"));
         let mut seen = std::collections::BTreeSet::new();
-        while let Some(leaf) = pki.take_leaf() {
+        while let Some((number, leaf)) = pki.take_leaf() {
             assert!(seen.insert(leaf.to_vec()), "leaves are distinct");
+            assert_eq!(pki.leaf(number), leaf);
             let chain = [leaf.to_vec(), pki.root_der.clone()];
             let roots =
                 certus_ct::chain::AcceptedRoots::from_pem(&pki.root_pem).expect("the root parses");

@@ -97,6 +97,8 @@ pub(super) struct ReadRun {
     pub(super) completed_in_window: usize,
     /// Failed reads by cause.
     pub(super) errors: BTreeMap<String, usize>,
+    /// CPU the process used in the window, in cores.
+    pub(super) cpu_cores: Option<f64>,
 }
 
 impl ReadRun {
@@ -233,26 +235,33 @@ pub(super) async fn measure(
     clients: usize,
     duration: Duration,
 ) -> Result<ReadRun, String> {
+    // Connections first, so that every reader is ready when the warm-up starts.
+    let mut channels = Vec::new();
+    if transport == Transport::Grpc {
+        for reader in 0..clients {
+            channels.push(grpc_channel(nodes[reader % nodes.len()].grpc).await?);
+        }
+    }
+    let mut channels = channels.into_iter();
     let start = Instant::now() + WARM_UP;
     let end = start + duration;
+    let cpu = super::cpu_cores_between(start, end);
     let mut tasks = Vec::new();
     for reader in 0..clients {
-        let node = nodes[reader % nodes.len()].clone();
-        let targets = Arc::clone(targets);
         let reader_loop = Reader {
             reader,
             op,
-            targets,
+            targets: Arc::clone(targets),
             start,
             end,
         };
-        match transport {
-            Transport::Http => tasks.push(tokio::spawn(reader_loop.http(node))),
+        tasks.push(match transport {
             Transport::Grpc => {
-                let channel = grpc_channel(node.grpc).await?;
-                tasks.push(tokio::spawn(reader_loop.grpc(channel)));
+                let channel = channels.next().expect("one channel per gRPC reader");
+                tokio::spawn(reader_loop.grpc(channel))
             }
-        }
+            Transport::Http => tokio::spawn(reader_loop.http(nodes[reader % nodes.len()].clone())),
+        });
     }
     let mut latencies_us = Vec::new();
     let mut completed_in_window = 0;
@@ -266,6 +275,7 @@ pub(super) async fn measure(
         }
     }
     latencies_us.sort_unstable();
+    let cpu_cores = cpu.await.map_err(|error| error.to_string())?;
     Ok(ReadRun {
         op,
         transport,
@@ -274,6 +284,7 @@ pub(super) async fn measure(
         latencies_us,
         completed_in_window,
         errors,
+        cpu_cores,
     })
 }
 

@@ -21,7 +21,8 @@ use crate::bench::micros;
 /// When the submitters stop.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Until {
-    /// After this many submissions (each made once, whatever its outcome); nothing is a warm-up.
+    /// After this many submissions (each made once, whatever its outcome); nothing is a warm-up,
+    /// and only counts are kept (the memory phase measures the nodes, not a record of them).
     Count(u64),
     /// Submissions begun before `start` are a warm-up and not counted; none begins after `end`.
     Window { start: Instant, end: Instant },
@@ -32,17 +33,17 @@ pub(super) enum Until {
 pub(super) struct Acknowledged {
     /// The SCT's timestamp: when the merge delay starts.
     pub(super) sct_timestamp_ms: u64,
-    /// The leaf certificate, DER.
-    certificate: Vec<u8>,
+    /// Which of the PKI's leaves.
+    leaf: usize,
     /// The SCT's extensions (part of the leaf).
     extensions: Vec<u8>,
 }
 
 impl Acknowledged {
     /// The leaf hash the entry has in the tree.
-    pub(super) fn leaf_hash(&self) -> Result<Hash, String> {
+    pub(super) fn leaf_hash(&self, pki: &TestPki) -> Result<Hash, String> {
         let entry = LogEntry::X509 {
-            certificate: self.certificate.clone(),
+            certificate: pki.leaf(self.leaf).to_vec(),
         };
         let input = leaf_input(self.sct_timestamp_ms, &entry, &self.extensions)
             .map_err(|error| format!("encoding a MerkleTreeLeaf: {error}"))?;
@@ -58,7 +59,9 @@ pub(super) struct Submitted {
     /// Acknowledgements that came before the window's end (all of them for a count): what a
     /// rate counts.
     pub(super) completed_in_window: usize,
-    /// In the order they were acknowledged, per client.
+    /// Acknowledgements, in or after the window (not the warm-up).
+    pub(super) acknowledged_count: usize,
+    /// Per client, in the order they were acknowledged (not for [`Until::Count`]).
     pub(super) acknowledged: Vec<Acknowledged>,
     /// Refusals and failures by gRPC code.
     pub(super) errors: BTreeMap<String, usize>,
@@ -104,7 +107,7 @@ pub(super) async fn submit(
                         began >= start
                     }
                 };
-                let Some(leaf) = pki.take_leaf() else {
+                let Some((leaf_number, leaf)) = pki.take_leaf() else {
                     seen.leaves_ran_out = true;
                     break;
                 };
@@ -118,16 +121,17 @@ pub(super) async fn submit(
                 }
                 match result {
                     Ok(reply) => {
-                        seen.latencies_us.push(micros(began.elapsed()));
-                        let in_window = match until {
-                            Until::Count(_) => true,
-                            Until::Window { end, .. } => Instant::now() <= end,
+                        seen.acknowledged_count += 1;
+                        let Until::Window { end, .. } = until else {
+                            seen.completed_in_window += 1;
+                            continue;
                         };
-                        seen.completed_in_window += usize::from(in_window);
+                        seen.latencies_us.push(micros(began.elapsed()));
+                        seen.completed_in_window += usize::from(Instant::now() <= end);
                         let reply = reply.into_inner();
                         seen.acknowledged.push(Acknowledged {
                             sct_timestamp_ms: reply.timestamp_ms,
-                            certificate: leaf.to_vec(),
+                            leaf: leaf_number,
                             extensions: reply.extensions,
                         });
                     }
@@ -148,6 +152,7 @@ pub(super) async fn submit(
         let seen = task.await.map_err(|error| error.to_string())?;
         all.latencies_us.extend(seen.latencies_us);
         all.completed_in_window += seen.completed_in_window;
+        all.acknowledged_count += seen.acknowledged_count;
         all.acknowledged.extend(seen.acknowledged);
         for (code, count) in seen.errors {
             *all.errors.entry(code).or_default() += count;
@@ -182,12 +187,13 @@ impl MergeDelays {
 /// Finds each entry's index in the nodes' local databases and the first served tree past it.
 pub(super) fn merge_delays(
     acknowledged: &[Acknowledged],
+    pki: &TestPki,
     nodes: &[Node],
     coverage: &Coverage,
 ) -> Result<MergeDelays, String> {
     let mut delays = MergeDelays::default();
     for entry in acknowledged {
-        let hash = entry.leaf_hash()?;
+        let hash = entry.leaf_hash(pki)?;
         let mut index = None;
         for node in nodes {
             let ct = node.ct().ok_or("a node runs no CT log")?;
