@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use certus_proto::v1::GetSthRequest;
 use certus_proto::v1::log_client::LogClient;
@@ -19,11 +19,7 @@ pub(super) const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// Wall-clock milliseconds since the Unix epoch: the clock SCT timestamps are stamped with (the
 /// nodes run in this process, on this machine's clock).
 pub(super) fn system_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        })
+    certus_node::Clock::system().now_ms()
 }
 
 /// The pollers, one per node, while they run.
