@@ -161,6 +161,19 @@ fn config_from_proto(config: &v1::LogConfig) -> LogConfig {
     }
 }
 
+/// The leading `items` whose encoded sizes (as `bytes_of` estimates them) fit one reply: fewer
+/// entries than asked is allowed (RFC 6962 §4.6), a reply over the message limit is not.
+fn within_reply<T>(items: Vec<T>, bytes_of: impl Fn(&T) -> usize) -> Vec<T> {
+    let mut bytes = 0usize;
+    items
+        .into_iter()
+        .take_while(|item| {
+            bytes += bytes_of(item);
+            bytes <= GET_ENTRIES_REPLY_BYTES_MAX
+        })
+        .collect()
+}
+
 fn mismatch(reply: &ReadReply) -> Status {
     status(
         Code::Internal,
@@ -274,19 +287,15 @@ impl Log for LogService {
             other => return Err(mismatch(&other)),
         };
         debug_assert!(entries.len() as u64 <= GET_ENTRIES_MAX);
-        // Fewer entries than asked is allowed (RFC 6962 §4.6); the reply must fit a message.
-        let mut bytes = 0usize;
-        let entries: Vec<v1::LogEntry> = entries
-            .into_iter()
-            .take_while(|(leaf_input, extra_data)| {
-                bytes += leaf_input.len() + extra_data.len() + 16;
-                bytes <= GET_ENTRIES_REPLY_BYTES_MAX
-            })
-            .map(|(leaf_input, extra_data)| v1::LogEntry {
-                leaf_input,
-                extra_data,
-            })
-            .collect();
+        let entries: Vec<v1::LogEntry> = within_reply(entries, |(leaf_input, extra_data)| {
+            leaf_input.len() + extra_data.len() + 16
+        })
+        .into_iter()
+        .map(|(leaf_input, extra_data)| v1::LogEntry {
+            leaf_input,
+            extra_data,
+        })
+        .collect();
         if entries.is_empty() {
             return Err(status(
                 Code::Internal,
@@ -331,20 +340,17 @@ impl Log for LogService {
             .ct
             .stored_entries(request.start, limit)
             .map_err(read_status)?;
-        let mut bytes = 0usize;
-        let entries = stored
-            .into_iter()
-            .take_while(|entry| {
-                bytes += entry.leaf_input.len() + entry.extra_data.len() + entry.sct.len() + 24;
-                bytes <= GET_ENTRIES_REPLY_BYTES_MAX
-            })
-            .map(|entry| v1::StoredEntry {
-                leaf_input: entry.leaf_input,
-                extra_data: entry.extra_data,
-                sct: entry.sct,
-                sct_timestamp_ms: entry.sct_timestamp_ms,
-            })
-            .collect();
+        let entries = within_reply(stored, |entry| {
+            entry.leaf_input.len() + entry.extra_data.len() + entry.sct.len() + 24
+        })
+        .into_iter()
+        .map(|entry| v1::StoredEntry {
+            leaf_input: entry.leaf_input,
+            extra_data: entry.extra_data,
+            sct: entry.sct,
+            sct_timestamp_ms: entry.sct_timestamp_ms,
+        })
+        .collect();
         Ok(Response::new(v1::FetchEntriesReply { entries }))
     }
 
