@@ -19,8 +19,8 @@ use certus_proto::v1::{
     ListChallengesReply, ListChallengesRequest, ListLeasesReply, ListLeasesRequest, LogConfig,
     LogStatus, LogStatusRequest, MembershipReply, PurgeChallengesReply, PurgeChallengesRequest,
     PutChallengeReply, PutChallengeRequest, ReleaseReply, ReleaseRequest, RenewReply, RenewRequest,
-    SetFrozenRequest, SetLogConfigRequest, SignedTreeHead, StatusReply, StatusRequest,
-    TriggerSnapshotReply, TriggerSnapshotRequest,
+    SetFrozenRequest, SetLogConfigRequest, SignedTreeHead, StartMirrorRequest, StatusReply,
+    StatusRequest, TriggerSnapshotReply, TriggerSnapshotRequest,
 };
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
@@ -523,6 +523,25 @@ impl Client {
         let request = SetFrozenRequest { frozen };
         self.call("Log/SetFrozen", self.budget(), move |channel| async move {
             LogClient::new(channel).set_frozen(request).await
+        })
+        .await
+    }
+
+    /// Makes the (empty) log a mirror of the RFC 6962 log at `source_url` whose key is
+    /// `source_public_key` (DER SubjectPublicKeyInfo), for good; on a mirror of the same key,
+    /// changes the source's URL. Answers with the log's status afterwards. Safe to repeat.
+    pub async fn start_mirror(
+        &self,
+        source_url: &str,
+        source_public_key: &[u8],
+    ) -> Result<LogStatus, ClientError> {
+        let request = StartMirrorRequest {
+            source_url: source_url.to_owned(),
+            source_public_key: source_public_key.to_vec(),
+        };
+        self.call("Log/StartMirror", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { LogClient::new(channel).start_mirror(request).await }
         })
         .await
     }

@@ -92,6 +92,6 @@ pub use certus_proto::v1::{
     AcquireReply, AddChainReply, Challenge, CheckFenceReply, DeleteChallengeReply,
     GetConsistencyReply, GetEntriesReply, GetProofByHashReply, GetRootsReply, Lease,
     ListChallengesReply, ListLeasesReply, LogConfig, LogEntry, LogStatus, Member, MembershipReply,
-    NodeReport, PurgeChallengesReply, PutChallengeReply, ReleaseReply, RenewReply, SignedTreeHead,
-    StatusReply, TriggerSnapshotReply,
+    MirrorStatus, NodeReport, PurgeChallengesReply, PutChallengeReply, ReleaseReply, RenewReply,
+    SignedTreeHead, StatusReply, TriggerSnapshotReply,
 };

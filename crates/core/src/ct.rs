@@ -17,6 +17,12 @@
 //! - the serving STH never covers more than was sequenced, and cleaning up never goes past it;
 //! - node reports never claim more than was sequenced.
 //!
+//! A log is either an origin (it takes submissions and sequences them) or, from
+//! [`CtCommand::StartMirror`] on an empty log, a mirror of another RFC 6962 log: the master
+//! appends the source's entries in its order ([`CtCommand::MirrorAppend`], a check-and-set on the
+//! next number like sequencing) after checking them against a source STH, nodes report source
+//! STHs their own trees reproduce, and only such an STH is ever served.
+//!
 //! Safety rules enforced on apply: sequencing is a check-and-set on the next number, so a master
 //! that lost its mandate cannot assign twice; a new serving STH is never smaller, is strictly
 //! newer, matches the root of the one it replaces at equal size, and was held by enough nodes at
@@ -28,7 +34,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::limits::{
     CT_ADD_BATCH_MAX, CT_CLEANUP_BATCH_MAX, CT_EXTRA_DATA_BYTES_MAX, CT_LEAF_INPUT_BYTES_MAX,
-    CT_NODES_MAX, CT_SCT_BYTES_MAX, CT_SEQUENCE_BATCH_MAX, CT_SIGNATURE_BYTES_MAX,
+    CT_MIRROR_BATCH_MAX, CT_MIRROR_TARGETS_MAX, CT_MIRROR_URL_BYTES_MAX, CT_NODES_MAX,
+    CT_PUBLIC_KEY_BYTES_MAX, CT_SCT_BYTES_MAX, CT_SEQUENCE_BATCH_MAX, CT_SIGNATURE_BYTES_MAX,
     CT_UNSEQUENCED_MAX,
 };
 
@@ -179,6 +186,36 @@ impl LogConfig {
     }
 }
 
+/// The RFC 6962 log a mirror follows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorSource {
+    /// The source's base URL; its API is under `<url>/ct/v1/`.
+    pub url: String,
+    /// The source's public key (DER SubjectPublicKeyInfo): every STH served must verify under it.
+    pub public_key_der: Vec<u8>,
+}
+
+/// One entry of the source log, exactly as its get-entries returned it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorEntry {
+    /// The MerkleTreeLeaf encoding.
+    pub leaf_input: Vec<u8>,
+    /// The chain data.
+    pub extra_data: Vec<u8>,
+}
+
+/// A mirror's replicated state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorState {
+    /// What is mirrored.
+    pub source: MirrorSource,
+    /// Source STHs over entries the cluster has in full (the master checked each against the
+    /// tree it extends), newer than the serving STH, by tree size: what nodes may report.
+    pub targets: BTreeMap<u64, SignedTreeHead>,
+    /// The newest source STH recorded: the next must be newer and not smaller.
+    pub latest: Option<SignedTreeHead>,
+}
+
 /// The CT commands.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CtCommand {
@@ -228,6 +265,19 @@ pub enum CtCommand {
     ForgetNode {
         /// The node.
         node: u64,
+    },
+    /// Make this (empty) log a mirror of `source`, for good; on a mirror of the same key, change
+    /// the source's URL (the source moved).
+    StartMirror(MirrorSource),
+    /// Append source entries as numbers `first, first + 1, …` (check-and-set on the next
+    /// number); with `sth`, record that source STH, whose tree the appended entries complete.
+    MirrorAppend {
+        /// The number the master believes is next.
+        first: u64,
+        /// The source's entries `first..first + len`.
+        entries: Vec<MirrorEntry>,
+        /// A source STH of size `first + len`, checked by the master against its tree.
+        sth: Option<SignedTreeHead>,
     },
 }
 
@@ -287,6 +337,13 @@ pub enum CtReply {
     Forgotten {
         /// Whether there was one.
         existed: bool,
+    },
+    /// Source entries `first .. first + count` were appended (and the STH recorded, if any).
+    Mirrored {
+        /// The first number.
+        first: u64,
+        /// How many.
+        count: u64,
     },
 }
 
@@ -359,6 +416,15 @@ pub enum CtError {
         /// Why.
         reason: String,
     },
+    /// The log mirrors another log: submissions go to the source.
+    #[error("this log mirrors {source_url}; submit to the source log")]
+    IsMirror {
+        /// The source's URL.
+        source_url: String,
+    },
+    /// A mirror command was refused.
+    #[error("mirror: {0}")]
+    Mirror(String),
     /// A configuration field is out of range.
     #[error("log config {field}: {reason}")]
     InvalidConfig {
@@ -401,6 +467,7 @@ pub(crate) struct CtLog {
     pub(crate) next_sequence: u64,
     pub(crate) reports: BTreeMap<u64, NodeReport>,
     pub(crate) serving: Option<ServingSth>,
+    pub(crate) mirror: Option<MirrorState>,
 }
 
 /// The parts of [`CtLog`] a snapshot stores; the indexes are rebuilt.
@@ -442,10 +509,143 @@ impl CtLog {
             CtCommand::ForgetNode { node } => Ok(CtReply::Forgotten {
                 existed: self.reports.remove(&node).is_some(),
             }),
+            CtCommand::StartMirror(source) => self.start_mirror(source),
+            CtCommand::MirrorAppend {
+                first,
+                entries,
+                sth,
+            } => self.mirror_append(first, entries, sth),
         }
     }
 
+    fn start_mirror(&mut self, source: MirrorSource) -> Result<CtReply, CtError> {
+        let refuse = |reason: String| Err(CtError::Mirror(reason));
+        if source.url.is_empty() || source.url.len() > CT_MIRROR_URL_BYTES_MAX {
+            return refuse(format!(
+                "the source URL must be 1 to {CT_MIRROR_URL_BYTES_MAX} bytes"
+            ));
+        }
+        if source.public_key_der.is_empty() || source.public_key_der.len() > CT_PUBLIC_KEY_BYTES_MAX
+        {
+            return refuse(format!(
+                "the source public key must be 1 to {CT_PUBLIC_KEY_BYTES_MAX} bytes"
+            ));
+        }
+        if let Some(mirror) = &mut self.mirror {
+            if mirror.source.public_key_der != source.public_key_der {
+                return refuse(
+                    "this log already mirrors a log with another key; a mirror cannot change logs"
+                        .to_owned(),
+                );
+            }
+            mirror.source.url = source.url;
+            return Ok(CtReply::Configured);
+        }
+        if self.next_sequence > 0 || !self.held.is_empty() || self.serving.is_some() {
+            return refuse(
+                "only an empty log can become a mirror; this one has entries of its own".to_owned(),
+            );
+        }
+        self.mirror = Some(MirrorState {
+            source,
+            targets: BTreeMap::new(),
+            latest: None,
+        });
+        Ok(CtReply::Configured)
+    }
+
+    fn mirror_append(
+        &mut self,
+        first: u64,
+        entries: Vec<MirrorEntry>,
+        sth: Option<SignedTreeHead>,
+    ) -> Result<CtReply, CtError> {
+        let refuse = |reason: String| Err(CtError::Mirror(reason));
+        let Some(mirror) = &self.mirror else {
+            return refuse("this log is not a mirror".to_owned());
+        };
+        if first != self.next_sequence {
+            return Err(CtError::StaleSequence {
+                expected: self.next_sequence,
+                got: first,
+            });
+        }
+        if entries.len() > CT_MIRROR_BATCH_MAX {
+            return Err(CtError::BatchTooLarge {
+                what: "mirror append".to_owned(),
+                count: entries.len(),
+                max: CT_MIRROR_BATCH_MAX,
+            });
+        }
+        let held = self.held.len() as u64;
+        if !entries.is_empty() && held >= self.config.unsequenced_watermark {
+            return Err(CtError::Backlog {
+                unsequenced: held,
+                watermark: self.config.unsequenced_watermark,
+            });
+        }
+        for entry in &entries {
+            check_entry_sizes(&entry.leaf_input, &entry.extra_data, &[])?;
+            leaf_timestamp(&entry.leaf_input).ok_or_else(|| {
+                CtError::MalformedSubmission("a leaf too short to hold a timestamp".to_owned())
+            })?;
+        }
+        let count = entries.len() as u64;
+        let size = first + count;
+        if let Some(sth) = &sth {
+            check_signature_size(sth)?;
+            if sth.tree_size != size {
+                return refuse(format!(
+                    "the STH has size {} but the entries end at {size}",
+                    sth.tree_size
+                ));
+            }
+            if let Some(latest) = &mirror.latest
+                && (sth.timestamp_ms <= latest.timestamp_ms || sth.tree_size < latest.tree_size)
+            {
+                return refuse(format!(
+                    "the STH (size {}, time {}) is not newer than the last recorded (size {}, time {})",
+                    sth.tree_size, sth.timestamp_ms, latest.tree_size, latest.timestamp_ms
+                ));
+            }
+        }
+        for (offset, entry) in entries.into_iter().enumerate() {
+            let sequence = first + offset as u64;
+            let key = mirror_key(sequence);
+            let sct_timestamp_ms = leaf_timestamp(&entry.leaf_input).expect("checked above");
+            self.held.insert(
+                key,
+                HeldEntry {
+                    submission: Submission {
+                        key,
+                        sct_timestamp_ms,
+                        leaf_input: entry.leaf_input,
+                        extra_data: entry.extra_data,
+                        sct: Vec::new(),
+                    },
+                    sequence: Some(sequence),
+                },
+            );
+            self.sequence_mapping.insert(sequence, key);
+        }
+        self.next_sequence = size;
+        if let Some(sth) = sth {
+            let mirror = self.mirror.as_mut().expect("checked above");
+            mirror.latest = Some(sth.clone());
+            mirror.targets.insert(sth.tree_size, sth);
+            while mirror.targets.len() > CT_MIRROR_TARGETS_MAX {
+                mirror.targets.pop_first();
+            }
+        }
+        Ok(CtReply::Mirrored { first, count })
+    }
+
     fn add(&mut self, submissions: Vec<Submission>) -> Result<CtReply, CtError> {
+        if let Some(mirror) = &self.mirror {
+            return Err(CtError::IsMirror {
+                source_url: mirror.source.url.clone(),
+            });
+        }
         if submissions.len() > CT_ADD_BATCH_MAX {
             return Err(CtError::BatchTooLarge {
                 what: "add".to_owned(),
@@ -504,6 +704,11 @@ impl CtLog {
         keys: Vec<EntryKey>,
         now_ms: u64,
     ) -> Result<CtReply, CtError> {
+        if let Some(mirror) = &self.mirror {
+            return Err(CtError::IsMirror {
+                source_url: mirror.source.url.clone(),
+            });
+        }
         if first != self.next_sequence {
             return Err(CtError::StaleSequence {
                 expected: self.next_sequence,
@@ -629,6 +834,12 @@ impl CtLog {
         if let Some(current) = &self.serving {
             check_successor(&current.sth, &sth).map_err(refuse)?;
         }
+        // A mirror serves only source STHs the master checked against its tree.
+        if let Some(mirror) = &self.mirror
+            && mirror.targets.get(&sth.tree_size) != Some(&sth)
+        {
+            return Err(refuse("it is not a recorded source STH".to_owned()));
+        }
         let reported_by_member = distinct.iter().any(|node| {
             self.reports
                 .get(node)
@@ -663,6 +874,12 @@ impl CtLog {
             )));
         }
         let previous_tree_size = self.serving.as_ref().map_or(0, |s| s.sth.tree_size);
+        if let Some(mirror) = &mut self.mirror {
+            // What the new STH succeeds can never be published any more.
+            mirror
+                .targets
+                .retain(|_, target| target.timestamp_ms > sth.timestamp_ms);
+        }
         self.serving = Some(ServingSth {
             sth,
             published_at_ms: now_ms,
@@ -683,6 +900,11 @@ impl CtLog {
             }
             self.sequence_mapping.remove(&sequence);
             let held = self.held.remove(&key).expect("every mapped key is held");
+            if self.mirror.is_some() {
+                // A mirror takes no submissions, so it needs no dedupe records.
+                removed += 1;
+                continue;
+            }
             self.cleaned.insert(
                 key,
                 CleanedEntry {
@@ -734,6 +956,10 @@ impl CtLog {
             .map_or(self.next_sequence, |(sequence, _)| *sequence)
     }
 
+    pub(crate) fn mirror(&self) -> Option<&MirrorState> {
+        self.mirror.as_ref()
+    }
+
     pub(crate) fn records(&self) -> CtRecords {
         CtRecords {
             config: self.config,
@@ -747,12 +973,16 @@ impl CtLog {
     }
 
     /// Rebuilds the log (and its indexes) from snapshot records; refuses duplicates.
-    pub(crate) fn from_records(records: CtRecords) -> Result<CtLog, String> {
+    pub(crate) fn from_records(
+        records: CtRecords,
+        mirror: Option<MirrorState>,
+    ) -> Result<CtLog, String> {
         let mut log = CtLog {
             config: records.config,
             frozen: records.frozen,
             next_sequence: records.next_sequence,
             serving: records.serving,
+            mirror,
             ..CtLog::default()
         };
         for held in records.held {
@@ -855,23 +1085,67 @@ impl CtLog {
         if self.unsequenced.len() > CT_UNSEQUENCED_MAX || self.reports.len() > CT_NODES_MAX {
             return Err("a CT table exceeds its limit".into());
         }
+        if let Some(mirror) = &self.mirror {
+            self.check_mirror(mirror)?;
+        }
+        Ok(())
+    }
+
+    fn check_mirror(&self, mirror: &MirrorState) -> Result<(), String> {
+        if !self.unsequenced.is_empty() || !self.cleaned.is_empty() {
+            return Err("a mirror holds submissions of its own".into());
+        }
+        if mirror.targets.len() > CT_MIRROR_TARGETS_MAX {
+            return Err("a mirror keeps too many source STHs".into());
+        }
+        for (size, target) in &mirror.targets {
+            if *size != target.tree_size || *size > self.next_sequence {
+                return Err(format!(
+                    "source STH of size {} is filed under {size} or beyond what was appended",
+                    target.tree_size
+                ));
+            }
+            if mirror.latest.as_ref().is_none_or(|latest| {
+                target.timestamp_ms > latest.timestamp_ms || target.tree_size > latest.tree_size
+            }) {
+                return Err(format!(
+                    "source STH of size {size} is newer than the latest recorded"
+                ));
+            }
+        }
+        if let Some(serving) = &self.serving
+            && mirror
+                .latest
+                .as_ref()
+                .is_none_or(|latest| latest.timestamp_ms < serving.sth.timestamp_ms)
+        {
+            return Err("the mirror serves an STH newer than any recorded source STH".into());
+        }
         Ok(())
     }
 }
 
 fn check_submission(submission: &Submission) -> Result<(), CtError> {
+    check_entry_sizes(
+        &submission.leaf_input,
+        &submission.extra_data,
+        &submission.sct,
+    )?;
+    let leaf_timestamp = leaf_timestamp(&submission.leaf_input);
+    if leaf_timestamp != Some(submission.sct_timestamp_ms) {
+        return Err(CtError::MalformedSubmission(format!(
+            "the leaf's timestamp {leaf_timestamp:?} is not the SCT's {}",
+            submission.sct_timestamp_ms
+        )));
+    }
+    Ok(())
+}
+
+fn check_entry_sizes(leaf_input: &[u8], extra_data: &[u8], sct: &[u8]) -> Result<(), CtError> {
     for (field, bytes, max) in [
-        (
-            "leaf_input",
-            submission.leaf_input.len(),
-            CT_LEAF_INPUT_BYTES_MAX,
-        ),
-        (
-            "extra_data",
-            submission.extra_data.len(),
-            CT_EXTRA_DATA_BYTES_MAX,
-        ),
-        ("sct", submission.sct.len(), CT_SCT_BYTES_MAX),
+        ("leaf_input", leaf_input.len(), CT_LEAF_INPUT_BYTES_MAX),
+        ("extra_data", extra_data.len(), CT_EXTRA_DATA_BYTES_MAX),
+        ("sct", sct.len(), CT_SCT_BYTES_MAX),
     ] {
         if bytes > max {
             return Err(CtError::TooLarge {
@@ -881,17 +1155,23 @@ fn check_submission(submission: &Submission) -> Result<(), CtError> {
             });
         }
     }
-    let leaf_timestamp = submission
-        .leaf_input
-        .get(LEAF_TIMESTAMP_OFFSET..LEAF_TIMESTAMP_OFFSET + 8)
-        .map(|bytes| u64::from_be_bytes(bytes.try_into().expect("8 bytes")));
-    if leaf_timestamp != Some(submission.sct_timestamp_ms) {
-        return Err(CtError::MalformedSubmission(format!(
-            "the leaf's timestamp {leaf_timestamp:?} is not the SCT's {}",
-            submission.sct_timestamp_ms
-        )));
-    }
     Ok(())
+}
+
+/// The timestamp inside a MerkleTreeLeaf, if it is long enough to hold one.
+fn leaf_timestamp(leaf_input: &[u8]) -> Option<u64> {
+    leaf_input
+        .get(LEAF_TIMESTAMP_OFFSET..LEAF_TIMESTAMP_OFFSET + 8)
+        .map(|bytes| u64::from_be_bytes(bytes.try_into().expect("8 bytes")))
+}
+
+/// A mirrored entry's identity in the state: its number (a mirror needs no dedupe by content,
+/// and a source may log the same leaf twice).
+fn mirror_key(sequence: u64) -> EntryKey {
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(b"mirror\0\0");
+    key[24..].copy_from_slice(&sequence.to_be_bytes());
+    EntryKey(key)
 }
 
 fn check_signature_size(sth: &SignedTreeHead) -> Result<(), CtError> {

@@ -46,3 +46,11 @@ pub const CT_CLEANUP_BATCH_MAX: usize = 10_000;
 pub const CT_NODES_MAX: usize = 64;
 /// Hard bound on unsequenced entries; the configured watermark sits at or below it.
 pub const CT_UNSEQUENCED_MAX: usize = 1_000_000;
+/// Longest mirror source URL.
+pub const CT_MIRROR_URL_BYTES_MAX: usize = 2048;
+/// Largest source log public key (DER SubjectPublicKeyInfo; RSA-4096 is about 550 bytes).
+pub const CT_PUBLIC_KEY_BYTES_MAX: usize = 1024;
+/// Most entries one `MirrorAppend` command carries.
+pub const CT_MIRROR_BATCH_MAX: usize = 1024;
+/// Most source STHs a mirror keeps as candidates for serving.
+pub const CT_MIRROR_TARGETS_MAX: usize = 64;

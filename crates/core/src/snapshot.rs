@@ -1,7 +1,8 @@
 //! The snapshot format: the whole state as deterministic bytes.
 //!
-//! Layout: the 8-byte magic `CERTUS\0\x02` (the last byte is the format version), then the state
-//! in postcard encoding. Maps are written in key order and the derived indexes are not written at
+//! Layout: the 8-byte magic `CERTUS\0\x03` (the last byte is the format version), then the state
+//! in postcard encoding. Version 2 (before mirrors) is the same body without the last field and
+//! still loads. Maps are written in key order and the derived indexes are not written at
 //! all (they are rebuilt on load), so the same state always gives the same bytes. Loading checks
 //! the magic, refuses trailing bytes, validates every string as its type, rebuilds the indexes
 //! and runs [`State::check_invariants`]: a snapshot that loads is a state `apply` could have made.
@@ -9,17 +10,19 @@
 use serde::{Deserialize, Serialize};
 
 use crate::challenges::{Challenge, Challenges};
-use crate::ct::{CtLog, CtRecords};
+use crate::ct::{CtLog, CtRecords, MirrorState};
 use crate::leases::{FencingToken, Lease, Leases};
 use crate::state::State;
 
-const MAGIC: [u8; 8] = *b"CERTUS\x00\x02";
+const MAGIC: [u8; 8] = *b"CERTUS\x00\x03";
+/// The format before mirrors: the same body without `ct_mirror`.
+const MAGIC_V2: [u8; 8] = *b"CERTUS\x00\x02";
 
 /// Why snapshot bytes could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
     /// The bytes do not start with the snapshot magic and a known version.
-    #[error("not a Certus snapshot of format version 2 (bad magic or version)")]
+    #[error("not a Certus snapshot of format version 2 or 3 (bad magic or version)")]
     BadMagic,
     /// The body could not be decoded.
     #[error("snapshot body does not decode: {0}")]
@@ -41,16 +44,25 @@ struct BodyRef<'a> {
     leases: Vec<&'a Lease>,
     challenges: Vec<&'a Challenge>,
     ct: CtRecords,
+    ct_mirror: Option<&'a MirrorState>,
 }
 
+/// Version 2's body, which is also how version 3's begins (postcard writes a struct as its
+/// fields in order, so nesting it adds no bytes).
 #[derive(Deserialize)]
-struct Body {
+struct BodyV2 {
     applied_index: u64,
     clock_ms: u64,
     last_token: FencingToken,
     leases: Vec<Lease>,
     challenges: Vec<Challenge>,
     ct: CtRecords,
+}
+
+#[derive(Deserialize)]
+struct Body {
+    v2: BodyV2,
+    ct_mirror: Option<MirrorState>,
 }
 
 impl State {
@@ -63,6 +75,7 @@ impl State {
             leases: self.leases.iter().collect(),
             challenges: self.challenges.iter().collect(),
             ct: self.ct.records(),
+            ct_mirror: self.ct.mirror(),
         };
         let bytes = MAGIC.to_vec();
         // Encoding into a Vec cannot fail: every field is plainly serializable.
@@ -71,12 +84,28 @@ impl State {
 
     /// Decodes and validates a snapshot made by [`State::to_snapshot`].
     pub fn from_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
-        let body = bytes.strip_prefix(&MAGIC).ok_or(SnapshotError::BadMagic)?;
-        let (body, rest): (Body, _) =
-            postcard::take_from_bytes(body).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        let decode = |e: postcard::Error| SnapshotError::Decode(e.to_string());
+        let (body, rest) = if let Some(body) = bytes.strip_prefix(&MAGIC) {
+            postcard::take_from_bytes::<Body>(body).map_err(decode)?
+        } else if let Some(body) = bytes.strip_prefix(&MAGIC_V2) {
+            let (v2, rest) = postcard::take_from_bytes::<BodyV2>(body).map_err(decode)?;
+            (
+                Body {
+                    v2,
+                    ct_mirror: None,
+                },
+                rest,
+            )
+        } else {
+            return Err(SnapshotError::BadMagic);
+        };
         if !rest.is_empty() {
             return Err(SnapshotError::TrailingBytes(rest.len()));
         }
+        let Body {
+            v2: body,
+            ct_mirror,
+        } = body;
         let state = State {
             applied_index: body.applied_index,
             clock_ms: body.clock_ms,
@@ -84,7 +113,7 @@ impl State {
             leases: Leases::from_records(body.leases).map_err(SnapshotError::Inconsistent)?,
             challenges: Challenges::from_records(body.challenges)
                 .map_err(SnapshotError::Inconsistent)?,
-            ct: CtLog::from_records(body.ct).map_err(SnapshotError::Inconsistent)?,
+            ct: CtLog::from_records(body.ct, ct_mirror).map_err(SnapshotError::Inconsistent)?,
         };
         state
             .check_invariants()
@@ -117,11 +146,30 @@ mod tests {
     fn an_empty_state_has_a_fixed_encoding() {
         // Magic, then five zero varints: index, clock, last token, no leases, no challenges;
         // then the CT log: the default config as varints (2, 500, 100000, 100, 200, 100, 30000),
-        // not frozen, no entries, nothing cleaned up, next number 0, no reports, no serving STH.
-        let expected: &[u8] = b"CERTUS\x00\x02\x00\x00\x00\x00\x00\
+        // not frozen, no entries, nothing cleaned up, next number 0, no reports, no serving STH;
+        // not a mirror.
+        let expected: &[u8] = b"CERTUS\x00\x03\x00\x00\x00\x00\x00\
             \x02\xf4\x03\xa0\x8d\x06\x64\xc8\x01\x64\xb0\xea\x01\
-            \x00\x00\x00\x00\x00\x00";
+            \x00\x00\x00\x00\x00\x00\x00";
         assert_eq!(State::new().to_snapshot(), expected);
+    }
+
+    #[test]
+    fn a_version_2_snapshot_loads_as_a_log_that_is_no_mirror() {
+        let state = state_with_a_lease();
+        let bytes = state.to_snapshot();
+        // Version 2 is version 3 without the trailing "no mirror".
+        assert_eq!(bytes.last(), Some(&0));
+        let mut v2 = MAGIC_V2.to_vec();
+        v2.extend_from_slice(&bytes[MAGIC.len()..bytes.len() - 1]);
+        assert_eq!(State::from_snapshot(&v2), Ok(state));
+        // A version 3 body under the version 2 magic has a byte too many.
+        let mut mislabelled = MAGIC_V2.to_vec();
+        mislabelled.extend_from_slice(&bytes[MAGIC.len()..]);
+        assert_eq!(
+            State::from_snapshot(&mislabelled),
+            Err(SnapshotError::TrailingBytes(1))
+        );
     }
 
     #[test]
@@ -132,7 +180,7 @@ mod tests {
             Err(SnapshotError::BadMagic)
         );
         let mut newer = bytes.clone();
-        newer[7] = 3;
+        newer[7] = 4;
         assert_eq!(State::from_snapshot(&newer), Err(SnapshotError::BadMagic));
         let mut longer = bytes.clone();
         longer.push(0);
@@ -157,6 +205,7 @@ mod tests {
             leases,
             challenges: Vec::new(),
             ct: CtLog::default().records(),
+            ct_mirror: None,
         };
         // A token above the last issued one.
         let bytes = encode(&body(2, 10_000, vec![&lease]));

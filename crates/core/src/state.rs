@@ -216,6 +216,11 @@ impl State {
         &self.ct.reports
     }
 
+    /// The mirror's source and recorded source STHs, if the log is a mirror.
+    pub fn ct_mirror(&self) -> Option<&crate::ct::MirrorState> {
+        self.ct.mirror()
+    }
+
     /// The serving STH, once one was published.
     pub fn ct_serving(&self) -> Option<&ServingSth> {
         self.ct.serving.as_ref()

@@ -12,6 +12,7 @@
 
 pub mod chain;
 mod entry;
+pub mod frontier;
 pub mod merkle;
 pub mod signer;
 pub mod structures;

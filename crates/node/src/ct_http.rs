@@ -12,6 +12,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use certus_core::ct::CtError;
 use certus_ct::Hash;
 use certus_ct::structures::json::{
     AddChainRequest, AddChainResponse, GetEntriesResponse, GetEntryAndProofResponse,
@@ -97,6 +98,10 @@ async fn submit(State((replica, ct)): State<CtState>, body: &[u8], precert: bool
             Err(error) => internal(error.to_string()),
         },
         Err(SubmitError::Chain(error)) => bad_request(error.to_string()),
+        // A mirror takes no submissions, now or later: not a reason to retry.
+        Err(SubmitError::Refused(error @ CtError::IsMirror { .. })) => {
+            error_body(StatusCode::FORBIDDEN, "mirror", error.to_string())
+        }
         Err(SubmitError::Refused(error)) => unavailable(error.to_string()),
         Err(SubmitError::Service(error)) => unavailable(error.to_string()),
         Err(SubmitError::Signing(error)) => internal(error),

@@ -86,6 +86,9 @@ pub struct CtNode {
     peers: LogPeers,
     /// Set when this node's tree disagrees with the serving STH: it stops reporting and serving.
     corrupt: AtomicBool,
+    /// When the log is a mirror and this node leads: the source it reads.
+    #[cfg(not(madsim))]
+    mirror: crate::ct_mirror::MirrorFollower,
 }
 
 impl CtNode {
@@ -100,7 +103,15 @@ impl CtNode {
             metrics,
             peers: LogPeers::default(),
             corrupt: AtomicBool::new(false),
+            #[cfg(not(madsim))]
+            mirror: crate::ct_mirror::MirrorFollower::default(),
         })
+    }
+
+    /// What this node knows of the mirror's source, as of the last round it led.
+    #[cfg(not(madsim))]
+    pub fn mirror_progress(&self) -> crate::ct_mirror::MirrorProgress {
+        self.mirror.progress()
     }
 
     /// The accepted roots (get-roots).
@@ -130,6 +141,15 @@ impl CtNode {
         chain: &[Vec<u8>],
         precert: bool,
     ) -> Result<SignedCertificateTimestamp, SubmitError> {
+        let mirrored = replica.reader.read(|applied| {
+            applied
+                .state
+                .ct_mirror()
+                .map(|mirror| mirror.source.url.clone())
+        });
+        if let Some(source_url) = mirrored {
+            return Err(SubmitError::Refused(CtError::IsMirror { source_url }));
+        }
         let checked = if precert {
             check_pre_chain(chain, &self.setup.roots, &self.setup.limits)?
         } else {
@@ -351,33 +371,21 @@ impl CtNode {
     }
 
     async fn sign_and_report(&self, replica: &Replica) -> Result<(), String> {
-        let (serving_ms, config) = replica.reader.read(|applied| {
+        let (serving, config, mirror) = replica.reader.read(|applied| {
             let state = &applied.state;
             (
-                state.ct_serving().map(|s| s.sth.timestamp_ms),
+                state.ct_serving().map(|s| s.sth.clone()),
                 *state.ct_config(),
+                state.ct_mirror().cloned(),
             )
         });
-        let (tree_size, root) = self.db.with_tree(|tree| (tree.size(), tree.root()));
-        let last = self.db.last_sth();
         let now_ms = replica.clock.now_ms();
-        let fresh = last.as_ref().is_some_and(|last| {
-            last.tree_size == tree_size && now_ms.saturating_sub(last.timestamp_ms) < STH_REFRESH_MS
-        });
-        let previous_ms = last.as_ref().map(|s| s.timestamp_ms).max(serving_ms);
-        let sth = if fresh {
-            last.expect("fresh implies a last STH")
-        } else {
-            let timestamp_ms =
-                certus_core::ct::next_sth_timestamp(now_ms, previous_ms, self.db.newest_sct_ms());
-            let signed = self
-                .setup
-                .signer
-                .sign_sth(tree_size, timestamp_ms, &root)
-                .map_err(|e| e.to_string())?;
-            let sth = to_core_sth(&signed)?;
-            self.db.save_sth(&sth).map_err(|e| e.to_string())?;
-            sth
+        let sth = match mirror {
+            Some(mirror) => match self.reproduced_source_sth(&mirror, serving)? {
+                Some(sth) => sth,
+                None => return Ok(()),
+            },
+            None => self.own_sth(serving.map(|s| s.timestamp_ms), now_ms)?,
         };
         // Report when the replicated report differs from what this node holds now.
         let contiguous_size = self.db.contiguous_size();
@@ -403,20 +411,89 @@ impl CtNode {
         propose(replica, command).await
     }
 
+    /// An origin log's node STH: the local tree signed with the log's key (re-signed when the
+    /// tree grew or the last one is getting old).
+    fn own_sth(
+        &self,
+        serving_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Result<certus_core::ct::SignedTreeHead, String> {
+        let (tree_size, root) = self.db.with_tree(|tree| (tree.size(), tree.root()));
+        let last = self.db.last_sth();
+        let fresh = last.as_ref().is_some_and(|last| {
+            last.tree_size == tree_size && now_ms.saturating_sub(last.timestamp_ms) < STH_REFRESH_MS
+        });
+        if fresh {
+            return Ok(last.expect("fresh implies a last STH"));
+        }
+        let previous_ms = last.as_ref().map(|s| s.timestamp_ms).max(serving_ms);
+        let timestamp_ms =
+            certus_core::ct::next_sth_timestamp(now_ms, previous_ms, self.db.newest_sct_ms());
+        let signed = self
+            .setup
+            .signer
+            .sign_sth(tree_size, timestamp_ms, &root)
+            .map_err(|e| e.to_string())?;
+        let sth = to_core_sth(&signed)?;
+        self.db.save_sth(&sth).map_err(|e| e.to_string())?;
+        Ok(sth)
+    }
+
+    /// A mirror node's report: the newest recorded source STH (or the serving one) whose tree
+    /// this node holds, once it has checked that its own root at that size is the source's.
+    fn reproduced_source_sth(
+        &self,
+        mirror: &certus_core::ct::MirrorState,
+        serving: Option<certus_core::ct::SignedTreeHead>,
+    ) -> Result<Option<certus_core::ct::SignedTreeHead>, String> {
+        let tree_size = self.db.tree_size();
+        let newest = mirror
+            .targets
+            .range(..=tree_size)
+            .next_back()
+            .map(|(_, sth)| sth.clone())
+            .into_iter()
+            .chain(serving.filter(|sth| sth.tree_size <= tree_size))
+            .max_by_key(|sth| sth.timestamp_ms);
+        let Some(sth) = newest else { return Ok(None) };
+        let root = self
+            .db
+            .with_tree(|tree| tree.root_at(sth.tree_size))
+            .map_err(|error| error.to_string())?;
+        if root != sth.root_hash {
+            if !self.corrupt.swap(true, Ordering::Relaxed) {
+                error!(
+                    tree_size = sth.tree_size,
+                    "this node's Merkle tree does not reproduce the source STH; it stops reporting"
+                );
+            }
+            return Err(format!(
+                "the local root at {} is not the source's",
+                sth.tree_size
+            ));
+        }
+        Ok(Some(sth))
+    }
+
     /// The master's work: sequence, publish, clean up. Each step runs even if an earlier one
     /// failed (each is checked by the state machine on its own).
     async fn lead(&self, replica: &Replica) -> Result<(), String> {
         let now_ms = replica.clock.now_ms();
         let members: BTreeSet<u64> = replica.membership().members.iter().map(|m| m.id).collect();
         let mut errors = Vec::new();
-        let (next, ready) = replica.reader.read(|applied| {
+        let (next, ready, mirror) = replica.reader.read(|applied| {
             let state = &applied.state;
             (
                 state.ct_next_sequence(),
                 state.ct_ready_to_sequence(now_ms, certus_core::limits::CT_SEQUENCE_BATCH_MAX),
+                state.ct_mirror().map(|mirror| mirror.source.clone()),
             )
         });
-        if !ready.is_empty() {
+        if let Some(source) = &mirror {
+            if let Err(error) = self.follow_source(replica, source).await {
+                errors.push(format!("mirror: {error}"));
+            }
+        } else if !ready.is_empty() {
             let command = CtCommand::Sequence {
                 first: next,
                 keys: ready,
@@ -429,7 +506,7 @@ impl CtNode {
             .reader
             .read(|applied| applied.state.ct_select_serving(&members, now_ms).cloned());
         if let Some(sth) = candidate {
-            let published = match self.check_candidate(&sth) {
+            let published = match self.check_candidate(&sth, mirror.as_ref()) {
                 Ok(()) => {
                     let size = sth.tree_size;
                     let command = CtCommand::Publish {
@@ -482,11 +559,51 @@ impl CtNode {
         });
     }
 
+    /// Reads the mirror's source and appends what it proves (see `ct_mirror`).
+    #[cfg(not(madsim))]
+    async fn follow_source(
+        &self,
+        replica: &Replica,
+        source: &certus_core::ct::MirrorSource,
+    ) -> Result<(), String> {
+        let frontier_at = |size: u64| {
+            self.db
+                .with_tree(|tree| certus_ct::frontier::Frontier::of_tree(tree, size).ok())
+        };
+        self.mirror
+            .follow(replica, source, frontier_at, self.metrics.mirror_errors())
+            .await
+    }
+
+    /// The simulation reaches nodes over gRPC only; a mirror's source is an HTTP log.
+    #[cfg(madsim)]
+    async fn follow_source(
+        &self,
+        _replica: &Replica,
+        source: &certus_core::ct::MirrorSource,
+    ) -> Result<(), String> {
+        Err(format!(
+            "cannot read {} in the simulation: mirrors read their source over HTTP",
+            source.url
+        ))
+    }
+
     /// The master's own cross-check before publishing: the signature verifies under the log's
-    /// key, and where its own tree is large enough, the root is the one it computes.
-    fn check_candidate(&self, sth: &certus_core::ct::SignedTreeHead) -> Result<(), String> {
+    /// key (a mirror's: the source's), and where its own tree is large enough, the root is the
+    /// one it computes.
+    fn check_candidate(
+        &self,
+        sth: &certus_core::ct::SignedTreeHead,
+        mirror: Option<&certus_core::ct::MirrorSource>,
+    ) -> Result<(), String> {
         let signed = from_core_sth(sth)?;
-        self.verifier
+        let source_verifier = mirror
+            .map(|source| LogVerifier::from_public_key_der(&source.public_key_der))
+            .transpose()
+            .map_err(|error| format!("the source's public key: {error}"))?;
+        source_verifier
+            .as_ref()
+            .unwrap_or(&self.verifier)
             .verify_sth(&signed)
             .map_err(|error| format!("candidate STH does not verify: {error}"))?;
         let own_root = self
@@ -841,7 +958,7 @@ fn decode_sct(bytes: &[u8]) -> Result<SignedCertificateTimestamp, SubmitError> {
         .map_err(|error| SubmitError::Signing(format!("a stored SCT does not decode: {error}")))
 }
 
-fn to_core_sth(sth: &SignedTreeHead) -> Result<certus_core::ct::SignedTreeHead, String> {
+pub(crate) fn to_core_sth(sth: &SignedTreeHead) -> Result<certus_core::ct::SignedTreeHead, String> {
     Ok(certus_core::ct::SignedTreeHead {
         tree_size: sth.tree_size,
         timestamp_ms: sth.timestamp_ms,
@@ -866,7 +983,7 @@ pub fn from_core_sth(sth: &certus_core::ct::SignedTreeHead) -> Result<SignedTree
 
 /// Proposes one CT command for a background round, giving up after [`ROUND_WRITE_TIMEOUT`]
 /// (the next round tries again from the state it then reads).
-async fn propose(replica: &Replica, command: CtCommand) -> Result<(), String> {
+pub(crate) async fn propose(replica: &Replica, command: CtCommand) -> Result<(), String> {
     let written = tokio::time::timeout(
         ROUND_WRITE_TIMEOUT,
         replica.write(vec![Command::Ct(command)]),

@@ -15,7 +15,11 @@ pub mod convert;
 #[cfg(not(madsim))]
 pub mod ct_http;
 pub mod ct_log;
+#[cfg(not(madsim))]
+pub mod ct_mirror;
 pub mod ct_peers;
+#[cfg(not(madsim))]
+pub mod ct_source;
 pub mod errors;
 pub mod forward;
 pub mod health;

@@ -76,9 +76,22 @@ impl LogService {
                         reported_at_ms: report.reported_at_ms,
                     })
                     .collect(),
+                mirror: state.ct_mirror().map(|mirror| v1::MirrorStatus {
+                    source_url: mirror.source.url.clone(),
+                    source_public_key: mirror.source.public_key_der.clone(),
+                    latest: mirror.latest.as_ref().map(core_sth_to_proto),
+                    target_sizes: mirror.targets.keys().copied().collect(),
+                    ..v1::MirrorStatus::default()
+                }),
                 ..v1::LogStatus::default()
             }
         });
+        #[cfg(not(madsim))]
+        if let Some(mirror) = reply.mirror.as_mut() {
+            let progress = self.ct.mirror_progress();
+            mirror.source_sth = progress.source_sth.as_ref().map(sth_to_proto).transpose()?;
+            mirror.last_error = progress.last_error.unwrap_or_default();
+        }
         reply.local_tree_size = self.ct.db().tree_size();
         reply.local_contiguous_size = self.ct.db().contiguous_size();
         reply.public_key = self.ct.public_key_der().to_vec();
@@ -97,6 +110,8 @@ pub fn ct_status(error: &CtError) -> Status {
         }
         CtError::MalformedSubmission(_) => (Code::InvalidArgument, "invalid-argument"),
         CtError::InvalidConfig { .. } => (Code::InvalidArgument, "invalid-config"),
+        CtError::IsMirror { .. } => (Code::FailedPrecondition, "mirror"),
+        CtError::Mirror(_) => (Code::FailedPrecondition, "mirror-refused"),
         CtError::StaleSequence { .. }
         | CtError::NotSequenceable { .. }
         | CtError::BadReport { .. }
@@ -393,6 +408,38 @@ impl Log for LogService {
     ) -> Result<Response<v1::LogStatus>, Status> {
         let frozen = request.into_inner().frozen;
         self.control(CtCommand::SetFrozen { frozen }).await?;
+        Ok(Response::new(self.log_status()?))
+    }
+
+    async fn start_mirror(
+        &self,
+        request: Request<v1::StartMirrorRequest>,
+    ) -> Result<Response<v1::LogStatus>, Status> {
+        let request = request.into_inner();
+        // Refuse a key that cannot verify anything before it is replicated for good.
+        certus_ct::signer::LogVerifier::from_public_key_der(&request.source_public_key).map_err(
+            |error| {
+                status(
+                    Code::InvalidArgument,
+                    "invalid-argument",
+                    format!("source_public_key: {error}"),
+                )
+            },
+        )?;
+        let url = request.source_url.trim_end_matches('/').to_owned();
+        if !(url.starts_with("http://") || url.starts_with("https://")) || url.contains(['?', '#'])
+        {
+            return Err(status(
+                Code::InvalidArgument,
+                "invalid-argument",
+                format!("source_url must be an http:// or https:// base URL, not {url:?}"),
+            ));
+        }
+        let source = certus_core::ct::MirrorSource {
+            url,
+            public_key_der: request.source_public_key,
+        };
+        self.control(CtCommand::StartMirror(source)).await?;
         Ok(Response::new(self.log_status()?))
     }
 }

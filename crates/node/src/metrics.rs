@@ -11,7 +11,9 @@
 //! matched, and with its status code.
 
 use prometheus::proto::MetricFamily;
-use prometheus::{Encoder as _, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    Encoder as _, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
 
 use crate::ct_log::CtNode;
 use crate::replica::Replica;
@@ -31,6 +33,7 @@ pub struct Metrics {
     registry: Registry,
     http_requests: IntCounterVec,
     merge_delay: Histogram,
+    mirror_errors: IntCounter,
 }
 
 impl Default for Metrics {
@@ -58,7 +61,15 @@ impl Metrics {
             .buckets(MERGE_DELAY_BUCKETS_SECONDS.to_vec()),
         )
         .expect("a valid metric definition");
+        let mirror_errors = IntCounter::new(
+            "certus_ct_mirror_errors_total",
+            "Master rounds of a mirror that failed to read or check the source log.",
+        )
+        .expect("a valid metric definition");
         let registry = Registry::new();
+        registry
+            .register(Box::new(mirror_errors.clone()))
+            .expect("registered once");
         registry
             .register(Box::new(http_requests.clone()))
             .expect("registered once");
@@ -69,6 +80,7 @@ impl Metrics {
             registry,
             http_requests,
             merge_delay,
+            mirror_errors,
         }
     }
 
@@ -84,6 +96,11 @@ impl Metrics {
     /// serving STH this node saw.
     pub fn observe_merge_delay_ms(&self, ms: u64) {
         self.merge_delay.observe(seconds(ms));
+    }
+
+    /// The count of failed mirror rounds.
+    pub fn mirror_errors(&self) -> &IntCounter {
+        &self.mirror_errors
     }
 
     /// The text exposition of the counters and of `sample`.
@@ -198,7 +215,15 @@ impl NodeSample {
 
     /// The gauges, as metric families.
     fn families(&self) -> Result<Vec<MetricFamily>, prometheus::Error> {
+        let mirror_errors = IntCounter::new(
+            "certus_ct_mirror_errors_total",
+            "Master rounds of a mirror that failed to read or check the source log.",
+        )
+        .expect("a valid metric definition");
         let registry = Registry::new();
+        registry
+            .register(Box::new(mirror_errors.clone()))
+            .expect("registered once");
         let gauge = |name: &str, help: &str, value: i64| -> Result<(), prometheus::Error> {
             let gauge = IntGauge::new(name, help)?;
             gauge.set(value);
@@ -388,8 +413,9 @@ pub(crate) mod tests {
         assert_eq!(value_of(&lines, "certus_is_leader", &[]), Some(1.0));
         assert!(
             lines.iter().all(|line| !line.name.starts_with("certus_ct_")
-                || line.name.starts_with("certus_ct_merge_delay")),
-            "no CT gauges without a CT log:\n{text}"
+                || line.name.starts_with("certus_ct_merge_delay")
+                || line.name == "certus_ct_mirror_errors_total"),
+            "no CT gauges without a CT log (the counters are registered up front):\n{text}"
         );
 
         let ct = CtSample {

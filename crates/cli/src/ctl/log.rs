@@ -5,8 +5,11 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use certus_client::{Client, ClientError, LogConfig, LogStatus, NodeReport, SignedTreeHead};
+use certus_client::{
+    Client, ClientError, LogConfig, LogStatus, MirrorStatus, NodeReport, SignedTreeHead,
+};
 use certus_ct::Hash;
+use certus_ct::signer::LogVerifier;
 use certus_ct::structures::SignedCertificateTimestamp;
 use certus_ct::structures::json::{AddChainResponse, GetRootsResponse, GetSthResponse};
 use clap::{Args, Subcommand};
@@ -47,6 +50,17 @@ pub(super) enum LogCommand {
     },
     /// The root certificates the log accepts chains up to.
     Roots,
+    /// Make this empty log a mirror of another RFC 6962 log, for good: the cluster follows the
+    /// source, checks every entry against the source's signed tree heads, and serves them. Run
+    /// again with a new URL (same key) if the source moves.
+    Mirror {
+        /// The source's base URL (http:// or https://); its API is under <URL>/ct/v1/.
+        #[arg(long)]
+        source: String,
+        /// The source log's public key: a PEM "PUBLIC KEY" file or DER SubjectPublicKeyInfo.
+        #[arg(long)]
+        public_key: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -192,6 +206,23 @@ pub(super) async fn run(client: &Client, out: &Output, command: LogCommand) -> R
             let document = serde_json::to_value(&response).map_err(|error| error.to_string())?;
             say!("{document:#}");
         }
+        LogCommand::Mirror { source, public_key } => {
+            let key = read_public_key(&public_key)?;
+            let status = client
+                .start_mirror(&source, &key)
+                .await
+                .map_err(|error| failed("log mirror", &error))?;
+            let mirror = status.mirror.as_ref().ok_or_else(|| {
+                "log mirror: the node's status after the change shows no mirror".to_owned()
+            })?;
+            out.emit(&mirror_json(mirror), || {
+                say!(
+                    "The log now mirrors {}; its master follows the source and serves its STHs \
+                     once enough nodes reproduce them (`certus ctl log status` shows progress).",
+                    mirror.source_url
+                );
+            });
+        }
         LogCommand::Roots => {
             let roots = client
                 .get_roots()
@@ -223,6 +254,21 @@ async fn current_config(client: &Client) -> Result<LogConfig, String> {
         .map_err(|error| failed("log config", &error))?
         .config
         .ok_or_else(|| "log config: the node's status has no configuration".to_owned())
+}
+
+// ---- the mirror's source key -------------------------------------------------------------
+
+/// A public key file, PEM ("PUBLIC KEY") or DER, as DER SubjectPublicKeyInfo; refused unless it
+/// is a key a log can sign with.
+fn read_public_key(path: &Path) -> Result<Vec<u8>, String> {
+    let bytes =
+        std::fs::read(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let verifier = match std::str::from_utf8(&bytes) {
+        Ok(text) if text.contains("-----BEGIN") => LogVerifier::from_public_key_pem(text),
+        _ => LogVerifier::from_public_key_der(&bytes),
+    }
+    .map_err(|error| format!("{}: not a log public key: {error}", path.display()))?;
+    Ok(verifier.public_key_der().to_vec())
 }
 
 // ---- the chain file --------------------------------------------------------------------
@@ -351,6 +397,18 @@ fn report_json(report: &NodeReport) -> Value {
     })
 }
 
+fn mirror_json(mirror: &MirrorStatus) -> Value {
+    json!({
+        "source_url": mirror.source_url,
+        "source_public_key": b64(&mirror.source_public_key),
+        "source_log_id": b64(&certus_ct::sha256(&mirror.source_public_key)),
+        "latest": mirror.latest.as_ref().map(sth_json),
+        "target_sizes": mirror.target_sizes,
+        "source_sth": mirror.source_sth.as_ref().map(sth_json),
+        "last_error": (!mirror.last_error.is_empty()).then_some(&mirror.last_error),
+    })
+}
+
 fn print_status(out: &Output, status: &LogStatus) {
     let document = json!({
         "log_id": b64(&status.log_id),
@@ -365,6 +423,7 @@ fn print_status(out: &Output, status: &LogStatus) {
         "local_contiguous_size": status.local_contiguous_size,
         "config": status.config.as_ref().map(config_json),
         "reports": status.reports.iter().map(report_json).collect::<Vec<_>>(),
+        "mirror": status.mirror.as_ref().map(mirror_json),
     });
     out.emit(&document, || {
         let mut rows = table(&["log", "value"]);
@@ -397,6 +456,27 @@ fn print_status(out: &Output, status: &LogStatus) {
             },
         ]);
         rows.add_row(vec!["held entries".to_owned(), status.held.to_string()]);
+        if let Some(mirror) = &status.mirror {
+            rows.add_row(vec!["mirror of".to_owned(), mirror.source_url.clone()]);
+            rows.add_row(vec![
+                "source STH recorded".to_owned(),
+                match &mirror.latest {
+                    Some(sth) => {
+                        format!("size {}, signed {}", sth.tree_size, age(sth.timestamp_ms))
+                    }
+                    None => "none yet".to_owned(),
+                },
+            ]);
+            if let Some(sth) = &mirror.source_sth {
+                rows.add_row(vec![
+                    "source STH seen by this node".to_owned(),
+                    format!("size {}, signed {}", sth.tree_size, age(sth.timestamp_ms)),
+                ]);
+            }
+            if !mirror.last_error.is_empty() {
+                rows.add_row(vec!["mirror stalled".to_owned(), mirror.last_error.clone()]);
+            }
+        }
         rows.add_row(vec![
             "answering node's tree".to_owned(),
             format!(

@@ -534,7 +534,7 @@ fn clean_up_stops_at_the_serving_sth_and_at_its_batch_bound() {
     assert_eq!(log.held.len(), 4);
     assert_eq!(log.cleaned.len(), 6);
     log.check(at).unwrap();
-    let restored = CtLog::from_records(log.records()).unwrap();
+    let restored = CtLog::from_records(log.records(), log.mirror().cloned()).unwrap();
     assert_eq!(restored, log);
 }
 
@@ -575,4 +575,283 @@ fn config_fields_are_bounded() {
         ));
     }
     assert_eq!(log.config, LogConfig::default());
+}
+
+fn source() -> MirrorSource {
+    MirrorSource {
+        url: "https://source.example/log".to_owned(),
+        public_key_der: vec![0x30, 0x59, 1, 2, 3],
+    }
+}
+
+fn mirror_entry(n: u8) -> MirrorEntry {
+    MirrorEntry {
+        leaf_input: submission(n, T0).leaf_input,
+        extra_data: vec![n; 2],
+    }
+}
+
+fn append(
+    log: &mut CtLog,
+    first: u64,
+    entries: Vec<MirrorEntry>,
+    sth: Option<SignedTreeHead>,
+) -> Result<CtReply, CtError> {
+    let reply = log.apply(
+        CtCommand::MirrorAppend {
+            first,
+            entries,
+            sth,
+        },
+        T0,
+    );
+    log.check(T0).unwrap();
+    reply
+}
+
+/// A mirror with source entries 1..=n appended, the last batch with an STH of size n.
+fn mirror_log(n: u8) -> CtLog {
+    let mut log = CtLog::default();
+    assert_eq!(
+        log.apply(CtCommand::StartMirror(source()), T0),
+        Ok(CtReply::Configured)
+    );
+    let reply = append(
+        &mut log,
+        0,
+        (1..=n).map(mirror_entry).collect(),
+        Some(sth(n.into(), T0, 7)),
+    );
+    assert_eq!(
+        reply,
+        Ok(CtReply::Mirrored {
+            first: 0,
+            count: n.into()
+        })
+    );
+    log
+}
+
+#[test]
+fn only_an_empty_log_becomes_a_mirror_and_for_good() {
+    let mut log = sequenced_log(1);
+    assert!(matches!(
+        log.apply(CtCommand::StartMirror(source()), T0),
+        Err(CtError::Mirror(_))
+    ));
+    assert_eq!(log.mirror, None);
+
+    let mut log = mirror_log(2);
+    // The same key may move to another URL; another key is another log.
+    let moved = MirrorSource {
+        url: "https://moved.example/log".to_owned(),
+        ..source()
+    };
+    assert_eq!(
+        log.apply(CtCommand::StartMirror(moved.clone()), T0),
+        Ok(CtReply::Configured)
+    );
+    assert_eq!(log.mirror.as_ref().unwrap().source, moved);
+    let other = MirrorSource {
+        public_key_der: vec![9],
+        ..source()
+    };
+    assert!(matches!(
+        log.apply(CtCommand::StartMirror(other), T0),
+        Err(CtError::Mirror(_))
+    ));
+    for bad in [
+        MirrorSource {
+            url: String::new(),
+            ..source()
+        },
+        MirrorSource {
+            public_key_der: Vec::new(),
+            ..source()
+        },
+    ] {
+        assert!(matches!(
+            CtLog::default().apply(CtCommand::StartMirror(bad), T0),
+            Err(CtError::Mirror(_))
+        ));
+    }
+}
+
+#[test]
+fn a_mirror_takes_no_submissions_and_sequences_nothing() {
+    let mut log = mirror_log(1);
+    let before = log.clone();
+    assert_eq!(
+        log.apply(
+            CtCommand::Add {
+                submissions: vec![submission(9, T0)]
+            },
+            T0
+        ),
+        Err(CtError::IsMirror {
+            source_url: source().url
+        })
+    );
+    assert!(matches!(
+        log.apply(
+            CtCommand::Sequence {
+                first: 1,
+                keys: Vec::new()
+            },
+            T0
+        ),
+        Err(CtError::IsMirror { .. })
+    ));
+    assert_eq!(log, before);
+    // And an origin log refuses mirror appends.
+    let mut origin = sequenced_log(1);
+    assert!(matches!(
+        append(&mut origin, 1, vec![mirror_entry(2)], None),
+        Err(CtError::Mirror(_))
+    ));
+}
+
+#[test]
+fn mirror_appends_are_a_check_and_set_with_newer_source_sths() {
+    let mut log = mirror_log(3);
+    let before = log.clone();
+    // Stale first number: a deposed master's append is refused.
+    assert_eq!(
+        append(&mut log, 2, vec![mirror_entry(4)], None),
+        Err(CtError::StaleSequence {
+            expected: 3,
+            got: 2
+        })
+    );
+    // An STH whose size is not where the entries end.
+    assert!(matches!(
+        append(&mut log, 3, vec![mirror_entry(4)], Some(sth(5, T0 + 1, 8))),
+        Err(CtError::Mirror(_))
+    ));
+    // An STH not newer than the last recorded one.
+    assert!(matches!(
+        append(&mut log, 3, vec![mirror_entry(4)], Some(sth(4, T0, 8))),
+        Err(CtError::Mirror(_))
+    ));
+    // A leaf too short to carry its timestamp.
+    let short = MirrorEntry {
+        leaf_input: vec![0, 0, 1],
+        extra_data: Vec::new(),
+    };
+    assert!(matches!(
+        append(&mut log, 3, vec![short], None),
+        Err(CtError::MalformedSubmission(_))
+    ));
+    assert_eq!(log, before, "refused appends change nothing");
+
+    // Entries without an STH, then a newer STH of the same size with no entries.
+    assert_eq!(
+        append(&mut log, 3, vec![mirror_entry(4), mirror_entry(5)], None),
+        Ok(CtReply::Mirrored { first: 3, count: 2 })
+    );
+    assert_eq!(
+        append(&mut log, 5, Vec::new(), Some(sth(5, T0 + 10, 9))),
+        Ok(CtReply::Mirrored { first: 5, count: 0 })
+    );
+    let mirror = log.mirror.as_ref().unwrap();
+    assert_eq!(mirror.targets.keys().copied().collect::<Vec<_>>(), [3, 5]);
+    assert_eq!(mirror.latest, Some(sth(5, T0 + 10, 9)));
+    // Every number maps to exactly the source entry appended under it.
+    let sequenced = log.sequenced_from(0, 10);
+    assert_eq!(sequenced.len(), 5);
+    for (sequence, held) in sequenced {
+        let n = u8::try_from(sequence + 1).unwrap();
+        assert_eq!(held.submission.leaf_input, mirror_entry(n).leaf_input);
+        assert_eq!(held.sequence, Some(sequence));
+    }
+}
+
+#[test]
+fn a_mirror_serves_only_recorded_source_sths_and_keeps_no_dedupe_records() {
+    let mut log = mirror_log(3);
+    let members = [1, 2];
+    // Nodes report a source STH they hold, and a forged one of the same size.
+    let source_sth = sth(3, T0, 7);
+    let forged = sth(3, T0 + 5, 7);
+    for node in members {
+        report(&mut log, node, source_sth.clone(), T0).unwrap();
+    }
+    report(&mut log, 3, forged.clone(), T0).unwrap();
+    assert!(matches!(
+        log.apply(
+            CtCommand::Publish {
+                sth: forged,
+                members: vec![1, 2, 3]
+            },
+            T0
+        ),
+        Err(CtError::NotPublishable { .. })
+    ));
+    assert_eq!(
+        log.apply(
+            CtCommand::Publish {
+                sth: source_sth,
+                members: vec![1, 2, 3]
+            },
+            T0
+        ),
+        Ok(CtReply::Published {
+            previous_tree_size: 0
+        })
+    );
+    log.check(T0).unwrap();
+    assert!(
+        log.mirror.as_ref().unwrap().targets.is_empty(),
+        "what the serving STH succeeds is dropped"
+    );
+    assert_eq!(
+        log.apply(CtCommand::CleanUp { max_entries: 10 }, T0),
+        Ok(CtReply::CleanedUp {
+            removed: 3,
+            remaining: 0
+        })
+    );
+    assert!(log.held.is_empty() && log.cleaned.is_empty());
+    log.check(T0).unwrap();
+    // Appending continues from the number after the cleaned-up entries.
+    assert_eq!(
+        append(&mut log, 3, vec![mirror_entry(4)], Some(sth(4, T0 + 1, 8))),
+        Ok(CtReply::Mirrored { first: 3, count: 1 })
+    );
+}
+
+#[test]
+fn mirror_appends_stop_at_the_watermark_and_keep_a_bounded_set_of_sths() {
+    let mut log = mirror_log(2);
+    log.config.unsequenced_watermark = 2;
+    assert!(matches!(
+        append(&mut log, 2, vec![mirror_entry(3)], None),
+        Err(CtError::Backlog { .. })
+    ));
+    // A newer STH without entries is still taken (nothing more to hold).
+    log.config.unsequenced_watermark = 100_000;
+    for i in 0..(CT_MIRROR_TARGETS_MAX as u64 + 5) {
+        let first = log.next_sequence;
+        append(
+            &mut log,
+            first,
+            vec![mirror_entry(3)],
+            Some(sth(first + 1, T0 + 1 + i, 3)),
+        )
+        .unwrap();
+    }
+    let mirror = log.mirror.as_ref().unwrap();
+    assert_eq!(mirror.targets.len(), CT_MIRROR_TARGETS_MAX);
+    assert_eq!(
+        mirror.targets.last_key_value().map(|(size, _)| *size),
+        Some(log.next_sequence),
+        "the newest are kept"
+    );
+}
+
+#[test]
+fn a_mirror_survives_a_snapshot() {
+    let log = mirror_log(3);
+    let restored = CtLog::from_records(log.records(), log.mirror().cloned()).unwrap();
+    assert_eq!(restored, log);
 }
