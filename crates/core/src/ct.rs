@@ -564,6 +564,10 @@ impl CtLog {
         let Some(mirror) = &self.mirror else {
             return refuse("this log is not a mirror".to_owned());
         };
+        // A frozen mirror stops following: it serves what it has.
+        if self.frozen {
+            return Err(CtError::Frozen);
+        }
         if first != self.next_sequence {
             return Err(CtError::StaleSequence {
                 expected: self.next_sequence,

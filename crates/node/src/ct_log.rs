@@ -489,8 +489,9 @@ impl CtNode {
                 state.ct_mirror().map(|mirror| mirror.source.clone()),
             )
         });
+        let frozen = replica.reader.read(|applied| applied.state.ct_frozen());
         if let Some(source) = &mirror {
-            if let Err(error) = self.follow_source(replica, source).await {
+            if !frozen && let Err(error) = self.follow_source(replica, source).await {
                 errors.push(format!("mirror: {error}"));
             }
         } else if !ready.is_empty() {

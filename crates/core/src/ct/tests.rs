@@ -850,6 +850,23 @@ fn mirror_appends_stop_at_the_watermark_and_keep_a_bounded_set_of_sths() {
 }
 
 #[test]
+fn a_frozen_mirror_stops_following() {
+    let mut log = mirror_log(1);
+    log.apply(CtCommand::SetFrozen { frozen: true }, T0)
+        .unwrap();
+    assert_eq!(
+        append(&mut log, 1, vec![mirror_entry(2)], None),
+        Err(CtError::Frozen)
+    );
+    log.apply(CtCommand::SetFrozen { frozen: false }, T0)
+        .unwrap();
+    assert_eq!(
+        append(&mut log, 1, vec![mirror_entry(2)], None),
+        Ok(CtReply::Mirrored { first: 1, count: 1 })
+    );
+}
+
+#[test]
 fn a_mirror_survives_a_snapshot() {
     let log = mirror_log(3);
     let restored = CtLog::from_records(log.records(), log.mirror().cloned()).unwrap();
