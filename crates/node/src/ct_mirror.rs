@@ -14,12 +14,14 @@
 //! publishes one enough nodes hold (see `ct_log`).
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use certus_core::ct::{CtCommand, MirrorSource};
 use certus_ct::frontier::Frontier;
 use certus_ct::merkle::{leaf_hash, verify_consistency};
 use certus_ct::signer::LogVerifier;
 use certus_ct::structures::SignedTreeHead;
+use tokio::time::Instant;
 use tracing::{debug, info};
 
 use crate::ct_source::SourceLog;
@@ -29,6 +31,11 @@ use crate::replica::Replica;
 const PAGE_ENTRIES: u64 = 256;
 /// Pages fetched per master round.
 const PAGES_PER_ROUND: usize = 16;
+/// After a failed round the master waits this long before reading the source again, doubling
+/// with each further failure up to [`RETRY_DELAY_MAX`]: a source that is down or misbehaving is
+/// not hammered every round.
+const RETRY_DELAY_MIN: Duration = Duration::from_secs(1);
+const RETRY_DELAY_MAX: Duration = Duration::from_secs(60);
 
 /// What the master knows of the source, for status.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,6 +51,24 @@ pub struct MirrorProgress {
 pub struct MirrorFollower {
     connection: Mutex<Option<(MirrorSource, SourceLog, LogVerifier)>>,
     progress: Mutex<MirrorProgress>,
+    backoff: Mutex<Backoff>,
+}
+
+/// Consecutive failed rounds and when the next may run.
+#[derive(Debug, Default)]
+struct Backoff {
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+impl Backoff {
+    fn failed(&mut self) {
+        self.failures = self.failures.saturating_add(1);
+        let delay = RETRY_DELAY_MIN
+            .saturating_mul(1 << self.failures.saturating_sub(1).min(16))
+            .min(RETRY_DELAY_MAX);
+        self.retry_at = Some(Instant::now() + delay);
+    }
 }
 
 /// One round's end when nothing failed.
@@ -69,17 +94,28 @@ impl MirrorFollower {
         frontier_at: impl Fn(u64) -> Option<Frontier>,
         errors: &prometheus::IntCounter,
     ) -> Result<(), String> {
+        let waiting = {
+            let backoff = self.backoff.lock().expect("backoff lock");
+            backoff.retry_at.is_some_and(|at| Instant::now() < at)
+        };
+        if waiting {
+            return Ok(());
+        }
         let outcome = self.follow_once(replica, source, frontier_at).await;
         let mut progress = self.progress.lock().expect("progress lock");
+        let mut backoff = self.backoff.lock().expect("backoff lock");
         match &outcome {
-            Ok(Done::Appended(size)) => {
-                debug!(id = replica.id, size, "mirror appended source entries");
+            Ok(done) => {
+                if let Done::Appended(size) = done {
+                    debug!(id = replica.id, size, "mirror appended source entries");
+                }
                 progress.last_error = None;
+                *backoff = Backoff::default();
             }
-            Ok(Done::Idle) => progress.last_error = None,
             Err(error) => {
                 errors.inc();
                 progress.last_error = Some(error.clone());
+                backoff.failed();
             }
         }
         outcome.map(|_| ())

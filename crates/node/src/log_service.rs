@@ -34,7 +34,9 @@ impl LogService {
     async fn control(&self, command: CtCommand) -> Result<(), Status> {
         let mut responses = self.replica.write(vec![Command::Ct(command)]).await?;
         match responses.pop() {
-            Some(CommandResponse::Ct(Ok(_))) => Ok(()),
+            // A follower forwarded the write; the answer is built from this node's state, so
+            // wait until it has applied the write too.
+            Some(CommandResponse::Ct(Ok(_))) => Ok(self.replica.read_barrier().await?),
             Some(CommandResponse::Ct(Err(error))) => Err(ct_status(&error)),
             other => Err(status(
                 Code::Internal,

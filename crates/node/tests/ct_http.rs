@@ -4,191 +4,27 @@
 
 #![cfg(not(madsim))]
 
-use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
-use std::time::{Duration, Instant};
+mod support;
 
-use base64::Engine as _;
 use certus_ct::chain::{AcceptedRoots, ChainLimits, check_pre_chain};
 use certus_ct::merkle::{leaf_hash, verify_consistency, verify_inclusion};
-use certus_ct::signer::{EcdsaP256Signer, LogVerifier};
 use certus_ct::structures::json::{
-    AddChainResponse, GetEntriesResponse, GetProofByHashResponse, GetRootsResponse,
-    GetSthConsistencyResponse, GetSthResponse,
+    GetEntriesResponse, GetProofByHashResponse, GetRootsResponse, GetSthConsistencyResponse,
 };
-use certus_ct::structures::{SignedCertificateTimestamp, SignedTreeHead, leaf_input};
+use certus_ct::structures::{SignedTreeHead, leaf_input};
 use certus_ct::{Hash, LogEntry};
-use certus_node::{CertusNode, CtFiles, Leader, Node, NodeConfig};
-use rcgen::{
-    BasicConstraints, CertificateParams, CustomExtension, DnType, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+use certus_node::NodeConfig;
+
+use support::{
+    Pki, add, agent, b64, get, leader_index, parse_sct, shutdown, start, sth_of_at_least, url,
+    url_escape,
 };
-
-const POISON: &[u64] = &[1, 3, 6, 1, 4, 1, 11129, 2, 4, 3];
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("an ephemeral port")
-}
-
-struct Pki {
-    root_params: CertificateParams,
-    root_key: KeyPair,
-    root_der: Vec<u8>,
-    root_pem: String,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let mut root_params = CertificateParams::default();
-        root_params
-            .distinguished_name
-            .push(DnType::CommonName, "Certus Test Root");
-        root_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        root_params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-        let root_key = KeyPair::generate().expect("root key");
-        let root = root_params.self_signed(&root_key).expect("root");
-        Pki {
-            root_der: root.der().to_vec(),
-            root_pem: root.pem(),
-            root_params,
-            root_key,
-        }
-    }
-
-    fn leaf(&self, name: &str, precert: bool) -> Vec<u8> {
-        let mut params = CertificateParams::new(vec![name.to_owned()]).expect("params");
-        if precert {
-            let mut poison = CustomExtension::from_oid_content(POISON, vec![0x05, 0x00]);
-            poison.set_criticality(true);
-            params.custom_extensions.push(poison);
-        }
-        let key = KeyPair::generate().expect("leaf key");
-        let issuer = Issuer::from_params(&self.root_params, &self.root_key);
-        params
-            .signed_by(&key, &issuer)
-            .expect("leaf")
-            .der()
-            .to_vec()
-    }
-}
-
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn url(node: &NodeConfig, path: &str) -> String {
-    format!("http://{}/ct/v1/{path}", node.http_addr)
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(20)))
-        .build()
-        .into()
-}
-
-/// POSTs a chain; returns the status and the body.
-fn add(agent: &ureq::Agent, node: &NodeConfig, path: &str, chain: &[&[u8]]) -> (u16, String) {
-    let body = serde_json::json!({ "chain": chain.iter().map(|der| b64(der)).collect::<Vec<_>>() });
-    let mut response = agent
-        .post(url(node, path))
-        .send_json(body)
-        .expect("request");
-    let status = response.status().as_u16();
-    (status, response.body_mut().read_to_string().expect("body"))
-}
-
-fn get(agent: &ureq::Agent, node: &NodeConfig, path: &str) -> (u16, String) {
-    let mut response = agent.get(url(node, path)).call().expect("request");
-    let status = response.status().as_u16();
-    (status, response.body_mut().read_to_string().expect("body"))
-}
-
-/// Polls `node` until its serving STH covers `size` entries; returns it, verified.
-fn sth_of_at_least(
-    agent: &ureq::Agent,
-    node: &NodeConfig,
-    size: u64,
-    verifier: &LogVerifier,
-) -> SignedTreeHead {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, body) = get(agent, node, "get-sth");
-        if status == 200 {
-            let json: GetSthResponse = serde_json::from_str(&body).expect("get-sth JSON");
-            let sth = SignedTreeHead::try_from(&json).expect("an STH");
-            verifier.verify_sth(&sth).expect("the STH verifies");
-            if sth.tree_size >= size {
-                return sth;
-            }
-        } else {
-            assert_eq!(status, 503, "get-sth answered {status}: {body}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node {} serves no STH of size {size} within 20 s (last: {status} {body})",
-            node.id
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-async fn start(dir: &Path, pki: &Pki) -> (Vec<NodeConfig>, Vec<Node>, LogVerifier) {
-    let key_pem = EcdsaP256Signer::generate_pkcs8_pem().expect("log key");
-    let signer = EcdsaP256Signer::from_pkcs8_pem(&key_pem).expect("log key loads");
-    let verifier = LogVerifier::for_signer(&signer).expect("verifier");
-    let key_file = dir.join("log-key.pem");
-    let roots_file = dir.join("roots.pem");
-    std::fs::write(&key_file, key_pem).expect("write key");
-    std::fs::write(&roots_file, &pki.root_pem).expect("write roots");
-    let configs: Vec<NodeConfig> = (1..=3)
-        .map(|id| {
-            let mut config =
-                NodeConfig::new(id, free_addr(), free_addr(), dir.join(format!("node-{id}")));
-            config.ct = CtFiles {
-                key_file: Some(key_file.clone()),
-                roots_file: Some(roots_file.clone()),
-            };
-            config
-        })
-        .collect();
-    let mut nodes = Vec::new();
-    for config in &configs {
-        nodes.push(Node::start(config.clone()).await.expect("node starts"));
-    }
-    let members: BTreeMap<u64, CertusNode> = configs.iter().map(|c| (c.id, c.member())).collect();
-    nodes[0].initialize(members).await.expect("initialize");
-    (configs, nodes, verifier)
-}
-
-async fn leader_index(nodes: &[Node]) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(index) = nodes
-            .iter()
-            .position(|node| node.replica().leader() == Some(Leader::Me))
-        {
-            return index;
-        }
-        assert!(Instant::now() < deadline, "no leader within 15 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn parse_sct(body: &str) -> SignedCertificateTimestamp {
-    let json: AddChainResponse = serde_json::from_str(body).expect("add-chain JSON");
-    SignedCertificateTimestamp::try_from(&json).expect("an SCT")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ct_client_submits_verifies_and_audits_over_http() {
     let dir = tempfile::tempdir().expect("temp dir");
     let pki = Pki::new();
-    let (configs, nodes, verifier) = start(dir.path(), &pki).await;
+    let (configs, nodes, verifier) = start(dir.path(), "log", &pki).await;
     let leader = leader_index(&nodes).await;
     let follower = configs[(leader + 1) % 3].clone();
     let other = configs[(leader + 2) % 3].clone();
@@ -324,9 +160,7 @@ async fn a_ct_client_submits_verifies_and_audits_over_http() {
     .await
     .expect("auditor thread");
 
-    for node in nodes {
-        node.shutdown().await;
-    }
+    shutdown(nodes).await;
 }
 
 /// The root of the first `size` entries, computed by the client from get-entries.
@@ -352,17 +186,11 @@ fn tree_root_of_first(
     certus_ct::merkle::MerkleTree::from_leaf_hashes(hashes).root()
 }
 
-fn url_escape(text: &str) -> String {
-    text.replace('+', "%2B")
-        .replace('/', "%2F")
-        .replace('=', "%3D")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn precertificates_and_bad_input_are_handled_as_rfc_6962_says() {
     let dir = tempfile::tempdir().expect("temp dir");
     let pki = Pki::new();
-    let (configs, nodes, verifier) = start(dir.path(), &pki).await;
+    let (configs, nodes, verifier) = start(dir.path(), "log", &pki).await;
     leader_index(&nodes).await;
     let precert = pki.leaf("pre.example", true);
     let plain = pki.leaf("plain.example", false);
@@ -443,7 +271,5 @@ async fn precertificates_and_bad_input_are_handled_as_rfc_6962_says() {
     .await
     .expect("client thread");
 
-    for node in nodes {
-        node.shutdown().await;
-    }
+    shutdown(nodes).await;
 }
