@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::challenges::{ChallengeCommand, ChallengeError, ChallengeReply};
 use crate::ct::{CtCommand, CtError, CtReply};
 use crate::leases::{Lease, LeaseCommand, LeaseError, LeaseReply};
+use crate::sessions::{SessionCommand, SessionError, SessionReply, SessionTickReport};
 
 /// Everything that can change the state; one variant family per module.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,6 +16,8 @@ pub enum Command {
     Challenge(ChallengeCommand),
     /// A Certificate Transparency log command.
     Ct(CtCommand),
+    /// An issuance session command.
+    Session(SessionCommand),
     /// Advance the machine clock and reclaim what has expired. Proposed periodically by the
     /// leader; it decides nothing that time alone has not already decided.
     Tick,
@@ -32,6 +35,8 @@ pub enum Response {
     Challenge(Result<ChallengeReply, ChallengeError>),
     /// The answer to a CT log command.
     Ct(Result<CtReply, CtError>),
+    /// The answer to a session command.
+    Session(Result<SessionReply, SessionError>),
     /// The answer to a tick.
     Tick(TickReply),
 }
@@ -41,4 +46,6 @@ pub enum Response {
 pub struct TickReply {
     /// Leases reclaimed because their time ran out, oldest expiry first.
     pub expired_leases: Vec<Lease>,
+    /// Claims taken back, sessions timed out, archived and deleted.
+    pub sessions: SessionTickReport,
 }

@@ -13,7 +13,8 @@
 //! - [`leases`]: named leases with TTLs and fencing tokens;
 //! - [`challenges`]: HTTP-01 challenge tokens served by every node;
 //! - [`ct`]: the clustered Certificate Transparency log's entries, sequence, node reports and
-//!   serving STH.
+//!   serving STH;
+//! - [`sessions`]: CA issuance sessions, their stage queues, claims by workers and retention.
 
 #![deny(missing_docs, unreachable_pub)]
 
@@ -22,6 +23,7 @@ mod command;
 pub mod ct;
 pub mod leases;
 pub mod limits;
+pub mod sessions;
 mod snapshot;
 mod state;
 mod text;
@@ -34,6 +36,11 @@ pub use command::{Command, Response, TickReply};
 pub use leases::{
     Acquisition, FencingToken, HolderId, Lease, LeaseCommand, LeaseError, LeaseName, LeaseReply,
     Ttl,
+};
+pub use sessions::{
+    Claim, Completion, DnsName, KillReason, NewChallenge, QueueStats, Reason, RequestKey, Session,
+    SessionChallenge, SessionCommand, SessionConfig, SessionError, SessionId, SessionReply,
+    SessionTickReport, Stage, StepOutcome, TestResult, WorkerId,
 };
 pub use snapshot::SnapshotError;
 pub use state::{InvariantViolation, State, apply};

@@ -54,3 +54,36 @@ pub const CT_PUBLIC_KEY_BYTES_MAX: usize = 1024;
 pub const CT_MIRROR_BATCH_MAX: usize = 1024;
 /// Most source STHs a mirror keeps as candidates for serving.
 pub const CT_MIRROR_TARGETS_MAX: usize = 64;
+
+/// Longest DNS name in a session, in bytes (RFC 1035 §2.3.4, without the trailing dot).
+pub const DNS_NAME_BYTES_MAX: usize = 253;
+/// Longest label of a DNS name, in bytes (RFC 1035 §2.3.4).
+pub const DNS_LABEL_BYTES_MAX: usize = 63;
+/// Longest worker identity, in bytes.
+pub const WORKER_ID_BYTES_MAX: usize = 128;
+/// Longest client idempotency key of a session create, in bytes.
+pub const REQUEST_KEY_BYTES_MAX: usize = 128;
+/// Longest free-text reason (a failure, a kill, a test error, a release note), in bytes.
+pub const REASON_BYTES_MAX: usize = 1024;
+/// Largest CSR a session accepts (DER), in bytes. Real CSRs are under 4 KiB even with RSA-4096
+/// and a hundred names.
+pub const SESSION_CSR_BYTES_MAX: usize = 16 * 1024;
+/// Largest issued certificate chain a session stores (PEM), in bytes.
+pub const SESSION_CERT_BYTES_MAX: usize = 64 * 1024;
+/// Most names one session certifies (the common limit of public CAs).
+pub const SESSION_NAMES_MAX: usize = 100;
+/// Most sessions one `Claim` hands out.
+pub const SESSION_CLAIM_BATCH_MAX: u32 = 100;
+/// Shortest claim visibility: a worker needs at least this long to do anything.
+pub const SESSION_VISIBILITY_MS_MIN: u64 = 1_000;
+/// Longest claim visibility, and longest `Extend`: one hour. A longer step extends its claim.
+pub const SESSION_VISIBILITY_MS_MAX: u64 = 60 * 60 * 1000;
+/// Longest a session may be held out of its queue by a release delay or the configured test
+/// retry delay: one hour.
+pub const SESSION_DELAY_MS_MAX: u64 = 60 * 60 * 1000;
+/// Hard bound on stored sessions (all of them: queued, claimed, done and archived); the
+/// configured `sessions_max` sits at or below it.
+pub const SESSIONS_MAX: usize = 1_000_000;
+/// Most sessions each of a tick's four steps (reclaim, time out, archive, delete) touches; the
+/// rest wait for the next tick, which the report asks for. Bounds the work of one command.
+pub const SESSION_TICK_BATCH_MAX: usize = 1024;

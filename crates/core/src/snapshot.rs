@@ -1,8 +1,9 @@
 //! The snapshot format: the whole state as deterministic bytes.
 //!
-//! Layout: the 8-byte magic `CERTUS\0\x03` (the last byte is the format version), then the state
-//! in postcard encoding. Version 2 (before mirrors) is the same body without the last field and
-//! still loads. Maps are written in key order and the derived indexes are not written at
+//! Layout: the 8-byte magic `CERTUS\0\x04` (the last byte is the format version), then the state
+//! in postcard encoding. Older versions are prefixes of the body and still load: version 3 (before
+//! sessions) lacks the trailing `sessions` field and loads with no sessions and the default session
+//! configuration; version 2 (before mirrors) also lacks `ct_mirror`. Maps are written in key order and the derived indexes are not written at
 //! all (they are rebuilt on load), so the same state always gives the same bytes. Loading checks
 //! the magic, refuses trailing bytes, validates every string as its type, rebuilds the indexes
 //! and runs [`State::check_invariants`]: a snapshot that loads is a state `apply` could have made.
@@ -12,17 +13,20 @@ use serde::{Deserialize, Serialize};
 use crate::challenges::{Challenge, Challenges};
 use crate::ct::{CtLog, CtRecords, MirrorState};
 use crate::leases::{FencingToken, Lease, Leases};
+use crate::sessions::{SessionRecords, SessionRecordsRef, Sessions};
 use crate::state::State;
 
-const MAGIC: [u8; 8] = *b"CERTUS\x00\x03";
-/// The format before mirrors: the same body without `ct_mirror`.
+const MAGIC: [u8; 8] = *b"CERTUS\x00\x04";
+/// The format before sessions: the same body without `sessions`.
+const MAGIC_V3: [u8; 8] = *b"CERTUS\x00\x03";
+/// The format before mirrors: the version 3 body without `ct_mirror`.
 const MAGIC_V2: [u8; 8] = *b"CERTUS\x00\x02";
 
 /// Why snapshot bytes could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
     /// The bytes do not start with the snapshot magic and a known version.
-    #[error("not a Certus snapshot of format version 2 or 3 (bad magic or version)")]
+    #[error("not a Certus snapshot of format version 2, 3 or 4 (bad magic or version)")]
     BadMagic,
     /// The body could not be decoded.
     #[error("snapshot body does not decode: {0}")]
@@ -45,9 +49,10 @@ struct BodyRef<'a> {
     challenges: Vec<&'a Challenge>,
     ct: CtRecords,
     ct_mirror: Option<&'a MirrorState>,
+    sessions: SessionRecordsRef<'a>,
 }
 
-/// Version 2's body, which is also how version 3's begins (postcard writes a struct as its
+/// Version 2's body, which is also how later versions begin (postcard writes a struct as its
 /// fields in order, so nesting it adds no bytes).
 #[derive(Deserialize)]
 struct BodyV2 {
@@ -59,10 +64,18 @@ struct BodyV2 {
     ct: CtRecords,
 }
 
+/// Version 3's body: version 2's and the mirror.
 #[derive(Deserialize)]
-struct Body {
+struct BodyV3 {
     v2: BodyV2,
     ct_mirror: Option<MirrorState>,
+}
+
+/// Version 4's body: version 3's and the sessions.
+#[derive(Deserialize)]
+struct Body {
+    v3: BodyV3,
+    sessions: SessionRecords,
 }
 
 impl State {
@@ -76,6 +89,7 @@ impl State {
             challenges: self.challenges.iter().collect(),
             ct: self.ct.records(),
             ct_mirror: self.ct.mirror(),
+            sessions: self.sessions.records(),
         };
         let bytes = MAGIC.to_vec();
         // Encoding into a Vec cannot fail: every field is plainly serializable.
@@ -87,15 +101,18 @@ impl State {
         let decode = |e: postcard::Error| SnapshotError::Decode(e.to_string());
         let (body, rest) = if let Some(body) = bytes.strip_prefix(&MAGIC) {
             postcard::take_from_bytes::<Body>(body).map_err(decode)?
+        } else if let Some(body) = bytes.strip_prefix(&MAGIC_V3) {
+            let (v3, rest) = postcard::take_from_bytes::<BodyV3>(body).map_err(decode)?;
+            let sessions = SessionRecords::default();
+            (Body { v3, sessions }, rest)
         } else if let Some(body) = bytes.strip_prefix(&MAGIC_V2) {
             let (v2, rest) = postcard::take_from_bytes::<BodyV2>(body).map_err(decode)?;
-            (
-                Body {
-                    v2,
-                    ct_mirror: None,
-                },
-                rest,
-            )
+            let v3 = BodyV3 {
+                v2,
+                ct_mirror: None,
+            };
+            let sessions = SessionRecords::default();
+            (Body { v3, sessions }, rest)
         } else {
             return Err(SnapshotError::BadMagic);
         };
@@ -103,8 +120,11 @@ impl State {
             return Err(SnapshotError::TrailingBytes(rest.len()));
         }
         let Body {
-            v2: body,
-            ct_mirror,
+            v3: BodyV3 {
+                v2: body,
+                ct_mirror,
+            },
+            sessions,
         } = body;
         let state = State {
             applied_index: body.applied_index,
@@ -114,6 +134,7 @@ impl State {
             challenges: Challenges::from_records(body.challenges)
                 .map_err(SnapshotError::Inconsistent)?,
             ct: CtLog::from_records(body.ct, ct_mirror).map_err(SnapshotError::Inconsistent)?,
+            sessions: Sessions::from_records(sessions).map_err(SnapshotError::Inconsistent)?,
         };
         state
             .check_invariants()
@@ -147,25 +168,53 @@ mod tests {
         // Magic, then five zero varints: index, clock, last token, no leases, no challenges;
         // then the CT log: the default config as varints (2, 500, 100000, 100, 200, 100, 30000),
         // not frozen, no entries, nothing cleaned up, next number 0, no reports, no serving STH;
-        // not a mirror.
-        let expected: &[u8] = b"CERTUS\x00\x03\x00\x00\x00\x00\x00\
+        // not a mirror; then the sessions: the default config as varints (3600000, 10, 2000,
+        // 86400000, 604800000, 100000), last id 0, last claim token 0, no sessions.
+        let expected: &[u8] = b"CERTUS\x00\x04\x00\x00\x00\x00\x00\
             \x02\xf4\x03\xa0\x8d\x06\x64\xc8\x01\x64\xb0\xea\x01\
-            \x00\x00\x00\x00\x00\x00\x00";
+            \x00\x00\x00\x00\x00\x00\x00\
+            \x80\xdd\xdb\x01\x0a\xd0\x0f\x80\xb8\x99\x29\x80\x88\xb2\xa0\x02\xa0\x8d\x06\
+            \x00\x00\x00";
         assert_eq!(State::new().to_snapshot(), expected);
     }
 
+    /// The encoding of a state without sessions ends with the empty sessions' records.
+    fn empty_sessions_suffix() -> Vec<u8> {
+        postcard::to_stdvec(&Sessions::default().records()).unwrap()
+    }
+
     #[test]
-    fn a_version_2_snapshot_loads_as_a_log_that_is_no_mirror() {
+    fn a_version_3_snapshot_loads_with_no_sessions() {
         let state = state_with_a_lease();
         let bytes = state.to_snapshot();
-        // Version 2 is version 3 without the trailing "no mirror".
-        assert_eq!(bytes.last(), Some(&0));
+        // Version 3 is version 4 without the trailing sessions.
+        let suffix = empty_sessions_suffix();
+        assert!(bytes.ends_with(&suffix));
+        let mut v3 = MAGIC_V3.to_vec();
+        v3.extend_from_slice(&bytes[MAGIC.len()..bytes.len() - suffix.len()]);
+        assert_eq!(State::from_snapshot(&v3), Ok(state));
+        // A version 4 body under the version 3 magic has the sessions too many.
+        let mut mislabelled = MAGIC_V3.to_vec();
+        mislabelled.extend_from_slice(&bytes[MAGIC.len()..]);
+        assert_eq!(
+            State::from_snapshot(&mislabelled),
+            Err(SnapshotError::TrailingBytes(suffix.len()))
+        );
+    }
+
+    #[test]
+    fn a_version_2_snapshot_loads_as_a_log_that_is_no_mirror_with_no_sessions() {
+        let state = state_with_a_lease();
+        let bytes = state.to_snapshot();
+        // Version 2 is version 4 without the trailing "no mirror" and sessions.
+        let cut = empty_sessions_suffix().len() + 1;
+        assert_eq!(bytes[bytes.len() - cut], 0);
         let mut v2 = MAGIC_V2.to_vec();
-        v2.extend_from_slice(&bytes[MAGIC.len()..bytes.len() - 1]);
+        v2.extend_from_slice(&bytes[MAGIC.len()..bytes.len() - cut]);
         assert_eq!(State::from_snapshot(&v2), Ok(state));
         // A version 3 body under the version 2 magic has a byte too many.
         let mut mislabelled = MAGIC_V2.to_vec();
-        mislabelled.extend_from_slice(&bytes[MAGIC.len()..]);
+        mislabelled.extend_from_slice(&bytes[MAGIC.len()..bytes.len() - cut + 1]);
         assert_eq!(
             State::from_snapshot(&mislabelled),
             Err(SnapshotError::TrailingBytes(1))
@@ -180,7 +229,7 @@ mod tests {
             Err(SnapshotError::BadMagic)
         );
         let mut newer = bytes.clone();
-        newer[7] = 4;
+        newer[7] = 5;
         assert_eq!(State::from_snapshot(&newer), Err(SnapshotError::BadMagic));
         let mut longer = bytes.clone();
         longer.push(0);
@@ -198,6 +247,7 @@ mod tests {
     fn an_impossible_state_is_refused() {
         let state = state_with_a_lease();
         let lease = state.leases.iter().next().unwrap().clone();
+        let empty = Sessions::default();
         let body = |last_token, clock_ms, leases| BodyRef {
             applied_index: 3,
             clock_ms,
@@ -206,6 +256,7 @@ mod tests {
             challenges: Vec::new(),
             ct: CtLog::default().records(),
             ct_mirror: None,
+            sessions: empty.records(),
         };
         // A token above the last issued one.
         let bytes = encode(&body(2, 10_000, vec![&lease]));

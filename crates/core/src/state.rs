@@ -4,6 +4,7 @@ use crate::challenges::{Challenge, ChallengeToken, Challenges};
 use crate::command::{Command, Response, TickReply};
 use crate::ct::{CtLog, EntryKey, HeldEntry, LogConfig, NodeReport, ServingSth, select_serving};
 use crate::leases::{FencingToken, Lease, LeaseError, LeaseName, Leases};
+use crate::sessions::{QueueStats, RequestKey, Session, SessionConfig, SessionId, Sessions, Stage};
 use crate::time::Stamp;
 
 /// The replicated state. Only [`apply`] changes it; everything else reads.
@@ -18,6 +19,7 @@ pub struct State {
     pub(crate) leases: Leases,
     pub(crate) challenges: Challenges,
     pub(crate) ct: CtLog,
+    pub(crate) sessions: Sessions,
 }
 
 /// Applies one command at one log position. The only way the state changes.
@@ -53,8 +55,13 @@ pub fn apply(state: &mut State, command: Command, stamp: Stamp) -> Response {
         }
         Command::Challenge(command) => Response::Challenge(state.challenges.apply(command, now_ms)),
         Command::Ct(command) => Response::Ct(state.ct.apply(command, now_ms)),
+        Command::Session(command) => {
+            // Session ids and claim tokens come from the log index.
+            Response::Session(state.sessions.apply(command, now_ms, stamp.index))
+        }
         Command::Tick => Response::Tick(TickReply {
             expired_leases: state.leases.reclaim_expired(now_ms),
+            sessions: state.sessions.tick(now_ms),
         }),
     };
 
@@ -156,6 +163,9 @@ impl State {
             .check(self.clock_ms)
             .map_err(InvariantViolation)?;
         self.ct.check(self.clock_ms).map_err(InvariantViolation)?;
+        self.sessions
+            .check(self.clock_ms)
+            .map_err(InvariantViolation)?;
         Ok(())
     }
 
@@ -239,6 +249,49 @@ impl State {
             self.ct.serving.as_ref().map(|serving| &serving.sth),
             self.read_time(now_ms),
         )
+    }
+
+    /// The session `id`, in any stage, until it is deleted after its archive retention.
+    pub fn session(&self, id: SessionId) -> Option<&Session> {
+        self.sessions.get(id)
+    }
+
+    /// The stored session created with request key `key`.
+    pub fn session_by_request_key(&self, key: &RequestKey) -> Option<&Session> {
+        self.sessions.by_request_key(key)
+    }
+
+    /// Up to `limit` sessions (at most [`crate::limits::LIST_PAGE_MAX`]) in `stage`, live or
+    /// killed, archived or not, in id order, starting after `after`.
+    pub fn sessions_in(
+        &self,
+        stage: Stage,
+        after: Option<SessionId>,
+        limit: usize,
+    ) -> Vec<&Session> {
+        self.sessions.in_stage(stage, after, limit)
+    }
+
+    /// The sessions' configuration.
+    pub fn session_config(&self) -> &SessionConfig {
+        &self.sessions.config
+    }
+
+    /// Number of sessions stored, in every stage (what `sessions_max` bounds).
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Number of archived sessions (failed, killed, acknowledged or retained past the done
+    /// retention), awaiting deletion.
+    pub fn sessions_archived_count(&self) -> usize {
+        self.sessions.archived_count()
+    }
+
+    /// Depth, claims and oldest waiting age of a queued stage's queue, or of the done set
+    /// (certificates waiting for their clients), at `max(clock, now_ms)`; none for failed.
+    pub fn sessions_queue_stats(&self, stage: Stage, now_ms: u64) -> Option<QueueStats> {
+        self.sessions.queue_stats(stage, self.read_time(now_ms))
     }
 
     fn read_time(&self, now_ms: u64) -> u64 {

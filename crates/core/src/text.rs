@@ -19,6 +19,14 @@ pub enum TextKind {
     ChallengeToken,
     /// A [`crate::KeyAuthorization`].
     KeyAuthorization,
+    /// A [`crate::DnsName`].
+    DnsName,
+    /// A [`crate::WorkerId`].
+    WorkerId,
+    /// A [`crate::RequestKey`].
+    RequestKey,
+    /// A [`crate::Reason`].
+    Reason,
 }
 
 impl fmt::Display for TextKind {
@@ -28,6 +36,10 @@ impl fmt::Display for TextKind {
             TextKind::HolderId => "holder id",
             TextKind::ChallengeToken => "challenge token",
             TextKind::KeyAuthorization => "key authorization",
+            TextKind::DnsName => "DNS name",
+            TextKind::WorkerId => "worker id",
+            TextKind::RequestKey => "request key",
+            TextKind::Reason => "reason",
         })
     }
 }
@@ -63,6 +75,14 @@ pub enum TextError {
         /// The alphabet, in words.
         allowed: String,
     },
+    /// The characters were allowed but their arrangement was not (a DNS name's labels).
+    #[error("{kind} is malformed: {reason}")]
+    Malformed {
+        /// What was being validated.
+        kind: TextKind,
+        /// What was wrong and what is expected.
+        reason: String,
+    },
 }
 
 /// Checks `value` against a length bound and a per-byte alphabet (all alphabets are ASCII).
@@ -97,12 +117,52 @@ pub(crate) fn check(
     Ok(())
 }
 
+/// Checks `value` against a length bound and refuses control characters (any UTF-8 otherwise):
+/// free text for people, safe to print on one line.
+pub(crate) fn check_printable(
+    kind: TextKind,
+    value: &str,
+    max_bytes: usize,
+) -> Result<(), TextError> {
+    if value.is_empty() {
+        return Err(TextError::Empty { kind });
+    }
+    if value.len() > max_bytes {
+        return Err(TextError::TooLong {
+            kind,
+            len_bytes: value.len(),
+            max_bytes,
+        });
+    }
+    if let Some((at, found)) = value.char_indices().find(|&(_, c)| c.is_control()) {
+        return Err(TextError::BadCharacter {
+            kind,
+            at,
+            found,
+            allowed: "printable UTF-8 (no control characters such as newlines or tabs)".to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// Defines a validated string newtype: `new` checks, `Deserialize` checks, `as_str` reads.
+///
+/// The alphabet form checks a length bound and a per-byte alphabet; the `validate` form takes any
+/// `fn(&str) -> Result<(), TextError>` for text with more structure.
 macro_rules! validated_text {
     (
         $(#[$meta:meta])*
         $name:ident, kind = $kind:expr, max_bytes = $max:expr,
         allowed = $allowed:expr, allowed_words = $words:literal
+    ) => {
+        $crate::text::validated_text! {
+            $(#[$meta])*
+            $name, validate = |value: &str| $crate::text::check($kind, value, $max, $allowed, $words)
+        }
+    };
+    (
+        $(#[$meta:meta])*
+        $name:ident, validate = $validate:expr
     ) => {
         $(#[$meta])*
         #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
@@ -113,7 +173,8 @@ macro_rules! validated_text {
             /// Validates `value`; the error says what was wrong and what is allowed.
             pub fn new(value: impl Into<String>) -> Result<$name, $crate::text::TextError> {
                 let value = value.into();
-                $crate::text::check($kind, &value, $max, $allowed, $words)?;
+                let validate: fn(&str) -> Result<(), $crate::text::TextError> = $validate;
+                validate(&value)?;
                 Ok($name(value))
             }
 
@@ -153,4 +214,9 @@ pub(crate) fn is_visible_byte(b: u8) -> bool {
 /// The base64url alphabet of RFC 4648 §5, without padding (RFC 8555 §8.3 tokens).
 pub(crate) fn is_base64url_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-')
+}
+
+/// Worker identities: letters, digits and `. _ : -` (host names, pod names, `host:pid`).
+pub(crate) fn is_worker_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
 }

@@ -9,8 +9,10 @@ use std::collections::BTreeMap;
 
 use certus_core::ct::{CtCommand, EntryKey, SignedTreeHead, Submission};
 use certus_core::{
-    Acquisition, ChallengeCommand, ChallengeReply, ChallengeToken, Command, FencingToken, HolderId,
-    KeyAuthorization, LeaseCommand, LeaseName, LeaseReply, Response, Stamp, State, Ttl, apply,
+    Acquisition, ChallengeCommand, ChallengeReply, ChallengeToken, Command, DnsName, FencingToken,
+    HolderId, KeyAuthorization, LeaseCommand, LeaseName, LeaseReply, NewChallenge, Reason,
+    RequestKey, Response, SessionCommand, SessionId, Stage, Stamp, State, StepOutcome, TestResult,
+    Ttl, WorkerId, apply,
 };
 use proptest::prelude::*;
 
@@ -64,7 +66,79 @@ fn command() -> impl Strategy<Value = Command> {
         1 => challenge_token().prop_map(|token| Command::Challenge(ChallengeCommand::Delete { token })),
         1 => (0u64..4_000).prop_map(|age_ms| Command::Challenge(ChallengeCommand::DeleteOlderThan { age_ms })),
         2 => ct_command(),
+        3 => session_command(),
     ]
+}
+
+/// Session commands with small ids and tokens (ids and tokens are log indexes, which stay small
+/// here) so that some claims, completions and kills hit; `sessions_properties.rs` checks the
+/// sessions' own rules, these keep them in the replica and snapshot properties.
+fn session_command() -> impl Strategy<Value = Command> {
+    let names =
+        prop::sample::subsequence(vec!["a.example", "b.example"], 1..=2).prop_map(|names| {
+            names
+                .into_iter()
+                .map(|n| DnsName::new(n).unwrap())
+                .collect::<Vec<_>>()
+        });
+    let session = (1u64..40).prop_map(SessionId);
+    let token = 1u64..40;
+    let stage = prop::sample::select(Stage::QUEUED.to_vec());
+    let outcome = (names.clone(), 0u8..4).prop_map(|(names, kind)| match kind {
+        0 => StepOutcome::Challenges(
+            names
+                .iter()
+                .map(|name| NewChallenge {
+                    name: name.clone(),
+                    token: ChallengeToken::new(name.as_str().replace('.', "-")).unwrap(),
+                    key_authorization: KeyAuthorization::new("k").unwrap(),
+                })
+                .collect(),
+        ),
+        1 | 2 => StepOutcome::Tested(
+            names
+                .iter()
+                .map(|name| TestResult {
+                    name: name.clone(),
+                    satisfied: kind == 1,
+                    error: (kind == 2).then(|| Reason::new("timeout").unwrap()),
+                })
+                .collect(),
+        ),
+        _ => StepOutcome::Issued { cert: vec![b'c'] },
+    });
+    let command = prop_oneof![
+        3 => (prop::option::of(0u8..3), names).prop_map(|(key, names)| SessionCommand::Create {
+            request_key: key.map(|k| RequestKey::new(format!("k{k}")).unwrap()),
+            csr: vec![1],
+            names,
+        }),
+        3 => (stage, 1u32..3).prop_map(|(stage, max)| SessionCommand::Claim {
+            stage,
+            worker: WorkerId::new("w").unwrap(),
+            visibility_ms: 2_000,
+            max,
+        }),
+        3 => (session.clone(), token.clone(), outcome)
+            .prop_map(|(session, token, outcome)| SessionCommand::Complete { session, token, outcome }),
+        1 => (session.clone(), token.clone()).prop_map(|(session, token)| SessionCommand::Release {
+            session,
+            token,
+            delay_ms: 500,
+            note: None,
+        }),
+        1 => (session.clone(), token).prop_map(|(session, token)| SessionCommand::Fail {
+            session,
+            token,
+            reason: Reason::new("no").unwrap(),
+        }),
+        1 => session.clone().prop_map(|session| SessionCommand::Kill {
+            session,
+            reason: Reason::new("operator").unwrap(),
+        }),
+        1 => session.prop_map(|session| SessionCommand::Acknowledge { session }),
+    ];
+    command.prop_map(Command::Session)
 }
 
 /// CT commands with small numbers so that some sequence, report and publish steps succeed;
@@ -232,7 +306,8 @@ impl LeaseHistory {
             }
             (Command::Lease(_), Response::Lease(Err(_)))
             | (Command::Challenge(_), Response::Challenge(_))
-            | (Command::Ct(_), Response::Ct(_)) => {}
+            | (Command::Ct(_), Response::Ct(_))
+            | (Command::Session(_), Response::Session(_)) => {}
             (command, response) => panic!("{command:?} answered {response:?}"),
         }
     }
