@@ -36,6 +36,7 @@ pub mod raft_service;
 pub mod replica;
 #[cfg(madsim)]
 pub mod runtime;
+pub mod sessions_service;
 pub mod types;
 
 pub use clock::Clock;

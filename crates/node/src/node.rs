@@ -255,6 +255,9 @@ fn grpc_router(
     use certus_proto::v1::leases_server::LeasesServer;
     use certus_proto::v1::log_server::LogServer;
     use certus_proto::v1::raft_server::RaftServer;
+    use certus_proto::v1::sessions_server::SessionsServer;
+
+    use crate::sessions_service::SessionsService;
     tonic::transport::Server::builder()
         .add_service(
             RaftServer::new(RaftService::new(Arc::clone(replica)))
@@ -272,6 +275,11 @@ fn grpc_router(
                 .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
         )
         .add_service(HealthServer::new(HealthService::new(Arc::clone(replica))))
+        .add_service(
+            SessionsServer::new(SessionsService::new(Arc::clone(replica)))
+                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+        )
         .add_optional_service(ct.map(|ct| {
             LogServer::new(LogService::new(Arc::clone(replica), Arc::clone(ct)))
                 .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
