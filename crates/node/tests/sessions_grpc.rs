@@ -1,0 +1,1006 @@
+//! CA issuance sessions over gRPC (`certus.v1.Sessions`) against a real three-node cluster in
+//! one process. No worker daemon runs: each test is the external worker itself, claiming and
+//! completing steps through the worker calls, while clients and operators talk to other nodes.
+
+#![cfg(not(madsim))]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use certus_ca::csr::CheckedCsr;
+use certus_ca::issuer::{CaIdentity, LEAF_VALIDITY_DEFAULT, SerialNumber};
+use certus_node::{CertusNode, Node, NodeConfig};
+use certus_proto::v1;
+use certus_proto::v1::complete_request::{Challenges, Issued, Outcome, Tested};
+use certus_proto::v1::sessions_client::SessionsClient;
+use rcgen::{CertificateParams, KeyPair};
+use tonic::transport::Channel;
+use tonic::{Code, Response, Status};
+
+use support::{free_addr, leader_index, shutdown};
+
+/// How long anything that should happen at once may take on a slow machine.
+const PATIENCE: Duration = Duration::from_secs(20);
+/// How often a test looks again.
+const POLL: Duration = Duration::from_millis(50);
+/// The metadata entry carrying a refusal's stable reason.
+const REASON_KEY: &str = "certus-error";
+
+/// A three-node cluster without a CT log, data under `dir`, once every node knows the leader.
+async fn start_cluster(dir: &Path) -> (Vec<NodeConfig>, Vec<Node>) {
+    let configs: Vec<NodeConfig> = (1..=3)
+        .map(|id| NodeConfig::new(id, free_addr(), free_addr(), dir.join(format!("node-{id}"))))
+        .collect();
+    let mut nodes = Vec::new();
+    for config in &configs {
+        nodes.push(Node::start(config.clone()).await.expect("node starts"));
+    }
+    let members: BTreeMap<u64, CertusNode> = configs.iter().map(|c| (c.id, c.member())).collect();
+    nodes[0].initialize(members).await.expect("initialize");
+    leader_index(&nodes).await;
+    let deadline = Instant::now() + PATIENCE;
+    while nodes.iter().any(|node| node.replica().leader().is_none()) {
+        assert!(Instant::now() < deadline, "not every node knows the leader");
+        tokio::time::sleep(POLL).await;
+    }
+    (configs, nodes)
+}
+
+/// The indexes of the leader and of the two followers.
+async fn roles(nodes: &[Node]) -> (usize, usize, usize) {
+    let leader = leader_index(nodes).await;
+    (
+        leader,
+        (leader + 1) % nodes.len(),
+        (leader + 2) % nodes.len(),
+    )
+}
+
+async fn client(node: &NodeConfig) -> SessionsClient<Channel> {
+    SessionsClient::connect(format!("http://{}", node.grpc_addr))
+        .await
+        .expect("gRPC connection")
+}
+
+/// A fresh key's CSR (DER) for `names`, in the order given.
+fn csr(names: &[&str]) -> Vec<u8> {
+    let key = KeyPair::generate().expect("key");
+    let params = CertificateParams::new(
+        names
+            .iter()
+            .map(|&name| name.to_owned())
+            .collect::<Vec<_>>(),
+    )
+    .expect("CSR params");
+    params.serialize_request(&key).expect("CSR").der().to_vec()
+}
+
+fn create_request(csr: Vec<u8>, names: &[&str], request_key: &str) -> v1::CreateSessionRequest {
+    v1::CreateSessionRequest {
+        csr,
+        names: names.iter().map(|&name| name.to_owned()).collect(),
+        request_key: request_key.to_owned(),
+    }
+}
+
+fn claim_request(stage: v1::Stage, worker: &str, visibility_ms: u64) -> v1::ClaimRequest {
+    v1::ClaimRequest {
+        stage: stage.into(),
+        worker: worker.to_owned(),
+        visibility_ms,
+        max: 10,
+    }
+}
+
+fn complete(session: &v1::Session, token: u64, outcome: Outcome) -> v1::CompleteRequest {
+    v1::CompleteRequest {
+        id: session.id,
+        claim_token: token,
+        outcome: Some(outcome),
+    }
+}
+
+/// One challenge per name, listed in the order given; tokens are base64url.
+fn challenges(names: &[&str]) -> Outcome {
+    Outcome::Challenges(Challenges {
+        challenges: names
+            .iter()
+            .map(|&name| {
+                let token = format!("tok_{}-Ab09", name.replace('.', "_"));
+                v1::NewChallenge {
+                    name: name.to_owned(),
+                    key_authorization: format!("{token}.thumbprint-Zq"),
+                    token,
+                }
+            })
+            .collect(),
+    })
+}
+
+/// Test results: `(name, satisfied)`; an unsatisfied one carries an error.
+fn tested(results: &[(&str, bool)]) -> Outcome {
+    Outcome::Tested(Tested {
+        results: results
+            .iter()
+            .map(|&(name, satisfied)| v1::TestResult {
+                name: name.to_owned(),
+                satisfied,
+                error: if satisfied {
+                    String::new()
+                } else {
+                    "connection refused".to_owned()
+                },
+            })
+            .collect(),
+    })
+}
+
+fn stage(session: &v1::Session) -> v1::Stage {
+    v1::Stage::try_from(session.stage).expect("a known stage")
+}
+
+/// The refusal of `result`, checked for its code and its `certus-error` reason.
+fn refused<T: Debug>(result: Result<Response<T>, Status>, code: Code, reason: &str) -> Status {
+    let status = match result {
+        Ok(response) => panic!(
+            "expected {code:?} {reason}, got {:?}",
+            response.into_inner()
+        ),
+        Err(status) => status,
+    };
+    assert_eq!(status.code(), code, "{status:?}");
+    assert_eq!(
+        status
+            .metadata()
+            .get(REASON_KEY)
+            .and_then(|value| value.to_str().ok()),
+        Some(reason),
+        "{status:?}"
+    );
+    status
+}
+
+async fn get(client: &mut SessionsClient<Channel>, id: u64) -> v1::Session {
+    client
+        .get(v1::GetSessionRequest { id })
+        .await
+        .expect("Sessions/Get")
+        .into_inner()
+}
+
+async fn status(client: &mut SessionsClient<Channel>) -> v1::SessionsStatus {
+    client
+        .status(v1::SessionsStatusRequest {})
+        .await
+        .expect("Sessions/Status")
+        .into_inner()
+}
+
+async fn claim(
+    client: &mut SessionsClient<Channel>,
+    request: v1::ClaimRequest,
+) -> Vec<v1::Session> {
+    client
+        .claim(request)
+        .await
+        .expect("Sessions/Claim")
+        .into_inner()
+        .sessions
+}
+
+/// Claims until the claim returns a session (the queue makes it visible later); returns the
+/// sessions and how long that took.
+async fn claim_when_visible(
+    client: &mut SessionsClient<Channel>,
+    request: v1::ClaimRequest,
+) -> (Vec<v1::Session>, Duration) {
+    let started = Instant::now();
+    loop {
+        let sessions = claim(client, request.clone()).await;
+        if !sessions.is_empty() {
+            return (sessions, started.elapsed());
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "nothing became claimable in {:?} within {PATIENCE:?}",
+            request.stage
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `(waiting, claimed)` of each queued stage, then done, archived and total.
+fn counts(status: &v1::SessionsStatus) -> (Vec<(v1::Stage, u64, u64)>, u64, u64, u64) {
+    let queues = status
+        .queues
+        .iter()
+        .map(|queue| {
+            let stage = v1::Stage::try_from(queue.stage).expect("a known stage");
+            (stage, queue.waiting, queue.claimed)
+        })
+        .collect();
+    (queues, status.done, status.archived, status.total)
+}
+
+fn queues(make: (u64, u64), test: (u64, u64), issue: (u64, u64)) -> Vec<(v1::Stage, u64, u64)> {
+    vec![
+        (v1::Stage::MakeChallenge, make.0, make.1),
+        (v1::Stage::TestChallenge, test.0, test.1),
+        (v1::Stage::Issue, issue.0, issue.1),
+    ]
+}
+
+fn now_ms() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970");
+    u64::try_from(since.as_millis()).expect("milliseconds fit")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_goes_from_create_to_an_acknowledged_certificate_through_the_worker_api() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut on_follower = client(&configs[follower]).await;
+    let mut on_other = client(&configs[other]).await;
+
+    // An operator makes retests quick, but slow enough to see the retry delay.
+    let mut config = status(&mut on_other).await.config.expect("a config");
+    config.test_retry_ms = 1_000;
+    let set = on_other
+        .set_config(v1::SetSessionConfigRequest {
+            config: Some(config),
+        })
+        .await
+        .expect("Sessions/SetConfig")
+        .into_inner();
+    assert_eq!(
+        set, config,
+        "SetConfig answers the configuration now in force"
+    );
+    assert_eq!(status(&mut on_leader).await.config, Some(config));
+
+    // A client creates a session on a follower; names come unsorted and in mixed case.
+    let csr_der = csr(&["www.example.com", "api.example.com"]);
+    let request = create_request(
+        csr_der.clone(),
+        &["WWW.Example.com", "api.EXAMPLE.com"],
+        "client-request-1",
+    );
+    let created = on_follower
+        .create(request.clone())
+        .await
+        .expect("Sessions/Create")
+        .into_inner();
+    assert!(created.id > 0);
+    assert_eq!(created.names, ["api.example.com", "www.example.com"]);
+    assert_eq!(stage(&created), v1::Stage::MakeChallenge);
+    assert!(created.live);
+    assert_eq!(created.csr, csr_der);
+    assert_eq!(created.request_key, "client-request-1");
+    assert!(created.challenges.is_empty() && created.certificate.is_empty());
+    assert_eq!(
+        counts(&status(&mut on_leader).await),
+        (queues((1, 0), (0, 0), (0, 0)), 0, 0, 1),
+        "one session waits in makechallenge"
+    );
+
+    // A retry with the same key (through another node) answers the same session.
+    let again = on_other
+        .create(request)
+        .await
+        .expect("Sessions/Create retry")
+        .into_inner();
+    assert_eq!(
+        again, created,
+        "a retry answers the first session, unchanged"
+    );
+    assert_eq!(status(&mut on_leader).await.total, 1, "and creates nothing");
+    assert_eq!(get(&mut on_other, created.id).await, created);
+
+    // Make the challenges.
+    let claimed = claim(
+        &mut on_other,
+        claim_request(v1::Stage::MakeChallenge, "w1", 30_000),
+    )
+    .await;
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let held = &claimed[0];
+    assert_eq!(held.id, created.id);
+    assert_eq!(held.claimant, "w1");
+    assert!(held.claim_token > 0);
+    assert!(held.claim_deadline_ms > held.created_ms);
+    let token = held.claim_token;
+    assert_eq!(
+        counts(&status(&mut on_follower).await).0,
+        queues((0, 1), (0, 0), (0, 0)),
+        "the session is claimed, not waiting"
+    );
+    let outcome = challenges(&["www.example.com", "api.example.com"]);
+    let testing = on_leader
+        .complete(complete(held, token, outcome.clone()))
+        .await
+        .expect("Sessions/Complete challenges")
+        .into_inner();
+    assert_eq!(stage(&testing), v1::Stage::TestChallenge);
+    assert!(testing.claimant.is_empty() && testing.claim_token == 0);
+    let names: Vec<&str> = testing.challenges.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["api.example.com", "www.example.com"],
+        "sorted by name"
+    );
+    for challenge in &testing.challenges {
+        assert_eq!(
+            challenge.key_authorization,
+            format!("{}.thumbprint-Zq", challenge.token)
+        );
+        assert!(!challenge.satisfied && challenge.times_tested == 0);
+        assert!(challenge.challtime_ms >= testing.created_ms);
+    }
+
+    // A worker that lost the answer completes again with the same token: same answer, no change.
+    let before = get(&mut on_follower, created.id).await;
+    assert_eq!(before, testing);
+    let repeated = on_follower
+        .complete(complete(held, token, outcome))
+        .await
+        .expect("a repeated Complete")
+        .into_inner();
+    assert_eq!(repeated, before, "the repeat answers the session as it is");
+    assert_eq!(
+        get(&mut on_other, created.id).await,
+        before,
+        "nothing changed"
+    );
+
+    // Test the challenges: one fails, so the session waits for a retest.
+    let claimed = claim(
+        &mut on_follower,
+        claim_request(v1::Stage::TestChallenge, "w1", 30_000),
+    )
+    .await;
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let held = &claimed[0];
+    let retest = on_follower
+        .complete(complete(
+            held,
+            held.claim_token,
+            tested(&[("api.example.com", true), ("www.example.com", false)]),
+        ))
+        .await
+        .expect("Sessions/Complete tested")
+        .into_inner();
+    assert_eq!(stage(&retest), v1::Stage::TestChallenge);
+    assert!(retest.live);
+    let [api, www] = &retest.challenges[..] else {
+        panic!("two challenges: {:?}", retest.challenges);
+    };
+    assert!(api.satisfied && api.times_tested == 1 && api.last_error.is_empty());
+    assert!(!www.satisfied && www.times_tested == 1);
+    assert_eq!(www.last_error, "connection refused");
+    assert!(
+        claim(
+            &mut on_other,
+            claim_request(v1::Stage::TestChallenge, "w1", 30_000)
+        )
+        .await
+        .is_empty(),
+        "the retest waits for test_retry_ms"
+    );
+    assert_eq!(
+        counts(&status(&mut on_other).await).0,
+        queues((0, 0), (1, 0), (0, 0)),
+        "it waits, invisible for now, in testchallenge"
+    );
+    let (claimed, waited) = claim_when_visible(
+        &mut on_other,
+        claim_request(v1::Stage::TestChallenge, "w1", 30_000),
+    )
+    .await;
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    println!("the retest became claimable after {waited:?}");
+    let held = &claimed[0];
+    let issuing = on_other
+        .complete(complete(
+            held,
+            held.claim_token,
+            tested(&[("api.example.com", true), ("www.example.com", true)]),
+        ))
+        .await
+        .expect("Sessions/Complete tested again")
+        .into_inner();
+    assert_eq!(stage(&issuing), v1::Stage::Issue);
+    let times: Vec<(bool, u32)> = issuing
+        .challenges
+        .iter()
+        .map(|c| (c.satisfied, c.times_tested))
+        .collect();
+    assert_eq!(
+        times,
+        [(true, 1), (true, 2)],
+        "a satisfied challenge is not counted again"
+    );
+
+    // Issue with the built-in CA, while a client long-polls on another node.
+    let claimed = claim(
+        &mut on_leader,
+        claim_request(v1::Stage::Issue, "w2", 30_000),
+    )
+    .await;
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let held = claimed[0].clone();
+    assert_eq!(held.claimant, "w2");
+    let ca = CaIdentity::generate("Certus Test CA", now_ms() - 60_000).expect("a CA");
+    let checked = CheckedCsr::from_der(&held.csr).expect("the stored CSR checks");
+    assert_eq!(checked.names(), held.names);
+    let issued = ca
+        .issue(
+            &checked,
+            SerialNumber::from_random_bytes([7; 16]),
+            now_ms(),
+            LEAF_VALIDITY_DEFAULT,
+        )
+        .expect("issued");
+    let mut waiter = client(&configs[follower]).await;
+    let known = held.clone();
+    let wait = tokio::spawn(async move {
+        let started = Instant::now();
+        let session = waiter
+            .wait(v1::WaitSessionRequest {
+                id: known.id,
+                known: Some(known),
+                wait_ms: 30_000,
+            })
+            .await
+            .expect("Sessions/Wait")
+            .into_inner();
+        (session, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!wait.is_finished(), "Wait waits while nothing changes");
+    let completed_at = Instant::now();
+    let done = on_leader
+        .complete(complete(
+            &held,
+            held.claim_token,
+            Outcome::Issued(Issued {
+                certificate: issued.chain_pem.clone(),
+            }),
+        ))
+        .await
+        .expect("Sessions/Complete issued")
+        .into_inner();
+    assert_eq!(stage(&done), v1::Stage::Done);
+    assert_eq!(done.certificate, issued.chain_pem);
+    assert!(done.certificate.ends_with(ca.certificate_pem()));
+    assert!(done.live && !done.acknowledged && done.archived_at_ms == 0);
+    let (woken, waited) = tokio::time::timeout(PATIENCE, wait)
+        .await
+        .expect("Wait returns")
+        .expect("the waiting task");
+    let after_complete = completed_at.elapsed();
+    println!("Wait returned {after_complete:?} after the Complete (waited {waited:?} in all)");
+    assert!(
+        after_complete < Duration::from_secs(5),
+        "Wait returns promptly"
+    );
+    assert_eq!(woken, done, "Wait answers the done session");
+    // Nothing changes any more: a Wait on the done session runs out its time.
+    let started = Instant::now();
+    let unchanged = on_other
+        .wait(v1::WaitSessionRequest {
+            id: done.id,
+            known: Some(done.clone()),
+            wait_ms: 500,
+        })
+        .await
+        .expect("Sessions/Wait on done")
+        .into_inner();
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert_eq!(unchanged, done);
+    assert_eq!(
+        counts(&status(&mut on_other).await),
+        (queues((0, 0), (0, 0), (0, 0)), 1, 0, 1),
+        "the certificate waits for its client"
+    );
+
+    // The client acknowledges: the session is archived, its certificate still readable.
+    let acknowledged = on_follower
+        .acknowledge(v1::AcknowledgeSessionRequest { id: done.id })
+        .await
+        .expect("Sessions/Acknowledge")
+        .into_inner();
+    assert!(acknowledged.acknowledged);
+    assert!(acknowledged.archived_at_ms > 0);
+    assert_eq!(stage(&acknowledged), v1::Stage::Done);
+    assert_eq!(acknowledged.certificate, issued.chain_pem);
+    let again = on_other
+        .acknowledge(v1::AcknowledgeSessionRequest { id: done.id })
+        .await
+        .expect("a repeated Acknowledge")
+        .into_inner();
+    assert_eq!(again, acknowledged, "acknowledging again changes nothing");
+    for node in &configs {
+        assert_eq!(get(&mut client(node).await, done.id).await, acknowledged);
+    }
+    // List pages through every session in a stage, archived or not: the acknowledged one is
+    // still listed under DONE; the status no longer counts it as done but as archived.
+    let listed = on_leader
+        .list(v1::ListSessionsRequest {
+            stage: v1::Stage::Done.into(),
+            after: 0,
+            limit: 0,
+        })
+        .await
+        .expect("Sessions/List")
+        .into_inner();
+    assert_eq!(listed.sessions, std::slice::from_ref(&acknowledged));
+    assert_eq!(listed.next_after, 0);
+    for empty in [
+        v1::Stage::MakeChallenge,
+        v1::Stage::Issue,
+        v1::Stage::Failed,
+    ] {
+        let listed = on_leader
+            .list(v1::ListSessionsRequest {
+                stage: empty.into(),
+                after: 0,
+                limit: 0,
+            })
+            .await
+            .expect("Sessions/List")
+            .into_inner();
+        assert!(listed.sessions.is_empty(), "{empty:?}: {listed:?}");
+    }
+    assert_eq!(
+        counts(&status(&mut on_leader).await),
+        (queues((0, 0), (0, 0), (0, 0)), 0, 1, 1)
+    );
+    shutdown(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors_and_changes_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut on_follower = client(&configs[follower]).await;
+    let mut on_other = client(&configs[other]).await;
+    let names = ["a.example.com", "b.example.com"];
+
+    let garbage = refused(
+        on_follower
+            .create(create_request(b"not a CSR".to_vec(), &names, ""))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    assert!(garbage.message().contains("csr"), "{}", garbage.message());
+
+    let mismatch = refused(
+        on_follower
+            .create(create_request(
+                csr(&names),
+                &["a.example.com", "c.example.com"],
+                "",
+            ))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    let message = mismatch.message();
+    assert!(message.starts_with("csr:"), "{message}");
+    assert!(
+        message.contains("b.example.com") && message.contains("c.example.com"),
+        "names the extra and the missing name: {message}"
+    );
+
+    let twice = refused(
+        on_follower
+            .create(create_request(
+                csr(&names),
+                &["a.example.com", "A.example.com", "b.example.com"],
+                "",
+            ))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    assert!(twice.message().contains("twice"), "{}", twice.message());
+
+    // The CSR is checked before the names: a name no DNS name rule allows is refused there.
+    for bad in ["bad_name.example.com", "*.example.com"] {
+        let refusal = refused(
+            on_other
+                .create(create_request(csr(&[bad]), &[bad], ""))
+                .await,
+            Code::InvalidArgument,
+            "invalid-argument",
+        );
+        let message = refusal.message();
+        assert!(message.contains(bad), "names {bad}: {message}");
+        println!("{bad} is refused: {message}");
+    }
+    let single_label = refused(
+        on_other
+            .create(create_request(csr(&["bad_name"]), &["bad_name"], ""))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    assert!(single_label.message().contains("bad_name"));
+
+    let bad_key = refused(
+        on_other
+            .create(create_request(csr(&names), &names, "has a space"))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    assert!(bad_key.message().contains("request_key"));
+
+    let after_refusals = status(&mut on_leader).await;
+    assert_eq!(after_refusals.total, 0, "no refused create stored anything");
+    assert_eq!(
+        counts(&after_refusals),
+        (queues((0, 0), (0, 0), (0, 0)), 0, 0, 0)
+    );
+
+    // Without names, the CSR's names are the session's.
+    let csr_der = csr(&["b.example.com", "a.example.com"]);
+    let session = on_follower
+        .create(create_request(csr_der.clone(), &[], "key-1"))
+        .await
+        .expect("Sessions/Create")
+        .into_inner();
+    assert_eq!(session.names, names);
+    // The same key with another CSR is refused.
+    refused(
+        on_other
+            .create(create_request(csr(&names), &names, "key-1"))
+            .await,
+        Code::AlreadyExists,
+        "request-key-reused",
+    );
+    assert_eq!(status(&mut on_leader).await.total, 1);
+
+    let unknown = refused(
+        on_other
+            .get(v1::GetSessionRequest {
+                id: session.id + 1_000,
+            })
+            .await,
+        Code::NotFound,
+        "unknown-session",
+    );
+    assert!(
+        unknown
+            .message()
+            .contains(&(session.id + 1_000).to_string())
+    );
+
+    refused(
+        on_other
+            .claim(claim_request(v1::Stage::Done, "w1", 30_000))
+            .await,
+        Code::InvalidArgument,
+        "not-queued",
+    );
+    refused(
+        on_other
+            .claim(claim_request(v1::Stage::Unspecified, "w1", 30_000))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    refused(
+        on_other
+            .claim(claim_request(v1::Stage::MakeChallenge, "w1", 10))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    refused(
+        on_other
+            .claim(claim_request(
+                v1::Stage::MakeChallenge,
+                "not a worker",
+                30_000,
+            ))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+
+    let claimed = claim(
+        &mut on_leader,
+        claim_request(v1::Stage::MakeChallenge, "w1", 30_000),
+    )
+    .await;
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let held = &claimed[0];
+    let token = held.claim_token;
+    let stale = refused(
+        on_follower
+            .complete(complete(held, token + 1_000, challenges(&names)))
+            .await,
+        Code::FailedPrecondition,
+        "stale-claim",
+    );
+    assert!(stale.message().contains(&(token + 1_000).to_string()));
+    let wrong_stage = refused(
+        on_follower
+            .complete(complete(
+                held,
+                token,
+                Outcome::Issued(Issued {
+                    certificate: "-----BEGIN CERTIFICATE-----".to_owned(),
+                }),
+            ))
+            .await,
+        Code::FailedPrecondition,
+        "wrong-stage",
+    );
+    println!("wrong outcome: {}", wrong_stage.message());
+    refused(
+        on_follower
+            .complete(complete(held, token, challenges(&["a.example.com"])))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    refused(
+        on_follower
+            .complete(v1::CompleteRequest {
+                id: held.id,
+                claim_token: token,
+                outcome: None,
+            })
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    refused(
+        on_follower
+            .complete(complete(
+                held,
+                token,
+                Outcome::Challenges(Challenges {
+                    challenges: vec![v1::NewChallenge {
+                        name: "a.example.com".to_owned(),
+                        token: "not base64url!".to_owned(),
+                        key_authorization: "x.y".to_owned(),
+                    }],
+                }),
+            ))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    refused(
+        on_follower
+            .complete(v1::CompleteRequest {
+                id: held.id + 1_000,
+                claim_token: token,
+                outcome: Some(challenges(&names)),
+            })
+            .await,
+        Code::NotFound,
+        "unknown-session",
+    );
+    refused(
+        on_follower
+            .acknowledge(v1::AcknowledgeSessionRequest { id: held.id })
+            .await,
+        Code::FailedPrecondition,
+        "not-done",
+    );
+    // None of it changed the session: still claimed by the same token, which still works.
+    assert_eq!(get(&mut on_other, held.id).await, *held);
+    let testing = on_other
+        .complete(complete(held, token, challenges(&names)))
+        .await
+        .expect("the right outcome with the right token")
+        .into_inner();
+    assert_eq!(stage(&testing), v1::Stage::TestChallenge);
+    shutdown(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_claim_is_claimed_again() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut w1 = client(&configs[follower]).await;
+    let mut w2 = client(&configs[other]).await;
+    let names = ["expiry.example.com"];
+    let created = on_leader
+        .create(create_request(csr(&names), &names, ""))
+        .await
+        .expect("Sessions/Create")
+        .into_inner();
+
+    let claimed = claim(
+        &mut w1,
+        claim_request(v1::Stage::MakeChallenge, "w1", 1_000),
+    )
+    .await;
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let first = claimed[0].clone();
+    assert_eq!(first.id, created.id);
+    assert!(
+        claim(
+            &mut w2,
+            claim_request(v1::Stage::MakeChallenge, "w2", 30_000)
+        )
+        .await
+        .is_empty(),
+        "a held claim keeps the session from others"
+    );
+
+    // w1 does nothing; a tick after its deadline puts the session back in its queue.
+    let (claimed, waited) = claim_when_visible(
+        &mut w2,
+        claim_request(v1::Stage::MakeChallenge, "w2", 30_000),
+    )
+    .await;
+    println!("the expired claim was claimed again after {waited:?}");
+    assert!(
+        waited < Duration::from_secs(10),
+        "reclaimed within a tick or two of the deadline, not {waited:?}"
+    );
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let second = &claimed[0];
+    assert_eq!(second.id, first.id);
+    assert_eq!(second.claimant, "w2");
+    assert!(
+        second.claim_token > first.claim_token,
+        "a new, larger token: {} after {}",
+        second.claim_token,
+        first.claim_token
+    );
+
+    refused(
+        w1.complete(complete(&first, first.claim_token, challenges(&names)))
+            .await,
+        Code::FailedPrecondition,
+        "stale-claim",
+    );
+    assert_eq!(
+        get(&mut on_leader, first.id).await,
+        *second,
+        "w1 changed nothing"
+    );
+    let testing = w2
+        .complete(complete(second, second.claim_token, challenges(&names)))
+        .await
+        .expect("w2 completes")
+        .into_inner();
+    assert_eq!(stage(&testing), v1::Stage::TestChallenge);
+    // w1 finds out late, again: still stale (the last completion was w2's).
+    refused(
+        w1.complete(complete(&first, first.claim_token, challenges(&names)))
+            .await,
+        Code::FailedPrecondition,
+        "stale-claim",
+    );
+    shutdown(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_session_stops_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut on_follower = client(&configs[follower]).await;
+    let mut on_other = client(&configs[other]).await;
+    let names = ["kill.example.com", "www.kill.example.com"];
+    let created = on_follower
+        .create(create_request(csr(&names), &names, ""))
+        .await
+        .expect("Sessions/Create")
+        .into_inner();
+    let claimed = claim(
+        &mut on_other,
+        claim_request(v1::Stage::MakeChallenge, "w1", 30_000),
+    )
+    .await;
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let held = claimed[0].clone();
+
+    let reason = "the customer cancelled the order";
+    let killed = on_leader
+        .kill(v1::KillSessionRequest {
+            id: created.id,
+            reason: reason.to_owned(),
+        })
+        .await
+        .expect("Sessions/Kill")
+        .into_inner();
+    assert!(!killed.live);
+    assert!(
+        killed.kill_reason.contains(reason),
+        "{}",
+        killed.kill_reason
+    );
+    assert_eq!(
+        stage(&killed),
+        v1::Stage::MakeChallenge,
+        "it keeps its stage"
+    );
+    assert!(
+        killed.claimant.is_empty() && killed.claim_token == 0,
+        "{killed:?}"
+    );
+    assert!(
+        killed.archived_at_ms > 0,
+        "a killed session is archived at once"
+    );
+    assert_eq!(get(&mut on_other, created.id).await, killed);
+
+    assert!(
+        claim(
+            &mut on_follower,
+            claim_request(v1::Stage::MakeChallenge, "w2", 30_000)
+        )
+        .await
+        .is_empty(),
+        "a killed session is never claimed"
+    );
+    let not_live = refused(
+        on_other
+            .complete(complete(&held, held.claim_token, challenges(&names)))
+            .await,
+        Code::FailedPrecondition,
+        "not-live",
+    );
+    assert!(
+        not_live.message().contains(reason),
+        "{}",
+        not_live.message()
+    );
+    refused(
+        on_other
+            .extend(v1::ExtendRequest {
+                id: held.id,
+                claim_token: held.claim_token,
+                visibility_ms: 30_000,
+            })
+            .await,
+        Code::FailedPrecondition,
+        "not-live",
+    );
+    refused(
+        on_other
+            .acknowledge(v1::AcknowledgeSessionRequest { id: held.id })
+            .await,
+        Code::FailedPrecondition,
+        "not-done",
+    );
+    // Killing again keeps the first reason.
+    let again = on_follower
+        .kill(v1::KillSessionRequest {
+            id: created.id,
+            reason: "another reason".to_owned(),
+        })
+        .await
+        .expect("a repeated Kill")
+        .into_inner();
+    assert_eq!(again, killed);
+    assert_eq!(
+        counts(&status(&mut on_leader).await),
+        (queues((0, 0), (0, 0), (0, 0)), 0, 1, 1),
+        "the killed session is archived, in no queue"
+    );
+    shutdown(nodes).await;
+}
