@@ -35,12 +35,15 @@ pub fn endpoint(id: u64) -> String {
 
 /// The default configuration of simulated node `id`.
 pub fn config(id: u64) -> NodeConfig {
-    NodeConfig::new(
+    let mut config = NodeConfig::new(
         id,
         SocketAddr::new(node_ip(id), GRPC_PORT),
         SocketAddr::new(node_ip(id), HTTP_PORT),
         PathBuf::from(format!("/sim/node-{id}")),
-    )
+    );
+    // No scenario runs sessions yet; their daemons would only add idle wake-ups.
+    config.sessions.daemons = false;
+    config
 }
 
 /// What the nodes store on.

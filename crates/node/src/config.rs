@@ -33,6 +33,38 @@ pub struct NodeConfig {
     /// The Certificate Transparency log, if this node takes part in one.
     #[serde(default)]
     pub ct: CtFiles,
+    /// CA issuance sessions: the cluster CA and the HTTP-01 tester.
+    #[serde(default)]
+    pub sessions: SessionsSetup,
+}
+
+/// What a node needs to work CA issuance sessions (`[sessions]` in `certus serve`'s file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsSetup {
+    /// Run the session daemons (makechallenge, testchallenge, and issue when a CA is set).
+    pub daemons: bool,
+    /// The cluster CA's private key, PKCS#8 PEM; with `ca_cert_file`, the node issues.
+    pub ca_key_file: Option<PathBuf>,
+    /// The cluster CA's certificate, PEM.
+    pub ca_cert_file: Option<PathBuf>,
+    /// Where the HTTP-01 tester connects for a name, instead of DNS and port 80 (for tests and
+    /// private networks): name → address.
+    pub http01_resolve: std::collections::BTreeMap<String, SocketAddr>,
+    /// How long one HTTP-01 test may take, in milliseconds.
+    pub http01_timeout_ms: u64,
+}
+
+impl Default for SessionsSetup {
+    fn default() -> SessionsSetup {
+        SessionsSetup {
+            daemons: true,
+            ca_key_file: None,
+            ca_cert_file: None,
+            http01_resolve: std::collections::BTreeMap::new(),
+            http01_timeout_ms: 10_000,
+        }
+    }
 }
 
 /// Where a node finds what the CT log needs. Without a key the node takes no part in the log
@@ -101,6 +133,7 @@ impl NodeConfig {
             tick_interval_ms: default_tick_interval_ms(),
             challenge_retention_ms: default_challenge_retention_ms(),
             ct: CtFiles::default(),
+            sessions: SessionsSetup::default(),
         }
     }
 
@@ -137,6 +170,18 @@ impl NodeConfig {
             return Err(
                 "ct.roots_file is set but ct.key_file is not; the log needs its key".into(),
             );
+        }
+        if self.sessions.ca_key_file.is_some() != self.sessions.ca_cert_file.is_some() {
+            return Err(
+                "sessions.ca_key_file and sessions.ca_cert_file go together: set both or neither"
+                    .into(),
+            );
+        }
+        if !(100..=60_000).contains(&self.sessions.http01_timeout_ms) {
+            return Err(format!(
+                "sessions.http01_timeout_ms is {}; it must be within 100..=60000",
+                self.sessions.http01_timeout_ms
+            ));
         }
         if self.tick_interval_ms == 0 {
             return Err("tick_interval_ms must be at least 1".into());

@@ -36,11 +36,12 @@ pub mod raft_service;
 pub mod replica;
 #[cfg(madsim)]
 pub mod runtime;
+pub mod session_daemons;
 pub mod sessions_service;
 pub mod types;
 
 pub use clock::Clock;
-pub use config::{CtFiles, NodeConfig, RaftTuning};
+pub use config::{CtFiles, NodeConfig, RaftTuning, SessionsSetup};
 pub use ct_log::CtSetup;
 pub use errors::ServiceError;
 pub use node::{Node, StartError};

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use certus_core::{ChallengeCommand, Command};
+use certus_core::{ChallengeCommand, Command, Response};
 use certus_ct::chain::{AcceptedRoots, ChainLimits};
 use certus_ct::signer::EcdsaP256Signer;
 use certus_store::{CtDatabase, Disk, LogStore, SledDisk, StateMachineStore};
@@ -165,6 +165,14 @@ impl Node {
             servers.push(tokio::spawn(crate::ct_log::run(
                 Arc::clone(&replica),
                 Arc::clone(ct),
+                stopped.clone(),
+            )));
+        }
+        if config.sessions.daemons {
+            let daemons = session_daemons(&config).map_err(StartError::Config)?;
+            servers.push(tokio::spawn(crate::session_daemons::run(
+                Arc::clone(&replica),
+                daemons,
                 stopped.clone(),
             )));
         }
@@ -374,10 +382,57 @@ async fn run_ticks(replica: Arc<Replica>, config: NodeConfig, stop: watch::Recei
                 age_ms: config.challenge_retention_ms,
             }),
         ];
-        if let Err(error) = replica.write(commands).await {
-            debug!(id = replica.id, %error, "tick not applied");
+        match replica.write(commands).await {
+            Err(error) => debug!(id = replica.id, %error, "tick not applied"),
+            // A tick handles a bounded batch of sessions; when more is due, tick again now.
+            Ok(mut responses) => {
+                while let Some(Response::Tick(reply)) = responses.first()
+                    && reply.sessions.more
+                    && replica.leader() == Some(Leader::Me)
+                {
+                    match replica.write(vec![Command::Tick]).await {
+                        Ok(next) => responses = next,
+                        Err(error) => {
+                            debug!(id = replica.id, %error, "tick not applied");
+                            break;
+                        }
+                    }
+                }
+            }
         }
     }
+}
+
+/// The session daemons of a node, with the CA its configuration names.
+fn session_daemons(config: &NodeConfig) -> Result<crate::session_daemons::SessionDaemons, String> {
+    let setup = &config.sessions;
+    let ca = match (&setup.ca_key_file, &setup.ca_cert_file) {
+        (Some(key), Some(cert)) => {
+            let read = |path: &std::path::Path| {
+                std::fs::read_to_string(path)
+                    .map_err(|error| format!("cannot read {}: {error}", path.display()))
+            };
+            Some(
+                certus_ca::issuer::CaIdentity::from_pem(&read(key)?, &read(cert)?)
+                    .map_err(|error| format!("sessions CA {}: {error}", cert.display()))?,
+            )
+        }
+        _ => None,
+    };
+    Ok(crate::session_daemons::SessionDaemons::new(
+        config.id,
+        ca,
+        #[cfg(not(madsim))]
+        certus_ca::http01::Http01Config {
+            resolver: if setup.http01_resolve.is_empty() {
+                certus_ca::http01::Resolver::System
+            } else {
+                certus_ca::http01::Resolver::Static(setup.http01_resolve.clone())
+            },
+            timeout: std::time::Duration::from_millis(setup.http01_timeout_ms),
+            ..certus_ca::http01::Http01Config::default()
+        },
+    ))
 }
 
 /// Loads the CT log's key and roots named by the node's configuration.

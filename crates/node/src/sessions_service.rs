@@ -134,8 +134,14 @@ impl Sessions for SessionsService {
                 (Some(session), Some(known)) => progress(session) != *known,
                 (None, _) | (_, None) => true,
             };
-            if changed || tokio::time::Instant::now() >= deadline {
-                return Ok(Response::new(self.session(id).await?));
+            let timed_out = tokio::time::Instant::now() >= deadline;
+            if changed || timed_out {
+                let session = self.session(id).await?;
+                // A node behind the client's view differs from `known` without progress; wait
+                // on unless the linearizable read shows a change too.
+                if timed_out || known.as_ref() != Some(&progress(&session)) {
+                    return Ok(Response::new(session));
+                }
             }
             tokio::time::sleep(WAIT_POLL).await;
         }

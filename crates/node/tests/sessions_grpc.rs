@@ -33,7 +33,13 @@ const REASON_KEY: &str = "certus-error";
 /// A three-node cluster without a CT log, data under `dir`, once every node knows the leader.
 async fn start_cluster(dir: &Path) -> (Vec<NodeConfig>, Vec<Node>) {
     let configs: Vec<NodeConfig> = (1..=3)
-        .map(|id| NodeConfig::new(id, free_addr(), free_addr(), dir.join(format!("node-{id}"))))
+        .map(|id| {
+            let mut config =
+                NodeConfig::new(id, free_addr(), free_addr(), dir.join(format!("node-{id}")));
+            // The test is the worker: the nodes' own daemons would race it for every claim.
+            config.sessions.daemons = false;
+            config
+        })
         .collect();
     let mut nodes = Vec::new();
     for config in &configs {

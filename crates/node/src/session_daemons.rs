@@ -1,0 +1,356 @@
+//! The node's own session workers (seed 000's daemons): claim a step, do it, complete it.
+//!
+//! Every node runs them; claims are atomic in the state machine, so nodes share the work and a
+//! node that dies mid-step only delays its sessions until their claims expire. What each stage
+//! does:
+//! - makechallenge: one HTTP-01 token per name (32 random bytes, base64url), with key
+//!   authorization `token "." base64url(SHA-256(CSR SubjectPublicKeyInfo))` — the CSR's key
+//!   stands where ACME has the account key. The tokens are stored as challenge tokens in the
+//!   same write as the completion, so every node serves them at
+//!   `/.well-known/acme-challenge/TOKEN`.
+//! - testchallenge: fetches each unsatisfied challenge (`certus_ca::http01`) and reports what it
+//!   found; the state machine decides whether to retry, advance or give up.
+//! - issue: signs the CSR with the cluster's CA (`certus_ca::issuer`), when the node has one.
+//!   Without a CA the node leaves the issue stage to external workers.
+//!
+//! A step that fails for a reason that may pass (the cluster could not take the write, the CA
+//! failed) releases the session with a delay; a session whose own data is wrong fails.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use certus_ca::csr::CheckedCsr;
+use certus_ca::issuer::{CaIdentity, LEAF_VALIDITY_DEFAULT, SerialNumber};
+use certus_core::{
+    ChallengeCommand, ChallengeToken, Command, KeyAuthorization, NewChallenge, Reason,
+    Response as CommandResponse, Session, SessionCommand, SessionReply, Stage, StepOutcome,
+    WorkerId,
+};
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use crate::replica::Replica;
+
+/// How long a daemon's claim lasts; a step takes far less (an HTTP-01 test is bounded by its
+/// timeout, 10 s).
+const CLAIM_VISIBILITY_MS: u64 = 30_000;
+/// Sessions claimed at once per stage: small, because a daemon works its batch one session
+/// after another and every session of the batch waits on the slowest (an HTTP-01 test may take
+/// its whole timeout) within one claim's visibility.
+const CLAIM_BATCH: u32 = 4;
+/// The pause between rounds when there was nothing to do.
+const IDLE_PAUSE: Duration = Duration::from_millis(200);
+/// How long a session released after a transient failure waits before it is claimed again.
+const RETRY_DELAY_MS: u64 = 5_000;
+
+/// What the daemons of one node need.
+#[derive(Debug, Clone)]
+pub struct SessionDaemons {
+    worker: WorkerId,
+    ca: Option<Arc<CaIdentity>>,
+    #[cfg(not(madsim))]
+    tester: Arc<certus_ca::http01::Http01Tester>,
+}
+
+impl SessionDaemons {
+    /// The daemons of node `id`, issuing with `ca` if given and testing challenges with
+    /// `http01`.
+    pub fn new(
+        id: u64,
+        ca: Option<CaIdentity>,
+        #[cfg(not(madsim))] http01: certus_ca::http01::Http01Config,
+    ) -> SessionDaemons {
+        SessionDaemons {
+            worker: WorkerId::new(format!("node-{id}")).expect("a valid worker id"),
+            ca: ca.map(Arc::new),
+            #[cfg(not(madsim))]
+            tester: Arc::new(certus_ca::http01::Http01Tester::new(http01)),
+        }
+    }
+
+    /// The stages this node works.
+    fn stages(&self) -> Vec<Stage> {
+        let mut stages = vec![Stage::MakeChallenge];
+        #[cfg(not(madsim))]
+        stages.push(Stage::TestChallenge);
+        if self.ca.is_some() {
+            stages.push(Stage::Issue);
+        }
+        stages
+    }
+
+    /// One round over every stage this node works; whether it found work.
+    async fn round(&self, replica: &Replica) -> bool {
+        let mut worked = false;
+        for stage in self.stages() {
+            // A claim is a Raft write; look at this node's applied state first.
+            let now_ms = replica.clock.now_ms();
+            let visible = replica.reader.read(|applied| {
+                applied
+                    .state
+                    .sessions_queue_stats(stage, now_ms)
+                    .is_some_and(|stats| stats.oldest_age_ms.is_some())
+            });
+            if !visible {
+                continue;
+            }
+            let claimed = match self.claim(replica, stage).await {
+                Ok(claimed) => claimed,
+                Err(error) => {
+                    debug!(id = replica.id, %stage, %error, "session claim failed");
+                    continue;
+                }
+            };
+            worked |= !claimed.is_empty();
+            for session in claimed {
+                self.work(replica, session).await;
+            }
+        }
+        worked
+    }
+
+    async fn claim(&self, replica: &Replica, stage: Stage) -> Result<Vec<Session>, String> {
+        let command = SessionCommand::Claim {
+            stage,
+            worker: self.worker.clone(),
+            visibility_ms: CLAIM_VISIBILITY_MS,
+            max: CLAIM_BATCH,
+        };
+        match write(replica, vec![Command::Session(command)]).await? {
+            SessionReply::Claimed(sessions) => Ok(sessions),
+            other => Err(format!("claim answered {other:?}")),
+        }
+    }
+
+    async fn work(&self, replica: &Replica, session: Session) {
+        let Some(token) = session.claim.as_ref().map(|claim| claim.token) else {
+            return;
+        };
+        let id = session.id;
+        let step = match session.stage {
+            Stage::MakeChallenge => self.make_challenges(&session).map(|(puts, outcome)| {
+                let mut commands = puts;
+                commands.push(complete(&session, token, outcome));
+                commands
+            }),
+            Stage::TestChallenge => Ok(vec![complete(
+                &session,
+                token,
+                self.test_challenges(&session).await,
+            )]),
+            Stage::Issue => self
+                .issue(replica, &session)
+                .map(|outcome| vec![complete(&session, token, outcome)]),
+            Stage::Done | Stage::Failed => return,
+        };
+        let result = match step {
+            Ok(commands) => write(replica, commands).await.map(|_| ()),
+            Err(Step::Fail(reason)) => {
+                warn!(id = replica.id, session = %id, %reason, "session failed");
+                let command = SessionCommand::Fail {
+                    session: id,
+                    token,
+                    reason: reason_text(&reason),
+                };
+                write(replica, vec![Command::Session(command)])
+                    .await
+                    .map(|_| ())
+            }
+            Err(Step::Retry(note)) => {
+                let command = SessionCommand::Release {
+                    session: id,
+                    token,
+                    delay_ms: RETRY_DELAY_MS,
+                    note: Some(reason_text(&note)),
+                };
+                write(replica, vec![Command::Session(command)])
+                    .await
+                    .map(|_| ())
+            }
+        };
+        if let Err(error) = result {
+            // The claim expires and the session is claimed again.
+            debug!(id = replica.id, session = %id, %error, "session step not recorded");
+        }
+    }
+
+    fn make_challenges(&self, session: &Session) -> Result<(Vec<Command>, StepOutcome), Step> {
+        let csr = CheckedCsr::from_der(&session.csr)
+            .map_err(|error| Step::Fail(format!("the stored CSR does not check: {error}")))?;
+        let thumbprint = URL_SAFE_NO_PAD.encode(certus_ct::sha256(csr.public_key_info_der()));
+        let mut puts = Vec::new();
+        let mut challenges = Vec::new();
+        for name in &session.names {
+            let token = ChallengeToken::new(URL_SAFE_NO_PAD.encode(random_bytes()))
+                .map_err(|error| Step::Retry(format!("token: {error}")))?;
+            let key_authorization =
+                KeyAuthorization::new(format!("{}.{thumbprint}", token.as_str()))
+                    .map_err(|error| Step::Retry(format!("key authorization: {error}")))?;
+            puts.push(Command::Challenge(ChallengeCommand::Put {
+                token: token.clone(),
+                key_authorization: key_authorization.clone(),
+            }));
+            challenges.push(NewChallenge {
+                name: name.clone(),
+                token,
+                key_authorization,
+            });
+        }
+        Ok((puts, StepOutcome::Challenges(challenges)))
+    }
+
+    #[cfg(not(madsim))]
+    async fn test_challenges(&self, session: &Session) -> StepOutcome {
+        let mut results = Vec::new();
+        // One result per challenge, as the state machine requires; a challenge already
+        // satisfied is not fetched again (its result is ignored).
+        for challenge in &session.challenges {
+            if challenge.satisfied {
+                results.push(certus_core::TestResult {
+                    name: challenge.name.clone(),
+                    satisfied: true,
+                    error: None,
+                });
+                continue;
+            }
+            let outcome = self
+                .tester
+                .test(
+                    challenge.name.as_str(),
+                    challenge.token.as_str(),
+                    challenge.key_authorization.as_str(),
+                )
+                .await;
+            let error = match outcome {
+                certus_ca::http01::TestOutcome::Satisfied => None,
+                certus_ca::http01::TestOutcome::NotSatisfied { reason } => {
+                    Some(reason_text(&reason))
+                }
+            };
+            results.push(certus_core::TestResult {
+                name: challenge.name.clone(),
+                satisfied: error.is_none(),
+                error,
+            });
+        }
+        StepOutcome::Tested(results)
+    }
+
+    /// The simulation has no HTTP; testchallenge is not claimed there (see [`Self::stages`]).
+    #[cfg(madsim)]
+    async fn test_challenges(&self, _session: &Session) -> StepOutcome {
+        StepOutcome::Tested(Vec::new())
+    }
+
+    fn issue(&self, replica: &Replica, session: &Session) -> Result<StepOutcome, Step> {
+        let Some(ca) = &self.ca else {
+            return Err(Step::Retry("this node has no CA".to_owned()));
+        };
+        let csr = CheckedCsr::from_der(&session.csr)
+            .map_err(|error| Step::Fail(format!("the stored CSR does not check: {error}")))?;
+        let serial = SerialNumber::from_random_bytes(random_bytes_16());
+        let issued = ca
+            .issue(&csr, serial, replica.clock.now_ms(), LEAF_VALIDITY_DEFAULT)
+            .map_err(|error| Step::Retry(format!("the CA could not issue: {error}")))?;
+        Ok(StepOutcome::Issued {
+            cert: issued.chain_pem.into_bytes(),
+        })
+    }
+}
+
+/// Why a step did not complete.
+enum Step {
+    /// The session's own data is wrong: end it.
+    Fail(String),
+    /// Something that may pass: give it back for later.
+    Retry(String),
+}
+
+fn complete(session: &Session, token: u64, outcome: StepOutcome) -> Command {
+    Command::Session(SessionCommand::Complete {
+        session: session.id,
+        token,
+        outcome,
+    })
+}
+
+/// A reason for the state machine: one line, bounded.
+fn reason_text(text: &str) -> Reason {
+    let mut line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let max = certus_core::limits::REASON_BYTES_MAX;
+    if line.len() > max {
+        let mut cut = max;
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        line.truncate(cut);
+    }
+    Reason::new(if line.trim().is_empty() {
+        "unknown".to_owned()
+    } else {
+        line
+    })
+    .unwrap_or_else(|_| Reason::new("unprintable reason").expect("a valid reason"))
+}
+
+/// Writes `commands` in one Raft entry; the answer to the last, which is the session command.
+async fn write(replica: &Replica, commands: Vec<Command>) -> Result<SessionReply, String> {
+    let responses = replica
+        .write(commands)
+        .await
+        .map_err(|error| error.to_string())?;
+    match responses.into_iter().last() {
+        Some(CommandResponse::Session(Ok(reply))) => Ok(reply),
+        Some(CommandResponse::Session(Err(error))) => Err(error.to_string()),
+        other => Err(format!("unexpected answer: {other:?}")),
+    }
+}
+
+/// 32 random bytes from the runtime (madsim's seeded generator in the simulation).
+fn random_bytes() -> [u8; 32] {
+    let mut bytes = [0u8; 32];
+    fill_random(&mut bytes);
+    bytes
+}
+
+fn random_bytes_16() -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    fill_random(&mut bytes);
+    bytes
+}
+
+#[cfg(not(madsim))]
+fn fill_random(bytes: &mut [u8]) {
+    use ring::rand::SecureRandom as _;
+    ring::rand::SystemRandom::new()
+        .fill(bytes)
+        .expect("the system's random source works");
+}
+
+#[cfg(madsim)]
+fn fill_random(bytes: &mut [u8]) {
+    use madsim::rand::RngCore as _;
+    madsim::rand::thread_rng().fill_bytes(bytes);
+}
+
+/// The daemons' loop: a round whenever the last found work, else after a pause, until `stop`.
+pub async fn run(replica: Arc<Replica>, daemons: SessionDaemons, mut stop: watch::Receiver<bool>) {
+    loop {
+        let worked = daemons.round(&replica).await;
+        let pause = if worked { Duration::ZERO } else { IDLE_PAUSE };
+        tokio::select! {
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    break;
+                }
+            }
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+    debug!(id = replica.id, "session daemons stopped");
+}
