@@ -13,6 +13,7 @@ use tracing_subscriber::EnvFilter;
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod bench;
+mod ca_files;
 mod cluster;
 mod ct_key;
 mod ctl;

@@ -72,6 +72,10 @@ struct ServeFile {
     /// The `[ct]` table: `key_file`, `roots_file`.
     #[serde(default)]
     ct: CtFiles,
+    /// The `[sessions]` table: `daemons`, `ca_key_file`, `ca_cert_file`, `http01_resolve`,
+    /// `http01_timeout_ms`.
+    #[serde(default)]
+    sessions: certus_node::SessionsSetup,
 }
 
 /// The CT files of the config file, each overridden by its flag (or environment variable).
@@ -125,6 +129,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         config.challenge_retention_ms = retention;
     }
     config.ct = ct_files(file.ct, args.ct_key_file, args.ct_roots_file);
+    config.sessions = file.sessions;
     let join = if args.join.is_empty() {
         file.join
     } else {

@@ -3,13 +3,16 @@
 //!
 //! The nodes also run the CT log: its key is made on the first start in
 //! `<data_dir>/ct-log-key.pem` and reused after; the roots it accepts come from `--ct-roots`.
+//! And they issue certificates for CA sessions with a cluster CA made the same way
+//! (`<data_dir>/ca-key.pem`, `ca-cert.pem`).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use certus_node::{CtFiles, Node, NodeConfig};
+use certus_node::{CtFiles, Node, NodeConfig, SessionsSetup};
 
+use crate::ca_files::ensure_ca;
 use crate::cluster::{await_leader, node_table, start_local};
 use crate::ct_key::ensure_key;
 
@@ -39,8 +42,13 @@ fn local(port: u16) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, port))
 }
 
-/// The configuration of each local node: its ports, its folder, and the CT log's files.
-fn local_configs(data_dir: &Path, nodes: u8, ct: &CtFiles) -> Vec<NodeConfig> {
+/// The configuration of each local node: its ports, its folder, the CT log's files and the CA.
+fn local_configs(
+    data_dir: &Path,
+    nodes: u8,
+    ct: &CtFiles,
+    sessions: &SessionsSetup,
+) -> Vec<NodeConfig> {
     (1..=u64::from(nodes))
         .map(|id| {
             let offset = u16::try_from(id).expect("at most 9 nodes");
@@ -51,6 +59,7 @@ fn local_configs(data_dir: &Path, nodes: u8, ct: &CtFiles) -> Vec<NodeConfig> {
                 data_dir.join(format!("node-{id}")),
             );
             config.ct = ct.clone();
+            config.sessions = sessions.clone();
             config
         })
         .collect()
@@ -67,7 +76,13 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
     };
     // Read the files once here, so a bad roots file is reported before any node starts.
     let roots = certus_node::node::load_ct_setup(&ct)?.map_or(0, |setup| setup.roots.len());
-    let configs = local_configs(&args.data_dir, args.nodes, &ct);
+    let (ca_key_file, ca_cert_file, ca_created) = ensure_ca(&args.data_dir)?;
+    let sessions = SessionsSetup {
+        ca_key_file: Some(ca_key_file),
+        ca_cert_file: Some(ca_cert_file.clone()),
+        ..SessionsSetup::default()
+    };
+    let configs = local_configs(&args.data_dir, args.nodes, &ct, &sessions);
     let nodes = start_local(&configs).await?;
     let leader = await_leader(&nodes, Duration::from_secs(10)).await;
 
@@ -100,6 +115,11 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
              restart with --ct-roots FILE (a PEM bundle) to accept chains"
         ),
     }
+    println!(
+        "CA for sessions: {} ({}); HTTP-01 challenges are fetched from each name's port 80",
+        ca_cert_file.display(),
+        if ca_created { "new" } else { "reused" }
+    );
     println!("try:    cargo run -p certus-cli -- ctl status");
     println!("        cargo run -p certus-cli -- ctl log status");
     println!("stop:   Ctrl-C");
@@ -120,16 +140,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_local_node_runs_the_ct_log_with_the_same_files() {
+    fn every_local_node_runs_the_ct_log_and_the_ca_with_the_same_files() {
         let ct = CtFiles {
             key_file: Some(PathBuf::from("data/ct-log-key.pem")),
             roots_file: Some(PathBuf::from("roots.pem")),
         };
-        let configs = local_configs(Path::new("data"), 3, &ct);
+        let sessions = SessionsSetup {
+            ca_key_file: Some(PathBuf::from("data/ca-key.pem")),
+            ca_cert_file: Some(PathBuf::from("data/ca-cert.pem")),
+            ..SessionsSetup::default()
+        };
+        let configs = local_configs(Path::new("data"), 3, &ct, &sessions);
         assert_eq!(configs.len(), 3);
         for (config, id) in configs.iter().zip(1..) {
             assert_eq!(config.id, id);
             assert_eq!(config.ct, ct);
+            assert_eq!(config.sessions, sessions);
             assert_eq!(
                 config.data_dir,
                 Path::new("data").join(format!("node-{id}"))
