@@ -21,6 +21,7 @@ macro_rules! say {
 }
 
 mod log;
+mod session;
 
 /// Talk to a running cluster (by default the one `certus up` starts).
 #[derive(Debug, Args)]
@@ -69,6 +70,11 @@ enum CtlCommand {
     Log {
         #[command(subcommand)]
         command: log::LogCommand,
+    },
+    /// CA issuance sessions.
+    Session {
+        #[command(subcommand)]
+        command: session::SessionCommand,
     },
 }
 
@@ -232,6 +238,7 @@ pub(crate) async fn run(args: CtlArgs) -> Result<(), String> {
         CtlCommand::Leases { command } => leases(&client, &out, command).await,
         CtlCommand::Tokens { command } => tokens(&client, &out, command).await,
         CtlCommand::Log { command } => log::run(&client, &out, command).await,
+        CtlCommand::Session { command } => session::run(&client, &out, command).await,
     }
 }
 

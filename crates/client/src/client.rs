@@ -10,17 +10,22 @@ use certus_proto::health::health_client::HealthClient;
 use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::log_client::LogClient;
+use certus_proto::v1::sessions_client::SessionsClient;
 use certus_proto::v1::{
-    AcquireReply, AcquireRequest, AddChainReply, AddChainRequest, AddLearnerRequest, Challenge,
-    ChangeMembershipRequest, CheckFenceReply, CheckFenceRequest, DeleteChallengeReply,
-    DeleteChallengeRequest, GetChallengeRequest, GetConsistencyReply, GetConsistencyRequest,
-    GetEntriesReply, GetEntriesRequest, GetLeaseRequest, GetProofByHashReply,
-    GetProofByHashRequest, GetRootsReply, GetRootsRequest, GetSthRequest, Lease,
-    ListChallengesReply, ListChallengesRequest, ListLeasesReply, ListLeasesRequest, LogConfig,
-    LogStatus, LogStatusRequest, MembershipReply, PurgeChallengesReply, PurgeChallengesRequest,
-    PutChallengeReply, PutChallengeRequest, ReleaseReply, ReleaseRequest, RenewReply, RenewRequest,
-    SetFrozenRequest, SetLogConfigRequest, SignedTreeHead, StartMirrorRequest, StatusReply,
-    StatusRequest, TriggerSnapshotReply, TriggerSnapshotRequest,
+    AcknowledgeSessionRequest, AcquireReply, AcquireRequest, AddChainReply, AddChainRequest,
+    AddLearnerRequest, Challenge, ChangeMembershipRequest, CheckFenceReply, CheckFenceRequest,
+    ClaimReply, ClaimRequest, CompleteRequest, CreateSessionRequest, DeleteChallengeReply,
+    DeleteChallengeRequest, ExtendReply, ExtendRequest, FailRequest, GetChallengeRequest,
+    GetConsistencyReply, GetConsistencyRequest, GetEntriesReply, GetEntriesRequest,
+    GetLeaseRequest, GetProofByHashReply, GetProofByHashRequest, GetRootsReply, GetRootsRequest,
+    GetSessionRequest, GetSthRequest, KillSessionRequest, Lease, ListChallengesReply,
+    ListChallengesRequest, ListLeasesReply, ListLeasesRequest, ListSessionsReply,
+    ListSessionsRequest, LogConfig, LogStatus, LogStatusRequest, MembershipReply,
+    PurgeChallengesReply, PurgeChallengesRequest, PutChallengeReply, PutChallengeRequest,
+    ReleaseClaimRequest, ReleaseReply, ReleaseRequest, RenewReply, RenewRequest, Session,
+    SessionConfig, SessionsStatus, SessionsStatusRequest, SetFrozenRequest, SetLogConfigRequest,
+    SetSessionConfigRequest, SignedTreeHead, Stage, StartMirrorRequest, StatusReply, StatusRequest,
+    TriggerSnapshotReply, TriggerSnapshotRequest, WaitSessionRequest, complete_request,
 };
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
@@ -61,6 +66,18 @@ struct State {
 struct Budget {
     attempt_timeout: Duration,
     deadline: Duration,
+    /// The most attempts (at least one is made).
+    max_attempts: u32,
+}
+
+impl Budget {
+    /// The same budget for a call that must not be repeated: one attempt.
+    fn once(self) -> Budget {
+        Budget {
+            max_attempts: 1,
+            ..self
+        }
+    }
 }
 
 /// Why one attempt failed.
@@ -546,6 +563,298 @@ impl Client {
         .await
     }
 
+    // ---- certus.v1.Sessions -----------------------------------------------------------
+
+    /// Creates an issuance session for `csr` (DER, or PEM "CERTIFICATE REQUEST") and its DNS
+    /// `names` (empty: the CSR's names). The session starts in `MAKE_CHALLENGE`.
+    ///
+    /// Refusals include `invalid-argument` (the CSR does not parse or verify, or its names
+    /// differ from `names`), `too-many-sessions` (`RESOURCE_EXHAUSTED`) and
+    /// `request-key-reused` (`ALREADY_EXISTS`: the key names a session made from another CSR or
+    /// other names).
+    ///
+    /// # Retries
+    ///
+    /// With a `request_key` (1 to 128 visible ASCII characters) the call is safe to repeat: a
+    /// retry with the same key, CSR and names answers the session the first attempt created, so
+    /// it is retried like every other call.
+    ///
+    /// Without a key it is **not** safe to repeat — a retry after an ambiguous failure could
+    /// create a second session — so it makes **a single attempt**, even after answers that are
+    /// otherwise retried: a create may have been applied although the node answered
+    /// `outcome-unknown`, or even `no-leader` (the node reads the new session back after the
+    /// write, and that read can fail with `no-leader`). A failed attempt is returned as
+    /// [`ClientError::Unavailable`] with `attempts: 1`; the session may or may not exist (look
+    /// with [`Client::list_sessions`]). Pass a request key to get retries.
+    pub async fn create_session(
+        &self,
+        csr: Vec<u8>,
+        names: Vec<String>,
+        request_key: Option<String>,
+    ) -> Result<Session, ClientError> {
+        let budget = if request_key.is_some() {
+            self.budget()
+        } else {
+            self.budget().once()
+        };
+        let request = CreateSessionRequest {
+            csr,
+            names,
+            request_key: request_key.unwrap_or_default(),
+        };
+        self.call("Sessions/Create", budget, move |channel| {
+            let request = request.clone();
+            async move { SessionsClient::new(channel).create(request).await }
+        })
+        .await
+    }
+
+    /// The session `id`; refused with `unknown-session` (`NOT_FOUND`) if there is none (it was
+    /// never created, or deleted after its archive retention).
+    pub async fn get_session(&self, id: u64) -> Result<Session, ClientError> {
+        let request = GetSessionRequest { id };
+        self.call("Sessions/Get", self.budget(), move |channel| async move {
+            SessionsClient::new(channel).get(request).await
+        })
+        .await
+    }
+
+    /// Long-polls session `id`: answers as soon as it differs from `known` in anything but its
+    /// claim (stage, liveness, challenges, acknowledgement, archiving, …), or once `wait` has
+    /// passed (the node cuts one wait to 60 s, this client to an hour), with the session as it
+    /// is then. Without `known` it answers at once, like [`Client::get_session`]. Compare the
+    /// answer with `known` to tell a change from the end of the wait.
+    ///
+    /// Each attempt may take `wait` plus [`ClientConfig::attempt_timeout`], and the call `wait`
+    /// plus [`ClientConfig::deadline`]; a retry only waits for what is left of `wait`. A read:
+    /// safe to repeat.
+    pub async fn wait_session(
+        &self,
+        id: u64,
+        known: Option<Session>,
+        wait: Duration,
+    ) -> Result<Session, ClientError> {
+        // The node cuts a wait to 60 s; an hour keeps the arithmetic below from overflowing.
+        let wait = wait.min(Duration::from_secs(3_600));
+        let config = self.config();
+        let budget = Budget {
+            attempt_timeout: config.attempt_timeout.saturating_add(wait),
+            deadline: config.deadline.saturating_add(wait),
+            max_attempts: config.max_attempts,
+        };
+        let until = Instant::now() + wait;
+        self.call("Sessions/Wait", budget, move |channel| {
+            let left = until.saturating_duration_since(Instant::now());
+            let request = WaitSessionRequest {
+                id,
+                known: known.clone(),
+                wait_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+            };
+            async move { SessionsClient::new(channel).wait(request).await }
+        })
+        .await
+    }
+
+    /// The client has the certificate of the `DONE` session `id`: it leaves the done set and is
+    /// archived (still readable until the archive retention ends). Refused with `not-done`
+    /// before `DONE`. Acknowledging again is harmless: safe to repeat.
+    pub async fn acknowledge_session(&self, id: u64) -> Result<Session, ClientError> {
+        let request = AcknowledgeSessionRequest { id };
+        self.call(
+            "Sessions/Acknowledge",
+            self.budget(),
+            move |channel| async move { SessionsClient::new(channel).acknowledge(request).await },
+        )
+        .await
+    }
+
+    /// Kills session `id` for good with `reason`: it keeps its stage and never advances. Killing
+    /// a session that is no longer live succeeds and changes nothing (the first reason stays):
+    /// safe to repeat.
+    pub async fn kill_session(
+        &self,
+        id: u64,
+        reason: impl Into<String>,
+    ) -> Result<Session, ClientError> {
+        let request = KillSessionRequest {
+            id,
+            reason: reason.into(),
+        };
+        self.call("Sessions/Kill", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { SessionsClient::new(channel).kill(request).await }
+        })
+        .await
+    }
+
+    /// Sessions in `stage` (not [`Stage::Unspecified`]), in id order: at most `limit` (0 for the
+    /// node's page size) with ids above `after` (0 for the first page). The reply's `next_after`
+    /// is the `after` of the next page, 0 when there is none.
+    pub async fn list_sessions(
+        &self,
+        stage: Stage,
+        after: u64,
+        limit: u32,
+    ) -> Result<ListSessionsReply, ClientError> {
+        let request = ListSessionsRequest {
+            stage: stage.into(),
+            after,
+            limit,
+        };
+        self.call("Sessions/List", self.budget(), move |channel| async move {
+            SessionsClient::new(channel).list(request).await
+        })
+        .await
+    }
+
+    /// The sessions' configuration and the depth of every queue.
+    pub async fn sessions_status(&self) -> Result<SessionsStatus, ClientError> {
+        self.call("Sessions/Status", self.budget(), |channel| async move {
+            SessionsClient::new(channel)
+                .status(SessionsStatusRequest {})
+                .await
+        })
+        .await
+    }
+
+    /// Replaces the sessions' configuration (every field; read it with
+    /// [`Client::sessions_status`] first to change only some). Answers with the configuration
+    /// in force; refused with `invalid-config` naming the first field out of range. Safe to
+    /// repeat.
+    pub async fn set_session_config(
+        &self,
+        config: SessionConfig,
+    ) -> Result<SessionConfig, ClientError> {
+        let request = SetSessionConfigRequest {
+            config: Some(config),
+        };
+        self.call(
+            "Sessions/SetConfig",
+            self.budget(),
+            move |channel| async move { SessionsClient::new(channel).set_config(request).await },
+        )
+        .await
+    }
+
+    /// Worker call: claims up to `max` sessions visible in the queued `stage`
+    /// (`MAKE_CHALLENGE`, `TEST_CHALLENGE` or `ISSUE`) for `worker`, each until
+    /// `visibility_ms` from now; an empty reply when none is waiting. Each claimed session
+    /// carries its `claim_token`, which the calls below need.
+    ///
+    /// Retried like every call: a claim whose answer was lost leaves its sessions claimed by
+    /// `worker` until the visibility passes, then they return to their queue. Such a retry
+    /// delays sessions; it never loses one or hands one to two workers.
+    pub async fn claim_sessions(
+        &self,
+        stage: Stage,
+        worker: impl Into<String>,
+        visibility_ms: u64,
+        max: u32,
+    ) -> Result<ClaimReply, ClientError> {
+        let request = ClaimRequest {
+            stage: stage.into(),
+            worker: worker.into(),
+            visibility_ms,
+            max,
+        };
+        self.call("Sessions/Claim", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { SessionsClient::new(channel).claim(request).await }
+        })
+        .await
+    }
+
+    /// Worker call: moves the claim `token` on session `id` to expire `visibility_ms` from now.
+    /// Refused with `stale-claim` when `token` is not the session's current claim (the claim
+    /// expired and was taken back: drop the work) and `not-live` once it is killed. Safe to
+    /// repeat (the deadline is set from the time of the last attempt).
+    pub async fn extend_claim(
+        &self,
+        id: u64,
+        token: u64,
+        visibility_ms: u64,
+    ) -> Result<ExtendReply, ClientError> {
+        let request = ExtendRequest {
+            id,
+            claim_token: token,
+            visibility_ms,
+        };
+        self.call(
+            "Sessions/Extend",
+            self.budget(),
+            move |channel| async move { SessionsClient::new(channel).extend(request).await },
+        )
+        .await
+    }
+
+    /// Worker call: finishes the step claimed with `token` on session `id` with its `outcome`
+    /// (the one matching the claimed stage), and the session moves on; answers with the
+    /// session as it is now.
+    ///
+    /// Safe to repeat with the same token: a retry after a lost answer is accepted and changes
+    /// nothing. Refused with `stale-claim` when another claim holds (or held) the session since,
+    /// `not-live` once killed, `invalid-argument` for an outcome that does not fit.
+    pub async fn complete_session(
+        &self,
+        id: u64,
+        token: u64,
+        outcome: complete_request::Outcome,
+    ) -> Result<Session, ClientError> {
+        let request = CompleteRequest {
+            id,
+            claim_token: token,
+            outcome: Some(outcome),
+        };
+        self.call("Sessions/Complete", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { SessionsClient::new(channel).complete(request).await }
+        })
+        .await
+    }
+
+    /// Worker call: gives the session `id` claimed with `token` back unfinished (a transient
+    /// error); it is visible in its queue again after `delay_ms`. `note` (may be empty) says why,
+    /// for people. Safe to repeat with the same token, like [`Client::complete_session`].
+    pub async fn release_session(
+        &self,
+        id: u64,
+        token: u64,
+        delay_ms: u64,
+        note: impl Into<String>,
+    ) -> Result<Session, ClientError> {
+        let request = ReleaseClaimRequest {
+            id,
+            claim_token: token,
+            delay_ms,
+            note: note.into(),
+        };
+        self.call("Sessions/Release", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { SessionsClient::new(channel).release(request).await }
+        })
+        .await
+    }
+
+    /// Worker call: ends the session `id` claimed with `token` as `FAILED` with `reason` (a
+    /// permanent error). Safe to repeat with the same token, like [`Client::complete_session`].
+    pub async fn fail_session(
+        &self,
+        id: u64,
+        token: u64,
+        reason: impl Into<String>,
+    ) -> Result<Session, ClientError> {
+        let request = FailRequest {
+            id,
+            claim_token: token,
+            reason: reason.into(),
+        };
+        self.call("Sessions/Fail", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { SessionsClient::new(channel).fail(request).await }
+        })
+        .await
+    }
+
     // ---- grpc.health.v1.Health ---------------------------------------------------------
 
     /// The serving status of the node at `endpoint` (the whole node: service `""`), by the
@@ -571,6 +880,7 @@ impl Client {
         Budget {
             attempt_timeout: self.config().attempt_timeout,
             deadline: self.config().deadline,
+            max_attempts: self.config().max_attempts,
         }
     }
 
@@ -579,6 +889,7 @@ impl Client {
         Budget {
             attempt_timeout: config.admin_timeout,
             deadline: config.deadline.max(config.admin_timeout),
+            max_attempts: config.max_attempts,
         }
     }
 
@@ -702,7 +1013,7 @@ impl Client {
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let deadline = Instant::now() + budget.deadline;
-        let max_attempts = self.config().max_attempts.max(1);
+        let max_attempts = budget.max_attempts.max(1);
         let mut attempts: u32 = 0;
         let mut last_error = String::from("the deadline passed before any attempt");
         let mut last_reason = String::new();
@@ -981,6 +1292,64 @@ mod tests {
             .expect_err("invalid");
         assert!(
             matches!(error, ClientError::InvalidEndpoint(_)),
+            "{error:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_create_without_a_request_key_is_tried_once() {
+        let config = ClientConfig {
+            max_attempts: 3,
+            backoff_initial: Duration::from_millis(1),
+            ..ClientConfig::default()
+        };
+        let client = Client::with_config(["127.0.0.1:1"], config).expect("client");
+        let error = client
+            .create_session(vec![0x30], Vec::new(), None)
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 1, .. }),
+            "not repeated: {error:?}"
+        );
+        let error = client
+            .create_session(vec![0x30], Vec::new(), Some("key-1".to_owned()))
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 3, .. }),
+            "a keyed create is retried: {error:?}"
+        );
+        let error = client
+            .complete_session(
+                7,
+                9,
+                complete_request::Outcome::Issued(complete_request::Issued {
+                    certificate: String::new(),
+                }),
+            )
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 3, .. }),
+            "a complete is retried: {error:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wait_is_retried_within_its_own_deadline() {
+        let config = ClientConfig {
+            max_attempts: 2,
+            backoff_initial: Duration::from_millis(1),
+            ..ClientConfig::default()
+        };
+        let client = Client::with_config(["127.0.0.1:1"], config).expect("client");
+        let error = client
+            .wait_session(1, None, Duration::from_millis(200))
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 2, .. }),
             "{error:?}"
         );
     }

@@ -2,8 +2,8 @@
 //!
 //! A [`Client`] is built from the gRPC endpoints (`host:port`) of some nodes of one cluster. It
 //! speaks only the public services of [`certus_proto`] (`certus.v1.Leases`, `certus.v1.Admin`,
-//! `certus.v1.Log` and `grpc.health.v1.Health`), so anything it does, a client in another language can do with
-//! the same `.proto` files.
+//! `certus.v1.Log`, `certus.v1.Sessions` and `grpc.health.v1.Health`), so anything it does, a
+//! client in another language can do with the same `.proto` files.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), certus_client::ClientError> {
@@ -59,6 +59,23 @@
 //! A refusal before anything was proposed (`no-leader`, validation errors) guarantees that
 //! nothing changed.
 //!
+//! The `Sessions` writes (see [CA issuance sessions](#ca-issuance-sessions)) are safe to repeat
+//! too, with one exception:
+//!
+//! - `create_session` **with** a request key answers the session the first attempt created;
+//!   **without** one it is not safe to repeat, so the client makes a single attempt (see
+//!   [`Client::create_session`]);
+//! - `complete_session`, `release_session` and `fail_session` repeated with the same claim token
+//!   are accepted and change nothing;
+//! - `acknowledge_session`, `kill_session` (of a session already killed) and
+//!   `set_session_config` succeed again without a further change, and `extend_claim` sets the
+//!   deadline again;
+//! - a repeated `claim_sessions` may have claimed sessions whose answer was lost: they come
+//!   back to their queue when the visibility passes (delayed, never lost).
+//!
+//! Careful with a `Sessions` refusal of `no-leader` on a write: the node reads the session back
+//! after the write, and that read can fail with `no-leader` although the write was applied.
+//!
 //! # The CT log
 //!
 //! The `certus.v1.Log` methods ([`Client::add_chain`], [`Client::get_sth`], …) are RFC 6962's
@@ -67,6 +84,16 @@
 //! with the reason `behind`, and the call is retried on another node like any `UNAVAILABLE`
 //! answer. A node that does not run the log (no `ct.key_file`) answers `UNIMPLEMENTED`, which is
 //! returned at once as a refusal: give the client only nodes that run it.
+//!
+//! # CA issuance sessions
+//!
+//! The `certus.v1.Sessions` methods serve clients ([`Client::create_session`],
+//! [`Client::get_session`], [`Client::wait_session`] to long-poll for progress,
+//! [`Client::acknowledge_session`] once the certificate is stored), operators
+//! ([`Client::kill_session`], [`Client::list_sessions`], [`Client::sessions_status`],
+//! [`Client::set_session_config`]) and workers, which claim a step from a stage's queue and
+//! finish it ([`Client::claim_sessions`], [`Client::extend_claim`],
+//! [`Client::complete_session`], [`Client::release_session`], [`Client::fail_session`]).
 //!
 //! # Calls to one node
 //!
@@ -88,10 +115,15 @@ pub use error::{ClientError, ERROR_REASON_KEY};
 
 /// The generated reply and message types the client returns, re-exported for convenience.
 pub use certus_proto::health::health_check_response::ServingStatus;
+/// The outcome of a worker's step for [`Client::complete_session`]: `Outcome::Challenges`,
+/// `Outcome::Tested` or `Outcome::Issued`, with their message types.
+pub use certus_proto::v1::complete_request;
 pub use certus_proto::v1::{
-    AcquireReply, AddChainReply, Challenge, CheckFenceReply, DeleteChallengeReply,
-    GetConsistencyReply, GetEntriesReply, GetProofByHashReply, GetRootsReply, Lease,
-    ListChallengesReply, ListLeasesReply, LogConfig, LogEntry, LogStatus, Member, MembershipReply,
-    MirrorStatus, NodeReport, PurgeChallengesReply, PutChallengeReply, ReleaseReply, RenewReply,
-    SignedTreeHead, StatusReply, TriggerSnapshotReply,
+    AcquireReply, AddChainReply, Challenge, CheckFenceReply, ClaimReply, DeleteChallengeReply,
+    ExtendReply, GetConsistencyReply, GetEntriesReply, GetProofByHashReply, GetRootsReply, Lease,
+    ListChallengesReply, ListLeasesReply, ListSessionsReply, LogConfig, LogEntry, LogStatus,
+    Member, MembershipReply, MirrorStatus, NewChallenge, NodeReport, PurgeChallengesReply,
+    PutChallengeReply, ReleaseReply, RenewReply, Session, SessionChallenge, SessionConfig,
+    SessionsStatus, SignedTreeHead, Stage, StageQueue, StatusReply, TestResult,
+    TriggerSnapshotReply,
 };

@@ -159,6 +159,7 @@ impl SessionDaemons {
                     .map(|_| ())
             }
             Err(Step::Retry(note)) => {
+                warn!(id = replica.id, session = %id, %note, "session step given back for later");
                 let command = SessionCommand::Release {
                     session: id,
                     token,

@@ -548,6 +548,11 @@ pub fn session_to_proto(session: &Session) -> v1::Session {
             .as_ref()
             .map(|key| key.as_str().to_owned())
             .unwrap_or_default(),
+        note: session
+            .note
+            .as_ref()
+            .map(|note| note.as_str().to_owned())
+            .unwrap_or_default(),
     }
 }
 
