@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use certus_ca::csr::CheckedCsr;
 use certus_client::{
     Client, Session, SessionChallenge, SessionConfig, SessionsStatus, Stage, StageQueue,
 };
@@ -550,50 +551,16 @@ fn read_csr(path: &Path) -> Result<Vec<u8>, String> {
     csr_der(&bytes).map_err(|error| format!("{}: {error}", path.display()))
 }
 
-const PEM_BEGIN: &str = "-----BEGIN ";
-const PEM_DASHES: &str = "-----";
-
-/// The DER of a CSR given as PEM (a "CERTIFICATE REQUEST" or "NEW CERTIFICATE REQUEST" block;
-/// text around it is ignored) or as DER (passed on as it is; the node checks it).
+/// The DER of a CSR given as PEM or DER, checked here as the node will check it (it parses, its
+/// signature verifies, its names are DNS names), so a bad file is named before anything is sent.
 fn csr_der(bytes: &[u8]) -> Result<Vec<u8>, String> {
-    let text = match std::str::from_utf8(bytes) {
-        Ok(text) if text.contains(PEM_BEGIN) => text,
-        _ if bytes.first() == Some(&0x30) => return Ok(bytes.to_vec()),
-        _ if bytes.is_empty() => return Err("empty; expected a PEM or DER CSR".to_owned()),
-        _ => {
-            return Err(
-                "neither PEM (-----BEGIN CERTIFICATE REQUEST-----) nor DER (an ASN.1 SEQUENCE)"
-                    .to_owned(),
-            );
-        }
+    let checked = match std::str::from_utf8(bytes) {
+        Ok(text) if text.contains("-----BEGIN") => CheckedCsr::from_pem(text),
+        _ => CheckedCsr::from_der(bytes),
     };
-    let start = text.find(PEM_BEGIN).expect("checked above");
-    let after = &text[start + PEM_BEGIN.len()..];
-    let label_end = after
-        .find(PEM_DASHES)
-        .ok_or("its BEGIN line does not end in -----")?;
-    let label = &after[..label_end];
-    if label != "CERTIFICATE REQUEST" && label != "NEW CERTIFICATE REQUEST" {
-        return Err(format!(
-            "the PEM block is a {label:?}; expected a CERTIFICATE REQUEST"
-        ));
-    }
-    let body_and_rest = &after[label_end + PEM_DASHES.len()..];
-    let end_marker = format!("-----END {label}-----");
-    let body_end = body_and_rest
-        .find(&end_marker)
-        .ok_or_else(|| format!("the PEM block has no {end_marker} line"))?;
-    let body: String = body_and_rest[..body_end]
-        .chars()
-        .filter(|c| !c.is_ascii_whitespace())
-        .collect();
-    let der = STANDARD
-        .decode(body)
-        .map_err(|error| format!("the PEM block is not valid base64: {error}"))?;
-    if der.is_empty() {
-        return Err("the PEM block is empty".to_owned());
-    }
-    Ok(der)
+    checked
+        .map(|csr| csr.der().to_vec())
+        .map_err(|error| error.to_string())
 }
 
 // ---- output ------------------------------------------------------------------------------
@@ -1496,43 +1463,21 @@ mod tests {
     }
 
     #[test]
-    fn a_csr_is_read_from_pem_or_der() {
-        let der = vec![0x30_u8, 0x82, 0x01, 0x02, 0x03];
+    fn a_csr_is_read_from_pem_or_der_and_checked() {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let params =
+            rcgen::CertificateParams::new(vec!["a.example.com".to_owned()]).expect("params");
+        let csr = params.serialize_request(&key).expect("csr");
+        let der = csr.der().to_vec();
         assert_eq!(csr_der(&der), Ok(der.clone()));
-        let body = STANDARD.encode(&der);
-        for label in ["CERTIFICATE REQUEST", "NEW CERTIFICATE REQUEST"] {
-            let pem =
-                format!("# comment\n-----BEGIN {label}-----\n{body}\n-----END {label}-----\n");
-            assert_eq!(csr_der(pem.as_bytes()), Ok(der.clone()), "{label}");
+        let pem = format!("# comment\n{}", csr.pem().expect("pem"));
+        assert_eq!(csr_der(pem.as_bytes()), Ok(der.clone()));
+        let mut corrupt = der.clone();
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 1;
+        for bytes in [&b""[..], b"hello", &corrupt] {
+            assert!(csr_der(bytes).is_err(), "{bytes:?} was accepted");
         }
-        for (bytes, expected) in [
-            (&b""[..], "empty"),
-            (b"hello", "neither PEM"),
-            (
-                b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
-                "is a \"CERTIFICATE\"",
-            ),
-            (
-                b"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n",
-                "no -----END CERTIFICATE REQUEST-----",
-            ),
-            (
-                b"-----BEGIN CERTIFICATE REQUEST-----\n!!\n-----END CERTIFICATE REQUEST-----",
-                "not valid base64",
-            ),
-            (
-                b"-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----",
-                "empty",
-            ),
-        ] {
-            let error = csr_der(bytes).expect_err(expected);
-            assert!(error.contains(expected), "{bytes:?} gave {error:?}");
-        }
-        let error = read_csr(Path::new("/nonexistent/req.pem")).expect_err("missing");
-        assert!(
-            error.contains("cannot read /nonexistent/req.pem"),
-            "{error}"
-        );
     }
 
     #[test]
