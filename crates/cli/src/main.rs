@@ -6,12 +6,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
-/// Small buffers are allocated and freed on different threads all the time (gRPC, sled, the
-/// tree); jemalloc handles that pattern with far less contention than glibc's malloc.
-#[cfg(not(target_env = "msvc"))]
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
 mod bench;
 mod ca_files;
 mod cluster;

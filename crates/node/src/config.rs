@@ -53,6 +53,11 @@ pub struct SessionsSetup {
     pub http01_resolve: std::collections::BTreeMap<String, SocketAddr>,
     /// How long one HTTP-01 test may take, in milliseconds.
     pub http01_timeout_ms: u64,
+    /// An asynchronous upstream CA (`certus_ca::upstream`'s order protocol, `http://` base URL):
+    /// when set, the issue daemon orders certificates there instead of signing them itself.
+    pub upstream_url: Option<String>,
+    /// How the issue daemon polls the upstream CA (seed 001's schedule by default).
+    pub upstream_poll: certus_ca::poller::PollPolicyConfig,
 }
 
 impl Default for SessionsSetup {
@@ -63,6 +68,8 @@ impl Default for SessionsSetup {
             ca_cert_file: None,
             http01_resolve: std::collections::BTreeMap::new(),
             http01_timeout_ms: 10_000,
+            upstream_url: None,
+            upstream_poll: certus_ca::poller::PollPolicyConfig::default(),
         }
     }
 }
@@ -183,6 +190,8 @@ impl NodeConfig {
                 self.sessions.http01_timeout_ms
             ));
         }
+        certus_ca::poller::PollPolicy::new(self.sessions.upstream_poll)
+            .map_err(|error| format!("sessions.upstream_poll: {error}"))?;
         if self.tick_interval_ms == 0 {
             return Err("tick_interval_ms must be at least 1".into());
         }

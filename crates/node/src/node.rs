@@ -419,9 +419,18 @@ fn session_daemons(config: &NodeConfig) -> Result<crate::session_daemons::Sessio
         }
         _ => None,
     };
+    #[cfg(not(madsim))]
+    let upstream = setup
+        .upstream_url
+        .as_deref()
+        .map(|url| crate::session_daemons::Upstream::new(url, setup.upstream_poll))
+        .transpose()
+        .map_err(|error| format!("sessions.upstream_url: {error}"))?;
     Ok(crate::session_daemons::SessionDaemons::new(
         config.id,
         ca,
+        #[cfg(not(madsim))]
+        upstream,
         #[cfg(not(madsim))]
         certus_ca::http01::Http01Config {
             resolver: if setup.http01_resolve.is_empty() {

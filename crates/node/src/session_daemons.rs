@@ -10,12 +10,17 @@
 //!   `/.well-known/acme-challenge/TOKEN`.
 //! - testchallenge: fetches each unsatisfied challenge (`certus_ca::http01`) and reports what it
 //!   found; the state machine decides whether to retry, advance or give up.
-//! - issue: signs the CSR with the cluster's CA (`certus_ca::issuer`), when the node has one.
-//!   Without a CA the node leaves the issue stage to external workers.
+//! - issue: orders the certificate from an asynchronous upstream CA when one is configured
+//!   (`certus_ca::upstream`, polled on seed 001's schedule while the claim is kept alive; an
+//!   order still pending at the poll deadline is released with its order id in the session's
+//!   note, and the next claim resumes polling that order instead of ordering again), otherwise
+//!   signs the CSR with the cluster's CA (`certus_ca::issuer`). With neither, the node leaves
+//!   the issue stage to external workers.
 //!
 //! A step that fails for a reason that may pass (the cluster could not take the write, the CA
 //! failed) releases the session with a delay; a session whose own data is wrong fails.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,10 +41,10 @@ use crate::replica::Replica;
 /// How long a daemon's claim lasts; a step takes far less (an HTTP-01 test is bounded by its
 /// timeout, 10 s).
 const CLAIM_VISIBILITY_MS: u64 = 30_000;
-/// Sessions claimed at once per stage: small, because a daemon works its batch one session
-/// after another and every session of the batch waits on the slowest (an HTTP-01 test may take
-/// its whole timeout) within one claim's visibility.
-const CLAIM_BATCH: u32 = 4;
+/// Sessions claimed at once per stage (worked concurrently).
+const CLAIM_BATCH: u32 = 8;
+/// How often a claim held by a slow step is extended: well within its visibility.
+const EXTEND_EVERY: Duration = Duration::from_millis(CLAIM_VISIBILITY_MS / 3);
 /// The pause between rounds when there was nothing to do.
 const IDLE_PAUSE: Duration = Duration::from_millis(200);
 /// How long a session released after a transient failure waits before it is claimed again.
@@ -51,20 +56,52 @@ pub struct SessionDaemons {
     worker: WorkerId,
     ca: Option<Arc<CaIdentity>>,
     #[cfg(not(madsim))]
+    upstream: Option<Arc<Upstream>>,
+    #[cfg(not(madsim))]
     tester: Arc<certus_ca::http01::Http01Tester>,
 }
 
+/// An upstream CA and how it is polled.
+#[cfg(not(madsim))]
+#[derive(Debug)]
+pub struct Upstream {
+    connector: certus_ca::upstream::HttpUpstream,
+    policy: certus_ca::poller::PollPolicy,
+}
+
+#[cfg(not(madsim))]
+impl Upstream {
+    /// The upstream CA at `url`, polled by `policy`.
+    pub fn new(url: &str, policy: certus_ca::poller::PollPolicyConfig) -> Result<Upstream, String> {
+        Ok(Upstream {
+            connector: certus_ca::upstream::HttpUpstream::new(url)?,
+            policy: certus_ca::poller::PollPolicy::new(policy).map_err(|e| e.to_string())?,
+        })
+    }
+}
+
+/// The note prefix that carries an upstream order id from one claim to the next.
+#[cfg(not(madsim))]
+const ORDER_NOTE_PREFIX: &str = "upstream order ";
+/// How long an order still pending at the poll deadline waits before the next claim, when the
+/// CA named no delay.
+#[cfg(not(madsim))]
+const PENDING_DELAY_MS: u64 = 60_000;
+
 impl SessionDaemons {
-    /// The daemons of node `id`, issuing with `ca` if given and testing challenges with
-    /// `http01`.
+    /// The daemons of node `id`, issuing through `upstream` or with `ca` if given, and testing
+    /// challenges with `http01`.
     pub fn new(
         id: u64,
         ca: Option<CaIdentity>,
+        #[cfg(not(madsim))] upstream: Option<Upstream>,
         #[cfg(not(madsim))] http01: certus_ca::http01::Http01Config,
     ) -> SessionDaemons {
         SessionDaemons {
             worker: WorkerId::new(format!("node-{id}")).expect("a valid worker id"),
             ca: ca.map(Arc::new),
+            #[cfg(not(madsim))]
+            upstream: upstream.map(Arc::new),
             #[cfg(not(madsim))]
             tester: Arc::new(certus_ca::http01::Http01Tester::new(http01)),
         }
@@ -75,7 +112,11 @@ impl SessionDaemons {
         let mut stages = vec![Stage::MakeChallenge];
         #[cfg(not(madsim))]
         stages.push(Stage::TestChallenge);
-        if self.ca.is_some() {
+        #[cfg(not(madsim))]
+        let issues = self.ca.is_some() || self.upstream.is_some();
+        #[cfg(madsim)]
+        let issues = self.ca.is_some();
+        if issues {
             stages.push(Stage::Issue);
         }
         stages
@@ -104,9 +145,13 @@ impl SessionDaemons {
                 }
             };
             worked |= !claimed.is_empty();
-            for session in claimed {
-                self.work(replica, session).await;
-            }
+            // The batch is worked at once, so no session waits on another within its claim.
+            futures_util::future::join_all(
+                claimed
+                    .into_iter()
+                    .map(|session| self.work(replica, session)),
+            )
+            .await;
         }
         worked
     }
@@ -135,14 +180,22 @@ impl SessionDaemons {
                 commands.push(complete(&session, token, outcome));
                 commands
             }),
-            Stage::TestChallenge => Ok(vec![complete(
-                &session,
-                token,
-                self.test_challenges(&session).await,
-            )]),
-            Stage::Issue => self
-                .issue(replica, &session)
-                .map(|outcome| vec![complete(&session, token, outcome)]),
+            Stage::TestChallenge => {
+                let tested = keep_claim(replica, id, token, self.test_challenges(&session)).await;
+                Ok(vec![complete(&session, token, tested)])
+            }
+            Stage::Issue => {
+                #[cfg(not(madsim))]
+                let issued = match &self.upstream {
+                    Some(upstream) => {
+                        keep_claim(replica, id, token, order(replica, upstream, &session)).await
+                    }
+                    None => self.issue(replica, &session),
+                };
+                #[cfg(madsim)]
+                let issued = self.issue(replica, &session);
+                issued.map(|outcome| vec![complete(&session, token, outcome)])
+            }
             Stage::Done | Stage::Failed => return,
         };
         let result = match step {
@@ -164,6 +217,18 @@ impl SessionDaemons {
                     session: id,
                     token,
                     delay_ms: RETRY_DELAY_MS,
+                    note: Some(reason_text(&note)),
+                };
+                write(replica, vec![Command::Session(command)])
+                    .await
+                    .map(|_| ())
+            }
+            Err(Step::Later { note, delay_ms }) => {
+                debug!(id = replica.id, session = %id, %note, delay_ms, "session waits upstream");
+                let command = SessionCommand::Release {
+                    session: id,
+                    token,
+                    delay_ms,
                     note: Some(reason_text(&note)),
                 };
                 write(replica, vec![Command::Session(command)])
@@ -261,12 +326,117 @@ impl SessionDaemons {
     }
 }
 
+/// Runs `step` while extending the claim on session `id` every [`EXTEND_EVERY`], so a slow step
+/// (an HTTP-01 test runs up to its timeout per name) keeps its claim. If an extension is refused
+/// the claim is gone; the step's completion will be refused as stale, which is safe.
+async fn keep_claim<T>(
+    replica: &Replica,
+    id: certus_core::SessionId,
+    token: u64,
+    step: impl Future<Output = T>,
+) -> T {
+    tokio::pin!(step);
+    loop {
+        tokio::select! {
+            output = &mut step => return output,
+            () = tokio::time::sleep(EXTEND_EVERY) => {
+                let command = SessionCommand::Extend {
+                    session: id,
+                    token,
+                    visibility_ms: CLAIM_VISIBILITY_MS,
+                };
+                if let Err(error) = write(replica, vec![Command::Session(command)]).await {
+                    debug!(id = replica.id, session = %id, %error, "claim not extended");
+                }
+            }
+        }
+    }
+}
+
 /// Why a step did not complete.
 enum Step {
     /// The session's own data is wrong: end it.
     Fail(String),
     /// Something that may pass: give it back for later.
     Retry(String),
+    /// Not done yet (an upstream order still pending): give it back after `delay_ms`.
+    // The simulation has no upstream CA (it is reached over HTTP).
+    #[cfg_attr(madsim, allow(dead_code))]
+    Later {
+        /// What the next claim needs (the order id) or why it waits.
+        note: String,
+        /// When to look again.
+        delay_ms: u64,
+    },
+}
+
+/// Orders the session's certificate from the upstream CA, resuming the order named in the
+/// session's note if there is one.
+#[cfg(not(madsim))]
+async fn order(
+    replica: &Replica,
+    upstream: &Upstream,
+    session: &Session,
+) -> Result<StepOutcome, Step> {
+    use certus_ca::upstream::{Issuance, OrderId, OrderRequest, issue_via_upstream};
+    let resume = session
+        .note
+        .as_ref()
+        .and_then(|note| note.as_str().strip_prefix(ORDER_NOTE_PREFIX))
+        .and_then(|id| OrderId::new(id).ok());
+    let names = session
+        .names
+        .iter()
+        .map(|name| name.as_str().to_owned())
+        .collect();
+    // One session, one order: the CA dedupes a resubmission by this key.
+    let key = format!("certus-session-{}", session.id);
+    let request = OrderRequest::new(session.csr.clone(), names, &key).map_err(Step::Fail)?;
+    let mut jitter = random_unit;
+    let now_ms = || replica.clock.now_ms();
+    match issue_via_upstream(
+        &upstream.connector,
+        &upstream.policy,
+        &request,
+        resume,
+        &mut jitter,
+        now_ms,
+    )
+    .await
+    {
+        Issuance::Issued { chain, .. } => Ok(StepOutcome::Issued {
+            cert: chain.pem().as_bytes().to_vec(),
+        }),
+        Issuance::Failed { reason, .. } => Err(Step::Fail(format!("the upstream CA: {reason}"))),
+        Issuance::StillPending {
+            order_id,
+            last_error,
+            retry_after,
+            ..
+        } => Err(Step::Later {
+            note: match order_id {
+                Some(order_id) => format!("{ORDER_NOTE_PREFIX}{order_id}"),
+                None => format!(
+                    "the upstream CA took no order yet: {}",
+                    last_error.unwrap_or_else(|| "no answer".to_owned())
+                ),
+            },
+            delay_ms: retry_after.map_or(PENDING_DELAY_MS, |delay| {
+                u64::try_from(delay.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .min(certus_core::limits::SESSION_DELAY_MS_MAX)
+            }),
+        }),
+    }
+}
+
+/// A number in [0, 1) from the runtime's randomness, for the poller's jitter.
+#[cfg(not(madsim))]
+fn random_unit() -> f64 {
+    let mut bytes = [0u8; 8];
+    fill_random(&mut bytes);
+    // 53 random bits: every value is exactly representable and below 1.
+    (u64::from_le_bytes(bytes) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 fn complete(session: &Session, token: u64, outcome: StepOutcome) -> Command {

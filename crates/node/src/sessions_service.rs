@@ -61,6 +61,29 @@ impl SessionsService {
             .await?;
         found.ok_or_else(|| session_status(&SessionError::UnknownSession { session: id }))
     }
+
+    /// The session after a write of this request was applied: a linearizable read, or — if
+    /// that fails (the leader changed just after the write) — this node's applied state, so a
+    /// write that happened is never reported as one that may not have.
+    async fn session_after_write(&self, id: SessionId) -> Result<v1::Session, Status> {
+        match self.session(id).await {
+            Ok(session) => Ok(session),
+            Err(read_error) => self
+                .replica
+                .reader
+                .read(|applied| applied.state.session(id).map(session_to_proto))
+                .ok_or_else(|| {
+                    status(
+                        Code::Unavailable,
+                        "written-not-read",
+                        format!(
+                            "the change to session {id} was applied, but this node cannot read                              it back yet ({}); Get it again",
+                            read_error.message()
+                        ),
+                    )
+                }),
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -156,7 +179,9 @@ impl Sessions for SessionsService {
             .command(SessionCommand::Acknowledge { session: id })
             .await?
         {
-            SessionReply::Acknowledged { .. } => Ok(Response::new(self.session(id).await?)),
+            SessionReply::Acknowledged { .. } => {
+                Ok(Response::new(self.session_after_write(id).await?))
+            }
             other => Err(unexpected("acknowledge", &other)),
         }
     }
@@ -175,7 +200,7 @@ impl Sessions for SessionsService {
             })
             .await?
         {
-            SessionReply::Killed { .. } => Ok(Response::new(self.session(id).await?)),
+            SessionReply::Killed { .. } => Ok(Response::new(self.session_after_write(id).await?)),
             other => Err(unexpected("kill", &other)),
         }
     }
@@ -261,7 +286,7 @@ impl Sessions for SessionsService {
             outcome,
         };
         self.command(command).await?;
-        Ok(Response::new(self.session(id).await?))
+        Ok(Response::new(self.session_after_write(id).await?))
     }
 
     async fn release(
@@ -277,7 +302,7 @@ impl Sessions for SessionsService {
             note: optional(request.note, "note", Reason::new)?,
         };
         self.command(command).await?;
-        Ok(Response::new(self.session(id).await?))
+        Ok(Response::new(self.session_after_write(id).await?))
     }
 
     async fn fail(
@@ -292,7 +317,7 @@ impl Sessions for SessionsService {
             reason: Reason::new(request.reason).map_err(|error| invalid("reason", error))?,
         };
         self.command(command).await?;
-        Ok(Response::new(self.session(id).await?))
+        Ok(Response::new(self.session_after_write(id).await?))
     }
 
     async fn status(

@@ -171,6 +171,7 @@ async fn start_cluster(
             ca_cert_file: Some(ca.cert_file.clone()),
             http01_resolve: http01_resolve.clone(),
             http01_timeout_ms,
+            ..SessionsSetup::default()
         };
     }
     let mut nodes = Vec::new();
