@@ -3,7 +3,6 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use certus_ca::issuer::CaIdentity;
 
@@ -30,12 +29,8 @@ pub(crate) fn ensure_ca(dir: &Path) -> Result<(PathBuf, PathBuf, bool), String> 
             Ok((key_file, cert_file, false))
         }
         (false, false) => {
-            // The one wall-clock read of `up`'s CA: its validity starts now.
-            let now_ms = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |since| {
-                    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-                });
+            // The CA's validity starts now, by the same clock the nodes read.
+            let now_ms = certus_node::Clock::system().now_ms();
             let ca = CaIdentity::generate(CA_COMMON_NAME, now_ms)
                 .map_err(|error| format!("cannot make a CA: {error}"))?;
             write_new(&key_file, &ca.key_pem(), 0o600)?;
