@@ -28,6 +28,11 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+pub(crate) use certus_ct::oids::describe;
+use certus_ct::oids::{
+    EC_PUBLIC_KEY, ECDSA_WITH_SHA256, ECDSA_WITH_SHA384, ED25519, P256, P384, RSA_ENCRYPTION,
+    SHA256_WITH_RSA, SHA384_WITH_RSA, SHA512_WITH_RSA,
+};
 use der::asn1::{Ia5String, ObjectIdentifier, UintRef};
 use der::oid::AssociatedOid as _;
 use der::{Decode, Encode, Reader, SliceReader, Tag, Tagged};
@@ -55,48 +60,8 @@ pub const DNS_LABEL_BYTES_MAX: usize = 63;
 const RSA_BITS_MIN: usize = 2048;
 const RSA_BITS_MAX: usize = 8192;
 
-const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
-const SHA256_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.11");
-const SHA384_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.12");
-const SHA512_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.13");
-const EC_PUBLIC_KEY: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.2.1");
-const ECDSA_WITH_SHA256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.2");
-const ECDSA_WITH_SHA384: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.3");
-const P256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.3.1.7");
-const P384: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.34");
-const ED25519: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.101.112");
 const COMMON_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
 const SUBJECT_ALT_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.17");
-
-/// Names for algorithms and curves seen in the wild, so an error says what it saw.
-const KNOWN_NAMES: &[(&str, &str)] = &[
-    ("1.2.840.113549.1.1.1", "rsaEncryption"),
-    ("1.2.840.113549.1.1.2", "md2WithRSAEncryption"),
-    ("1.2.840.113549.1.1.4", "md5WithRSAEncryption"),
-    ("1.2.840.113549.1.1.5", "sha1WithRSAEncryption"),
-    ("1.2.840.113549.1.1.10", "RSASSA-PSS"),
-    ("1.2.840.113549.1.1.11", "sha256WithRSAEncryption"),
-    ("1.2.840.113549.1.1.12", "sha384WithRSAEncryption"),
-    ("1.2.840.113549.1.1.13", "sha512WithRSAEncryption"),
-    ("1.2.840.113549.1.1.14", "sha224WithRSAEncryption"),
-    ("1.2.840.10045.2.1", "id-ecPublicKey"),
-    ("1.2.840.10045.4.1", "ecdsa-with-SHA1"),
-    ("1.2.840.10045.4.3.1", "ecdsa-with-SHA224"),
-    ("1.2.840.10045.4.3.2", "ecdsa-with-SHA256"),
-    ("1.2.840.10045.4.3.3", "ecdsa-with-SHA384"),
-    ("1.2.840.10045.4.3.4", "ecdsa-with-SHA512"),
-    ("1.2.840.10045.3.1.7", "P-256"),
-    ("1.3.132.0.34", "P-384"),
-    ("1.3.132.0.35", "P-521"),
-    ("1.3.132.0.10", "secp256k1"),
-    ("1.2.840.10040.4.1", "DSA"),
-    ("1.2.840.10040.4.3", "dsa-with-sha1"),
-    ("2.16.840.1.101.3.4.3.2", "dsa-with-sha256"),
-    ("1.3.101.110", "X25519"),
-    ("1.3.101.111", "X448"),
-    ("1.3.101.112", "Ed25519"),
-    ("1.3.101.113", "Ed448"),
-];
 
 /// What the CA accepts, for error messages.
 const ACCEPTED_KEYS: &str = "RSA of 2048 to 8192 bits, ECDSA on P-256 or P-384, and Ed25519";
@@ -815,15 +780,6 @@ fn ip_text(octets: &[u8]) -> String {
         Ipv6Addr::from(v6).to_string()
     } else {
         format!("of {} bytes", octets.len())
-    }
-}
-
-/// "name (OID)" when the OID is known, else the dotted OID.
-pub(crate) fn describe(oid: &ObjectIdentifier) -> String {
-    let dotted = oid.to_string();
-    match KNOWN_NAMES.iter().find(|(known, _)| *known == dotted) {
-        Some((_, name)) => format!("{name} ({dotted})"),
-        None => dotted,
     }
 }
 

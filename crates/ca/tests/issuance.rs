@@ -461,25 +461,8 @@ fn a_csr_that_is_not_checked_cannot_reach_the_issuer() {
     assert!(csr.matches(&["b.example.com".to_string()]).is_err());
 }
 
-const RSA2048_SHA256: &str = "\
------BEGIN CERTIFICATE REQUEST-----\n\
-MIICoTCCAYkCAQAwGjEYMBYGA1UEAwwPUlNBLkV4YW1wbGUuY29tMIIBIjANBgkq\n\
-hkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAneeAFoCezJRE+ACZmwzH9nwhoMUSOeMx\n\
-NglLl2WI5sPeUbIh21JJa5gyWfn4czylikUJ6Hy5GSSAXxqIQckMeoEq7+UV2F+k\n\
-vTxbP+GavC/XZ05sCIkPdc3GYYszbgQuASTHoPgkc0Rxqb+znFqaWzB5hNci2qV6\n\
-8oYw19DDZIx8lmFBR7Ej5MbB0VKFzVji0rMDU9YqQlhkijje6AlgmivV+BsUs3lR\n\
-tMbYWEIo4kBp6CnR9XWz1uMpvNPQicU3nAVfa+lN8twoS1yrICl1bG9kRicGNKam\n\
-FCX5b36rgqKVfkLi2flHrKjCIafFv5ce3/ad1Lb7FZ/fKqb5z3HctwIDAQABoEIw\n\
-QAYJKoZIhvcNAQkOMTMwMTAvBgNVHREEKDAmgg9yc2EuZXhhbXBsZS5jb22CE3d3\n\
-dy5yc2EuZXhhbXBsZS5jb20wDQYJKoZIhvcNAQELBQADggEBABQFlv3IL22TBHy7\n\
-SA6F6A2f03fQc+g76oHT4F0ARXau5x0PoHb/govia5kG5rSCi+7SRSzK5Pgk3/+z\n\
-tl1shYAYxDisJWb/DRMSOIa/tFEspPRgYmHNldX3D5JH6AgOa+Gi4ii91c2FxEF6\n\
-d4nVbqDkNy0R2CgvFNDgv17HUy43GAOq2nF4HT6qFN+larUlDX/GXYbAF4uTHyGS\n\
-ypwVayUmxs8otYOb3XU3iiidnfwMWET+nCAn4J1lUCEnesexB1lRWjyeXmMR/Utb\n\
-sEr74qUVnz0QKGF/zFeMmGxcw9mKYY4daholLfenb2/oV1oCZ/MFjmnJPl2ZZcMR\n\
-KLhyFnM=\n\
------END CERTIFICATE REQUEST-----\n\
-";
+/// An RSA-2048 / SHA-256 CSR made with OpenSSL (ring cannot generate RSA keys).
+const RSA2048_SHA256: &str = include_str!("fixtures/rsa2048-sha256.csr.pem");
 const RSA3072_SHA384: &str = "\
 -----BEGIN CERTIFICATE REQUEST-----\n\
 MIIDjDCCAfQCAQAwFjEUMBIGA1UECgwLRXhhbXBsZSBPcmcwggGiMA0GCSqGSIb3\n\

@@ -14,6 +14,7 @@ pub mod chain;
 mod entry;
 pub mod frontier;
 pub mod merkle;
+pub mod oids;
 pub mod signer;
 pub mod structures;
 

@@ -5,43 +5,10 @@ use x509_cert::Certificate;
 use x509_cert::spki::{ObjectIdentifier, SubjectPublicKeyInfoOwned};
 
 use super::{ChainError, Parsed};
-
-const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
-const SHA256_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.11");
-const SHA384_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.12");
-const SHA512_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.13");
-const EC_PUBLIC_KEY: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.2.1");
-const ECDSA_WITH_SHA256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.2");
-const ECDSA_WITH_SHA384: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.3");
-const P256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.3.1.7");
-const P384: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.34");
-const ED25519: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.101.112");
-
-/// Names for algorithms CAs have used that this log refuses, so the error says what was seen.
-const KNOWN_NAMES: &[(&str, &str)] = &[
-    ("1.2.840.113549.1.1.2", "md2WithRSAEncryption"),
-    ("1.2.840.113549.1.1.4", "md5WithRSAEncryption"),
-    ("1.2.840.113549.1.1.5", "sha1WithRSAEncryption"),
-    ("1.2.840.113549.1.1.10", "RSASSA-PSS"),
-    ("1.2.840.113549.1.1.11", "sha256WithRSAEncryption"),
-    ("1.2.840.113549.1.1.12", "sha384WithRSAEncryption"),
-    ("1.2.840.113549.1.1.13", "sha512WithRSAEncryption"),
-    ("1.2.840.113549.1.1.14", "sha224WithRSAEncryption"),
-    ("1.2.840.10045.4.1", "ecdsa-with-SHA1"),
-    ("1.2.840.10045.4.3.1", "ecdsa-with-SHA224"),
-    ("1.2.840.10045.4.3.2", "ecdsa-with-SHA256"),
-    ("1.2.840.10045.4.3.3", "ecdsa-with-SHA384"),
-    ("1.2.840.10045.4.3.4", "ecdsa-with-SHA512"),
-    ("1.2.840.10040.4.3", "dsa-with-sha1"),
-    ("2.16.840.1.101.3.4.3.2", "dsa-with-sha256"),
-    ("1.3.101.112", "Ed25519"),
-    ("1.3.101.113", "Ed448"),
-    ("1.2.840.113549.1.1.1", "rsaEncryption"),
-    ("1.2.840.10045.2.1", "id-ecPublicKey"),
-    ("1.2.840.10045.3.1.7", "P-256"),
-    ("1.3.132.0.34", "P-384"),
-    ("1.3.132.0.35", "P-521"),
-];
+use crate::oids::{
+    EC_PUBLIC_KEY, ECDSA_WITH_SHA256, ECDSA_WITH_SHA384, ED25519, P256, P384, RSA_ENCRYPTION,
+    SHA256_WITH_RSA, SHA384_WITH_RSA, SHA512_WITH_RSA, describe,
+};
 
 /// Why a signature was not accepted.
 pub(super) enum Failure {
@@ -144,14 +111,5 @@ fn choose(
         Ok(&ring_sig::ED25519)
     } else {
         Err(Failure::Unsupported(describe(signature)))
-    }
-}
-
-/// "name (OID)" when the OID is known, else the dotted OID.
-fn describe(oid: &ObjectIdentifier) -> String {
-    let dotted = oid.to_string();
-    match KNOWN_NAMES.iter().find(|(known, _)| *known == dotted) {
-        Some((_, name)) => format!("{name} ({dotted})"),
-        None => dotted,
     }
 }
