@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use certus_core::{Command, Response};
 use certus_node::ct_log::CtNode;
-use certus_node::{CertusNode, Clock, CtSetup, Leader, Node, NodeConfig, ServiceError};
+use certus_node::{
+    CertusNode, Clock, CtSetup, Leader, Node, NodeConfig, ServiceError, SessionParts,
+};
 use certus_store::SimDisk;
 use madsim::runtime::{Handle, NodeHandle};
 use openraft_metrics::watch_roles;
@@ -41,7 +43,7 @@ pub fn config(id: u64) -> NodeConfig {
         SocketAddr::new(node_ip(id), HTTP_PORT),
         PathBuf::from(format!("/sim/node-{id}")),
     );
-    // No scenario runs sessions yet; their daemons would only add idle wake-ups.
+    // Only the sessions scenarios run the daemons; elsewhere they would only add idle wake-ups.
     config.sessions.daemons = false;
     config
 }
@@ -57,7 +59,7 @@ pub enum Storage {
 }
 
 /// How to build a cluster.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ClusterSpec {
     /// How many nodes (ids 1..=nodes).
     pub nodes: u64,
@@ -69,6 +71,23 @@ pub struct ClusterSpec {
     pub tune: fn(&mut NodeConfig),
     /// The CT log every node runs, if any.
     pub ct: Option<CtSetup>,
+    /// What each node's session daemons work with (called on every start of node `id`).
+    pub sessions: Option<SessionPartsFor>,
+}
+
+/// Makes the session daemons' parts for node `id`.
+pub type SessionPartsFor = Arc<dyn Fn(u64) -> SessionParts + Send + Sync>;
+
+impl std::fmt::Debug for ClusterSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterSpec")
+            .field("nodes", &self.nodes)
+            .field("clocks", &self.clocks)
+            .field("storage", &self.storage)
+            .field("ct", &self.ct.is_some())
+            .field("sessions", &self.sessions.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClusterSpec {
@@ -80,6 +99,7 @@ impl ClusterSpec {
             storage: Storage::Simulated,
             tune: |_| {},
             ct: None,
+            sessions: None,
         }
     }
 }
@@ -167,6 +187,7 @@ impl SimCluster {
             let config = configs[&id].clone();
             let storage = spec.storage.clone();
             let ct = spec.ct.clone();
+            let sessions = spec.sessions.clone();
             let machine = handle
                 .create_node()
                 .name(format!("node-{id}"))
@@ -180,13 +201,17 @@ impl SimCluster {
                     let config = config.clone();
                     let storage = storage.clone();
                     let ct = ct.clone();
+                    let sessions = sessions
+                        .as_ref()
+                        .map_or_else(SessionParts::default, |parts| parts(id));
                     async move {
                         // The wall clock picks up where its drift has taken it by now.
                         let clock = Clock::system();
                         clock.set_skew(skew.offset_at(elapsed_ms(started)), skew.drift_ppm);
                         let node = match storage {
                             Storage::Simulated => {
-                                Node::start_with_ct(config, Arc::new(disk), clock, ct).await
+                                Node::start_with_parts(config, Arc::new(disk), clock, ct, sessions)
+                                    .await
                             }
                             Storage::Sled(_) => Node::start_with_clock(config, clock).await,
                         }

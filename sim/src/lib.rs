@@ -4,7 +4,7 @@
 //! (in its own target directory; `cargo xtask sim` and `cargo xtask test` run it): a cluster of
 //! real [`certus_node::Node`]s on madsim's simulated network and time, each on its own
 //! [`certus_store::SimDisk`] that outlives crashes. What it records ([`history`], [`observe`]) and
-//! what judges it ([`linearizability`], [`lease_model`], [`checkers`], [`ct_checkers`], [`schedule`],
+//! what judges it ([`linearizability`], [`lease_model`], [`checkers`], [`ct_checkers`], [`session_checkers`], [`schedule`],
 //! [`timeline`]) and the seeded signing [`keys`] are plain code, tested by a normal `cargo test`.
 
 #![deny(missing_docs, unreachable_pub)]
@@ -17,6 +17,7 @@ pub mod lease_model;
 pub mod linearizability;
 pub mod observe;
 pub mod schedule;
+pub mod session_checkers;
 pub mod timeline;
 
 #[cfg(madsim)]
@@ -29,5 +30,9 @@ pub mod ct_workload;
 pub mod faults;
 #[cfg(madsim)]
 pub mod run;
+#[cfg(madsim)]
+pub mod session_run;
+#[cfg(madsim)]
+pub mod session_workload;
 #[cfg(madsim)]
 pub mod workload;

@@ -32,6 +32,8 @@ use crate::ct_run::{self, CtReport};
 use crate::ct_workload::CtWorkload;
 use crate::observe::RunRecord;
 use crate::schedule::{FaultConfig, Schedule};
+use crate::session_run::{self, SessionReport, SessionSetup};
+use crate::session_workload::SessionWorkload;
 use crate::workload::{self, LeaseWorkload};
 
 /// How long after the faults heal a grant must succeed.
@@ -60,6 +62,9 @@ pub struct Scenario {
     pub workload: LeaseWorkload,
     /// The CT log and its workload, if the scenario runs one.
     pub ct: Option<CtWorkload>,
+    /// The CA issuance sessions workload, if the scenario runs one (its `tune` must turn the
+    /// daemons on: [`session_run::tune`]).
+    pub sessions: Option<SessionWorkload>,
 }
 
 /// Every scenario.
@@ -74,6 +79,7 @@ pub fn scenarios() -> Vec<Scenario> {
             tune: |_| {},
             workload: LeaseWorkload::default(),
             ct: None,
+            sessions: None,
         },
         Scenario {
             name: "leases-5",
@@ -88,6 +94,7 @@ pub fn scenarios() -> Vec<Scenario> {
                 ..LeaseWorkload::default()
             },
             ct: None,
+            sessions: None,
         },
         Scenario {
             name: "snapshots",
@@ -102,6 +109,7 @@ pub fn scenarios() -> Vec<Scenario> {
             },
             workload: LeaseWorkload::default(),
             ct: None,
+            sessions: None,
         },
         Scenario {
             name: "sled",
@@ -113,6 +121,7 @@ pub fn scenarios() -> Vec<Scenario> {
             tune: |_| {},
             workload: LeaseWorkload::default(),
             ct: None,
+            sessions: None,
         },
         Scenario {
             name: "ct",
@@ -127,6 +136,7 @@ pub fn scenarios() -> Vec<Scenario> {
                 ..LeaseWorkload::default()
             },
             ct: Some(CtWorkload::default()),
+            sessions: None,
         },
         Scenario {
             name: "ct-5",
@@ -152,6 +162,23 @@ pub fn scenarios() -> Vec<Scenario> {
                 },
                 ..CtWorkload::default()
             }),
+            sessions: None,
+        },
+        Scenario {
+            name: "sessions",
+            about: "3 nodes working CA issuance sessions: clients serving HTTP-01 over the \
+                    simulated network, an external worker that dies mid-step, an upstream CA \
+                    polled on a compressed schedule; the queue-recovery checkers",
+            faults: FaultConfig::for_nodes(3),
+            sled: false,
+            deterministic: true,
+            tune: session_run::tune,
+            workload: LeaseWorkload {
+                clients: 2,
+                ..LeaseWorkload::default()
+            },
+            ct: None,
+            sessions: Some(SessionWorkload::default()),
         },
     ]
 }
@@ -177,6 +204,8 @@ pub struct RunOutcome {
     pub nonlinearizable: BTreeMap<String, Vec<Operation>>,
     /// The CT log's publications and client history, as JSON, when the scenario runs the log.
     pub ct_report: Option<String>,
+    /// The sessions' client history and upstream orders, as JSON, when the scenario runs them.
+    pub sessions_report: Option<String>,
     /// Simulated time the run covered.
     pub simulated: Duration,
     /// Wall time it took.
@@ -197,6 +226,7 @@ impl RunOutcome {
             .unwrap_or_default()
             .hash(&mut hasher);
         self.ct_report.hash(&mut hasher);
+        self.sessions_report.hash(&mut hasher);
         hasher.finish()
     }
 }
@@ -205,6 +235,7 @@ impl RunOutcome {
 struct Collected {
     history: History,
     ct_report: Option<CtReport>,
+    sessions_report: Option<SessionReport>,
     record: RunRecord,
     verdicts: Vec<Verdict>,
     epoch_ms: u64,
@@ -298,10 +329,15 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> RunOutcome {
     let trace_text = without_task_ids(&String::from_utf8_lossy(&trace.0.lock().expect("trace")));
     let mut nonlinearizable = BTreeMap::new();
     let mut ct_report = None;
+    let mut sessions_report = None;
     let (history, mut record, mut verdicts, simulated) = match result {
         Ok(collected) => {
             ct_report = collected
                 .ct_report
+                .as_ref()
+                .map(|report| serde_json::to_string_pretty(report).unwrap_or_default());
+            sessions_report = collected
+                .sessions_report
                 .as_ref()
                 .map(|report| serde_json::to_string_pretty(report).unwrap_or_default());
             let mut verdicts = collected.verdicts;
@@ -360,6 +396,7 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> RunOutcome {
         trace: trace_text,
         nonlinearizable,
         ct_report,
+        sessions_report,
         simulated,
         wall,
     }
@@ -464,12 +501,17 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         None
     };
     let ct_setup = scenario.ct.as_ref().map(|_| ct_run::setup(schedule.seed));
+    let session_setup = scenario
+        .sessions
+        .as_ref()
+        .map(|_| SessionSetup::new(schedule.seed, started));
     let spec = ClusterSpec {
         nodes,
         clocks: schedule.clocks.clone(),
         storage: data.clone().map_or(Storage::Simulated, Storage::Sled),
         tune: scenario.tune,
         ct: ct_setup.as_ref().map(|(setup, _, _)| setup.clone()),
+        sessions: session_setup.as_ref().map(SessionSetup::parts),
     };
     let cluster = Arc::new(SimCluster::start_with(&spec, started));
     let driver = FaultDriver::new(Arc::clone(&cluster), started);
@@ -481,12 +523,20 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         .map(|(workload, (_, pki, verifier))| {
             ct_run::start(&cluster, workload, schedule.seed, pki, verifier, started)
         });
+    let sessions = scenario
+        .sessions
+        .as_ref()
+        .zip(session_setup)
+        .map(|(workload, setup)| session_run::start(&cluster, workload, setup, schedule.seed));
 
     // Safety phase.
     driver.run_safety_phase(&schedule).await;
     driver.heal(schedule.permanent.as_ref());
     let heal_ms = elapsed_ms(started);
     info!(at_ms = heal_ms, "liveness phase begins");
+    if let Some(sessions) = &sessions {
+        sessions.healed(heal_ms);
+    }
 
     // Liveness: a grant within the bound.
     let granted = workload::acquire_until_granted(
@@ -519,6 +569,14 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         Some(ct) => {
             let (ct_verdicts, report) = ct.finish(&cluster, heal_ms, started).await;
             verdicts.extend(ct_verdicts);
+            Some(report)
+        }
+        None => None,
+    };
+    let sessions_report = match sessions {
+        Some(sessions) => {
+            let (session_verdicts, report) = sessions.finish(&cluster, heal_ms).await;
+            verdicts.extend(session_verdicts);
             Some(report)
         }
         None => None,
@@ -556,6 +614,7 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     Collected {
         history,
         ct_report,
+        sessions_report,
         record,
         verdicts,
         epoch_ms,
@@ -669,6 +728,9 @@ pub fn write_report(outcome: &RunOutcome, root: &Path) -> std::io::Result<PathBu
     )?;
     if let Some(report) = &outcome.ct_report {
         std::fs::write(dir.join("ct.json"), report)?;
+    }
+    if let Some(report) = &outcome.sessions_report {
+        std::fs::write(dir.join("sessions.json"), report)?;
     }
     for (lease, window) in &outcome.nonlinearizable {
         write_json(&dir.join(format!("nonlinearizable-{lease}.json")), window)?;

@@ -58,6 +58,13 @@ pub struct SessionsSetup {
     pub upstream_url: Option<String>,
     /// How the issue daemon polls the upstream CA (seed 001's schedule by default).
     pub upstream_poll: certus_ca::poller::PollPolicyConfig,
+    /// How long an order still pending at the poll deadline waits before the next claim, when
+    /// the CA named no delay (`Retry-After`), in milliseconds.
+    pub upstream_pending_delay_ms: u64,
+    /// How long a daemon's claim lasts unless extended, in milliseconds: how soon a session a
+    /// dead node was working is taken up again. Claims are extended every third of it while a
+    /// step runs, so it must well exceed one Raft write.
+    pub claim_visibility_ms: u64,
 }
 
 impl Default for SessionsSetup {
@@ -70,6 +77,8 @@ impl Default for SessionsSetup {
             http01_timeout_ms: 10_000,
             upstream_url: None,
             upstream_poll: certus_ca::poller::PollPolicyConfig::default(),
+            upstream_pending_delay_ms: 60_000,
+            claim_visibility_ms: 30_000,
         }
     }
 }
@@ -192,6 +201,19 @@ impl NodeConfig {
         }
         certus_ca::poller::PollPolicy::new(self.sessions.upstream_poll)
             .map_err(|error| format!("sessions.upstream_poll: {error}"))?;
+        if !(1_000..=3_600_000).contains(&self.sessions.claim_visibility_ms) {
+            return Err(format!(
+                "sessions.claim_visibility_ms is {}; it must be within 1000..=3600000",
+                self.sessions.claim_visibility_ms
+            ));
+        }
+        if self.sessions.upstream_pending_delay_ms > certus_core::limits::SESSION_DELAY_MS_MAX {
+            return Err(format!(
+                "sessions.upstream_pending_delay_ms is {}; it must be at most {}",
+                self.sessions.upstream_pending_delay_ms,
+                certus_core::limits::SESSION_DELAY_MS_MAX
+            ));
+        }
         if self.tick_interval_ms == 0 {
             return Err("tick_interval_ms must be at least 1".into());
         }

@@ -46,4 +46,5 @@ pub use ct_log::CtSetup;
 pub use errors::ServiceError;
 pub use node::{Node, StartError};
 pub use replica::{Leader, Replica};
+pub use session_daemons::{SessionParts, WorkEvent, WorkObserver};
 pub use types::{CertusNode, NodeId, Raft, TypeConfig};

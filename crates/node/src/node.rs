@@ -22,6 +22,7 @@ use crate::log_service::LogService;
 use crate::network::{Network, Peers};
 use crate::raft_service::RaftService;
 use crate::replica::{Leader, Replica};
+use crate::session_daemons::{SessionDaemons, SessionParts};
 use crate::types::{CertusNode, NodeId, Raft};
 
 /// Why a node did not start.
@@ -102,12 +103,33 @@ impl Node {
         Node::start_with_ct(config, disk, clock, ct).await
     }
 
-    /// Starts a node on any disk and clock with the given CT setup (`None`: no CT log).
+    /// Starts a node on any disk and clock with the given CT setup (`None`: no CT log), its
+    /// session daemons (if on) working with what `config.sessions` names.
     pub async fn start_with_ct<D>(
         config: NodeConfig,
         disk: Arc<D>,
         clock: Clock,
         ct: Option<CtSetup>,
+    ) -> Result<Node, StartError>
+    where
+        D: Disk + Send + Sync + 'static,
+    {
+        let sessions = if config.sessions.daemons {
+            SessionParts::from_setup(&config.sessions).map_err(StartError::Config)?
+        } else {
+            SessionParts::default()
+        };
+        Node::start_with_parts(config, disk, clock, ct, sessions).await
+    }
+
+    /// Starts a node on any disk and clock with the given CT setup and the parts its session
+    /// daemons work with (the simulation passes its own tester, upstream CA and observer).
+    pub async fn start_with_parts<D>(
+        config: NodeConfig,
+        disk: Arc<D>,
+        clock: Clock,
+        ct: Option<CtSetup>,
+        sessions: SessionParts,
     ) -> Result<Node, StartError>
     where
         D: Disk + Send + Sync + 'static,
@@ -169,7 +191,7 @@ impl Node {
             )));
         }
         if config.sessions.daemons {
-            let daemons = session_daemons(&config).map_err(StartError::Config)?;
+            let daemons = SessionDaemons::new(config.id, sessions, &config.sessions);
             servers.push(tokio::spawn(crate::session_daemons::run(
                 Arc::clone(&replica),
                 daemons,
@@ -401,47 +423,6 @@ async fn run_ticks(replica: Arc<Replica>, config: NodeConfig, stop: watch::Recei
             }
         }
     }
-}
-
-/// The session daemons of a node, with the CA its configuration names.
-fn session_daemons(config: &NodeConfig) -> Result<crate::session_daemons::SessionDaemons, String> {
-    let setup = &config.sessions;
-    let ca = match (&setup.ca_key_file, &setup.ca_cert_file) {
-        (Some(key), Some(cert)) => {
-            let read = |path: &std::path::Path| {
-                std::fs::read_to_string(path)
-                    .map_err(|error| format!("cannot read {}: {error}", path.display()))
-            };
-            Some(
-                certus_ca::issuer::CaIdentity::from_pem(&read(key)?, &read(cert)?)
-                    .map_err(|error| format!("sessions CA {}: {error}", cert.display()))?,
-            )
-        }
-        _ => None,
-    };
-    #[cfg(not(madsim))]
-    let upstream = setup
-        .upstream_url
-        .as_deref()
-        .map(|url| crate::session_daemons::Upstream::new(url, setup.upstream_poll))
-        .transpose()
-        .map_err(|error| format!("sessions.upstream_url: {error}"))?;
-    Ok(crate::session_daemons::SessionDaemons::new(
-        config.id,
-        ca,
-        #[cfg(not(madsim))]
-        upstream,
-        #[cfg(not(madsim))]
-        certus_ca::http01::Http01Config {
-            resolver: if setup.http01_resolve.is_empty() {
-                certus_ca::http01::Resolver::System
-            } else {
-                certus_ca::http01::Resolver::Static(setup.http01_resolve.clone())
-            },
-            timeout: std::time::Duration::from_millis(setup.http01_timeout_ms),
-            ..certus_ca::http01::Http01Config::default()
-        },
-    ))
 }
 
 /// Loads the CT log's key and roots named by the node's configuration.

@@ -20,103 +20,287 @@
 //! A step that fails for a reason that may pass (the cluster could not take the write, the CA
 //! failed) releases the session with a delay; a session whose own data is wrong fails.
 
+use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use certus_ca::csr::CheckedCsr;
+use certus_ca::http01::TestOutcome;
 use certus_ca::issuer::{CaIdentity, LEAF_VALIDITY_DEFAULT, SerialNumber};
+use certus_ca::poller::{Answer, PollPolicy, Step as OrderStep};
+use certus_ca::upstream::{IssuedChain, OrderId, OrderRequest, Submitted};
 use certus_core::{
     ChallengeCommand, ChallengeToken, Command, KeyAuthorization, NewChallenge, Reason,
-    Response as CommandResponse, Session, SessionCommand, SessionReply, Stage, StepOutcome,
-    WorkerId,
+    Response as CommandResponse, Session, SessionCommand, SessionId, SessionReply, Stage,
+    StepOutcome, WorkerId,
 };
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use crate::config::SessionsSetup;
 use crate::replica::Replica;
 
-/// How long a daemon's claim lasts; a step takes far less (an HTTP-01 test is bounded by its
-/// timeout, 10 s).
-const CLAIM_VISIBILITY_MS: u64 = 30_000;
 /// Sessions claimed at once per stage (worked concurrently).
 const CLAIM_BATCH: u32 = 8;
-/// How often a claim held by a slow step is extended: well within its visibility.
-const EXTEND_EVERY: Duration = Duration::from_millis(CLAIM_VISIBILITY_MS / 3);
 /// The pause between rounds when there was nothing to do.
 const IDLE_PAUSE: Duration = Duration::from_millis(200);
 /// How long a session released after a transient failure waits before it is claimed again.
 const RETRY_DELAY_MS: u64 = 5_000;
 
-/// What the daemons of one node need.
-#[derive(Debug, Clone)]
-pub struct SessionDaemons {
-    worker: WorkerId,
-    ca: Option<Arc<CaIdentity>>,
-    #[cfg(not(madsim))]
-    upstream: Option<Arc<Upstream>>,
-    #[cfg(not(madsim))]
-    tester: Arc<certus_ca::http01::Http01Tester>,
+/// A boxed future, so the daemons can hold their testers and connectors as trait objects.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Tests one HTTP-01 challenge: fetches what `name` serves for `token` and judges it against
+/// `key_authorization`. In production an HTTP GET (`certus_ca::http01::Http01Tester`); the
+/// simulation brings its own over simulated links.
+pub trait ChallengeTester: Send + Sync + fmt::Debug {
+    /// The verdict on one challenge.
+    fn test<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+        key_authorization: &'a str,
+    ) -> BoxFuture<'a, TestOutcome>;
+}
+
+#[cfg(not(madsim))]
+impl ChallengeTester for certus_ca::http01::Http01Tester {
+    fn test<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+        key_authorization: &'a str,
+    ) -> BoxFuture<'a, TestOutcome> {
+        Box::pin(certus_ca::http01::Http01Tester::test(
+            self,
+            name,
+            token,
+            key_authorization,
+        ))
+    }
+}
+
+/// An asynchronous upstream CA as a trait object ([`certus_ca::upstream::UpstreamCa`]'s futures
+/// are not object-safe; every `UpstreamCa` is one of these).
+pub trait UpstreamConnector: Send + Sync + fmt::Debug {
+    /// Orders a certificate for `request` (one request, triaged).
+    fn submit<'a>(&'a self, request: &'a OrderRequest) -> BoxFuture<'a, Answer<Submitted>>;
+    /// Reads the status of order `id` (one request, triaged).
+    fn status<'a>(&'a self, id: &'a OrderId) -> BoxFuture<'a, Answer<OrderStep<IssuedChain>>>;
+}
+
+impl<C> UpstreamConnector for C
+where
+    C: certus_ca::upstream::UpstreamCa + Send + Sync + fmt::Debug,
+{
+    fn submit<'a>(&'a self, request: &'a OrderRequest) -> BoxFuture<'a, Answer<Submitted>> {
+        Box::pin(certus_ca::upstream::UpstreamCa::submit(self, request))
+    }
+
+    fn status<'a>(&'a self, id: &'a OrderId) -> BoxFuture<'a, Answer<OrderStep<IssuedChain>>> {
+        Box::pin(certus_ca::upstream::UpstreamCa::status(self, id))
+    }
+}
+
+/// A [`UpstreamConnector`] seen as an [`certus_ca::upstream::UpstreamCa`] again, for the poller.
+struct Connector(Arc<dyn UpstreamConnector>);
+
+impl certus_ca::upstream::UpstreamCa for Connector {
+    async fn submit(&self, request: &OrderRequest) -> Answer<Submitted> {
+        self.0.submit(request).await
+    }
+
+    async fn status(&self, id: &OrderId) -> Answer<OrderStep<IssuedChain>> {
+        self.0.status(id).await
+    }
 }
 
 /// An upstream CA and how it is polled.
-#[cfg(not(madsim))]
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Upstream {
-    connector: certus_ca::upstream::HttpUpstream,
-    policy: certus_ca::poller::PollPolicy,
+    connector: Arc<dyn UpstreamConnector>,
+    policy: PollPolicy,
 }
 
-#[cfg(not(madsim))]
 impl Upstream {
-    /// The upstream CA at `url`, polled by `policy`.
-    pub fn new(url: &str, policy: certus_ca::poller::PollPolicyConfig) -> Result<Upstream, String> {
-        Ok(Upstream {
-            connector: certus_ca::upstream::HttpUpstream::new(url)?,
-            policy: certus_ca::poller::PollPolicy::new(policy).map_err(|e| e.to_string())?,
+    /// The upstream CA `connector`, polled by `policy`.
+    pub fn new(connector: Arc<dyn UpstreamConnector>, policy: PollPolicy) -> Upstream {
+        Upstream { connector, policy }
+    }
+
+    /// The upstream CA speaking `certus_ca::upstream`'s order protocol at `url`.
+    #[cfg(not(madsim))]
+    pub fn http(
+        url: &str,
+        policy: certus_ca::poller::PollPolicyConfig,
+    ) -> Result<Upstream, String> {
+        Ok(Upstream::new(
+            Arc::new(certus_ca::upstream::HttpUpstream::new(url)?),
+            PollPolicy::new(policy).map_err(|e| e.to_string())?,
+        ))
+    }
+}
+
+/// What a node's daemons did with a claim, for a harness that checks claims are exclusive (the
+/// simulation). Reported as it happens, on the daemon's task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkEvent {
+    /// A claim was granted: the daemon starts working the session.
+    Claimed {
+        /// The session.
+        session: SessionId,
+        /// The claim's token.
+        token: u64,
+        /// The claim's deadline, machine time.
+        deadline_ms: u64,
+    },
+    /// The claim was extended to `deadline_ms`.
+    Extended {
+        /// The session.
+        session: SessionId,
+        /// The claim's token.
+        token: u64,
+        /// The new deadline, machine time.
+        deadline_ms: u64,
+    },
+    /// The daemon is done working the session under `token` and sends its result.
+    Finished {
+        /// The session.
+        session: SessionId,
+        /// The claim's token.
+        token: u64,
+    },
+}
+
+/// Receives [`WorkEvent`]s with the worker's name.
+pub type WorkObserver = Arc<dyn Fn(&WorkerId, WorkEvent) + Send + Sync>;
+
+/// What the daemons work with, beyond the node's configuration: the CA, the tester and the
+/// upstream CA. A node builds them from its configuration ([`SessionParts::from_setup`]); the
+/// simulation passes its own.
+#[derive(Clone, Default)]
+pub struct SessionParts {
+    /// The cluster CA: with it and no upstream, the node issues.
+    pub ca: Option<Arc<CaIdentity>>,
+    /// The HTTP-01 tester: without one the node leaves testchallenge to external workers.
+    pub tester: Option<Arc<dyn ChallengeTester>>,
+    /// The upstream CA: with it the node orders certificates there.
+    pub upstream: Option<Upstream>,
+    /// Told of every claim the daemons take, extend and finish.
+    pub observer: Option<WorkObserver>,
+}
+
+impl fmt::Debug for SessionParts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionParts")
+            .field("ca", &self.ca.is_some())
+            .field("tester", &self.tester)
+            .field("upstream", &self.upstream)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
+impl SessionParts {
+    /// The parts `setup` names: the CA from its files, the HTTP-01 tester (not in the
+    /// simulation, which has no HTTP), the upstream CA at its URL.
+    pub fn from_setup(setup: &SessionsSetup) -> Result<SessionParts, String> {
+        let ca = match (&setup.ca_key_file, &setup.ca_cert_file) {
+            (Some(key), Some(cert)) => {
+                let read = |path: &std::path::Path| {
+                    std::fs::read_to_string(path)
+                        .map_err(|error| format!("cannot read {}: {error}", path.display()))
+                };
+                Some(Arc::new(
+                    CaIdentity::from_pem(&read(key)?, &read(cert)?)
+                        .map_err(|error| format!("sessions CA {}: {error}", cert.display()))?,
+                ))
+            }
+            _ => None,
+        };
+        #[cfg(not(madsim))]
+        {
+            let upstream = setup
+                .upstream_url
+                .as_deref()
+                .map(|url| Upstream::http(url, setup.upstream_poll))
+                .transpose()
+                .map_err(|error| format!("sessions.upstream_url: {error}"))?;
+            let tester = certus_ca::http01::Http01Tester::new(certus_ca::http01::Http01Config {
+                resolver: if setup.http01_resolve.is_empty() {
+                    certus_ca::http01::Resolver::System
+                } else {
+                    certus_ca::http01::Resolver::Static(setup.http01_resolve.clone())
+                },
+                timeout: Duration::from_millis(setup.http01_timeout_ms),
+                ..certus_ca::http01::Http01Config::default()
+            });
+            Ok(SessionParts {
+                ca,
+                tester: Some(Arc::new(tester)),
+                upstream,
+                observer: None,
+            })
+        }
+        #[cfg(madsim)]
+        Ok(SessionParts {
+            ca,
+            ..SessionParts::default()
         })
     }
 }
 
+/// What the daemons of one node need.
+#[derive(Clone)]
+pub struct SessionDaemons {
+    worker: WorkerId,
+    parts: SessionParts,
+    /// How long a claim lasts unless extended.
+    claim_visibility_ms: u64,
+    /// The wait after an upstream order still pending, when the CA named none.
+    pending_delay_ms: u64,
+}
+
+impl fmt::Debug for SessionDaemons {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionDaemons")
+            .field("worker", &self.worker)
+            .field("parts", &self.parts)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The note prefix that carries an upstream order id from one claim to the next.
-#[cfg(not(madsim))]
 const ORDER_NOTE_PREFIX: &str = "upstream order ";
-/// How long an order still pending at the poll deadline waits before the next claim, when the
-/// CA named no delay.
-#[cfg(not(madsim))]
-const PENDING_DELAY_MS: u64 = 60_000;
 
 impl SessionDaemons {
-    /// The daemons of node `id`, issuing through `upstream` or with `ca` if given, and testing
-    /// challenges with `http01`.
-    pub fn new(
-        id: u64,
-        ca: Option<CaIdentity>,
-        #[cfg(not(madsim))] upstream: Option<Upstream>,
-        #[cfg(not(madsim))] http01: certus_ca::http01::Http01Config,
-    ) -> SessionDaemons {
+    /// The daemons of node `id`, working with `parts` on the timings of `setup`.
+    pub fn new(id: u64, parts: SessionParts, setup: &SessionsSetup) -> SessionDaemons {
         SessionDaemons {
             worker: WorkerId::new(format!("node-{id}")).expect("a valid worker id"),
-            ca: ca.map(Arc::new),
-            #[cfg(not(madsim))]
-            upstream: upstream.map(Arc::new),
-            #[cfg(not(madsim))]
-            tester: Arc::new(certus_ca::http01::Http01Tester::new(http01)),
+            parts,
+            claim_visibility_ms: setup.claim_visibility_ms,
+            pending_delay_ms: setup.upstream_pending_delay_ms,
+        }
+    }
+
+    fn observe(&self, event: WorkEvent) {
+        if let Some(observer) = &self.parts.observer {
+            observer(&self.worker, event);
         }
     }
 
     /// The stages this node works.
     fn stages(&self) -> Vec<Stage> {
         let mut stages = vec![Stage::MakeChallenge];
-        #[cfg(not(madsim))]
-        stages.push(Stage::TestChallenge);
-        #[cfg(not(madsim))]
-        let issues = self.ca.is_some() || self.upstream.is_some();
-        #[cfg(madsim)]
-        let issues = self.ca.is_some();
-        if issues {
+        if self.parts.tester.is_some() {
+            stages.push(Stage::TestChallenge);
+        }
+        if self.parts.ca.is_some() || self.parts.upstream.is_some() {
             stages.push(Stage::Issue);
         }
         stages
@@ -160,11 +344,22 @@ impl SessionDaemons {
         let command = SessionCommand::Claim {
             stage,
             worker: self.worker.clone(),
-            visibility_ms: CLAIM_VISIBILITY_MS,
+            visibility_ms: self.claim_visibility_ms,
             max: CLAIM_BATCH,
         };
         match write(replica, vec![Command::Session(command)]).await? {
-            SessionReply::Claimed(sessions) => Ok(sessions),
+            SessionReply::Claimed(sessions) => {
+                for session in &sessions {
+                    if let Some(claim) = &session.claim {
+                        self.observe(WorkEvent::Claimed {
+                            session: session.id,
+                            token: claim.token,
+                            deadline_ms: claim.deadline_ms,
+                        });
+                    }
+                }
+                Ok(sessions)
+            }
             other => Err(format!("claim answered {other:?}")),
         }
     }
@@ -181,23 +376,24 @@ impl SessionDaemons {
                 commands
             }),
             Stage::TestChallenge => {
-                let tested = keep_claim(replica, id, token, self.test_challenges(&session)).await;
+                let tested = self
+                    .keep_claim(replica, id, token, self.test_challenges(&session))
+                    .await;
                 Ok(vec![complete(&session, token, tested)])
             }
             Stage::Issue => {
-                #[cfg(not(madsim))]
-                let issued = match &self.upstream {
+                let issued = match &self.parts.upstream {
                     Some(upstream) => {
-                        keep_claim(replica, id, token, order(replica, upstream, &session)).await
+                        let ordered = self.order(replica, upstream, &session);
+                        self.keep_claim(replica, id, token, ordered).await
                     }
                     None => self.issue(replica, &session),
                 };
-                #[cfg(madsim)]
-                let issued = self.issue(replica, &session);
                 issued.map(|outcome| vec![complete(&session, token, outcome)])
             }
             Stage::Done | Stage::Failed => return,
         };
+        self.observe(WorkEvent::Finished { session: id, token });
         let result = match step {
             Ok(commands) => write(replica, commands).await.map(|_| ()),
             Err(Step::Fail(reason)) => {
@@ -267,8 +463,11 @@ impl SessionDaemons {
         Ok((puts, StepOutcome::Challenges(challenges)))
     }
 
-    #[cfg(not(madsim))]
     async fn test_challenges(&self, session: &Session) -> StepOutcome {
+        let Some(tester) = &self.parts.tester else {
+            // Not reached: without a tester the stage is not claimed (see `stages`).
+            return StepOutcome::Tested(Vec::new());
+        };
         let mut results = Vec::new();
         // One result per challenge, as the state machine requires; a challenge already
         // satisfied is not fetched again (its result is ignored).
@@ -281,8 +480,7 @@ impl SessionDaemons {
                 });
                 continue;
             }
-            let outcome = self
-                .tester
+            let outcome = tester
                 .test(
                     challenge.name.as_str(),
                     challenge.token.as_str(),
@@ -290,10 +488,8 @@ impl SessionDaemons {
                 )
                 .await;
             let error = match outcome {
-                certus_ca::http01::TestOutcome::Satisfied => None,
-                certus_ca::http01::TestOutcome::NotSatisfied { reason } => {
-                    Some(reason_text(&reason))
-                }
+                TestOutcome::Satisfied => None,
+                TestOutcome::NotSatisfied { reason } => Some(reason_text(&reason)),
             };
             results.push(certus_core::TestResult {
                 name: challenge.name.clone(),
@@ -304,14 +500,104 @@ impl SessionDaemons {
         StepOutcome::Tested(results)
     }
 
-    /// The simulation has no HTTP; testchallenge is not claimed there (see [`Self::stages`]).
-    #[cfg(madsim)]
-    async fn test_challenges(&self, _session: &Session) -> StepOutcome {
-        StepOutcome::Tested(Vec::new())
+    /// Runs `step` while extending the claim on session `id` every third of the visibility, so
+    /// a slow step (an HTTP-01 test runs up to its timeout per name) keeps its claim. If an
+    /// extension is refused the claim is gone; the step's completion will be refused as stale,
+    /// which is safe.
+    async fn keep_claim<T>(
+        &self,
+        replica: &Replica,
+        id: SessionId,
+        token: u64,
+        step: impl Future<Output = T>,
+    ) -> T {
+        let every = Duration::from_millis(self.claim_visibility_ms / 3);
+        tokio::pin!(step);
+        loop {
+            tokio::select! {
+                output = &mut step => return output,
+                () = tokio::time::sleep(every) => {
+                    let command = SessionCommand::Extend {
+                        session: id,
+                        token,
+                        visibility_ms: self.claim_visibility_ms,
+                    };
+                    match write(replica, vec![Command::Session(command)]).await {
+                        Ok(SessionReply::Extended { deadline_ms, .. }) => {
+                            self.observe(WorkEvent::Extended { session: id, token, deadline_ms });
+                        }
+                        Ok(other) => debug!(id = replica.id, session = %id, ?other, "claim extension answered"),
+                        Err(error) => debug!(id = replica.id, session = %id, %error, "claim not extended"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Orders the session's certificate from the upstream CA, resuming the order named in the
+    /// session's note if there is one.
+    async fn order(
+        &self,
+        replica: &Replica,
+        upstream: &Upstream,
+        session: &Session,
+    ) -> Result<StepOutcome, Step> {
+        use certus_ca::upstream::{Issuance, issue_via_upstream};
+        let resume = session
+            .note
+            .as_ref()
+            .and_then(|note| note.as_str().strip_prefix(ORDER_NOTE_PREFIX))
+            .and_then(|id| OrderId::new(id).ok());
+        let names = session
+            .names
+            .iter()
+            .map(|name| name.as_str().to_owned())
+            .collect();
+        // One session, one order: the CA dedupes a resubmission by this key.
+        let key = format!("certus-session-{}", session.id);
+        let request = OrderRequest::new(session.csr.clone(), names, &key).map_err(Step::Fail)?;
+        let mut jitter = random_unit;
+        let now_ms = || replica.clock.now_ms();
+        match issue_via_upstream(
+            &Connector(Arc::clone(&upstream.connector)),
+            &upstream.policy,
+            &request,
+            resume,
+            &mut jitter,
+            now_ms,
+        )
+        .await
+        {
+            Issuance::Issued { chain, .. } => Ok(StepOutcome::Issued {
+                cert: chain.pem().as_bytes().to_vec(),
+            }),
+            Issuance::Failed { reason, .. } => {
+                Err(Step::Fail(format!("the upstream CA: {reason}")))
+            }
+            Issuance::StillPending {
+                order_id,
+                last_error,
+                retry_after,
+                ..
+            } => Err(Step::Later {
+                note: match order_id {
+                    Some(order_id) => format!("{ORDER_NOTE_PREFIX}{order_id}"),
+                    None => format!(
+                        "the upstream CA took no order yet: {}",
+                        last_error.unwrap_or_else(|| "no answer".to_owned())
+                    ),
+                },
+                delay_ms: retry_after.map_or(self.pending_delay_ms, |delay| {
+                    u64::try_from(delay.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .min(certus_core::limits::SESSION_DELAY_MS_MAX)
+                }),
+            }),
+        }
     }
 
     fn issue(&self, replica: &Replica, session: &Session) -> Result<StepOutcome, Step> {
-        let Some(ca) = &self.ca else {
+        let Some(ca) = &self.parts.ca else {
             return Err(Step::Retry("this node has no CA".to_owned()));
         };
         let csr = CheckedCsr::from_der(&session.csr)
@@ -326,33 +612,6 @@ impl SessionDaemons {
     }
 }
 
-/// Runs `step` while extending the claim on session `id` every [`EXTEND_EVERY`], so a slow step
-/// (an HTTP-01 test runs up to its timeout per name) keeps its claim. If an extension is refused
-/// the claim is gone; the step's completion will be refused as stale, which is safe.
-async fn keep_claim<T>(
-    replica: &Replica,
-    id: certus_core::SessionId,
-    token: u64,
-    step: impl Future<Output = T>,
-) -> T {
-    tokio::pin!(step);
-    loop {
-        tokio::select! {
-            output = &mut step => return output,
-            () = tokio::time::sleep(EXTEND_EVERY) => {
-                let command = SessionCommand::Extend {
-                    session: id,
-                    token,
-                    visibility_ms: CLAIM_VISIBILITY_MS,
-                };
-                if let Err(error) = write(replica, vec![Command::Session(command)]).await {
-                    debug!(id = replica.id, session = %id, %error, "claim not extended");
-                }
-            }
-        }
-    }
-}
-
 /// Why a step did not complete.
 enum Step {
     /// The session's own data is wrong: end it.
@@ -360,8 +619,6 @@ enum Step {
     /// Something that may pass: give it back for later.
     Retry(String),
     /// Not done yet (an upstream order still pending): give it back after `delay_ms`.
-    // The simulation has no upstream CA (it is reached over HTTP).
-    #[cfg_attr(madsim, allow(dead_code))]
     Later {
         /// What the next claim needs (the order id) or why it waits.
         note: String,
@@ -370,68 +627,7 @@ enum Step {
     },
 }
 
-/// Orders the session's certificate from the upstream CA, resuming the order named in the
-/// session's note if there is one.
-#[cfg(not(madsim))]
-async fn order(
-    replica: &Replica,
-    upstream: &Upstream,
-    session: &Session,
-) -> Result<StepOutcome, Step> {
-    use certus_ca::upstream::{Issuance, OrderId, OrderRequest, issue_via_upstream};
-    let resume = session
-        .note
-        .as_ref()
-        .and_then(|note| note.as_str().strip_prefix(ORDER_NOTE_PREFIX))
-        .and_then(|id| OrderId::new(id).ok());
-    let names = session
-        .names
-        .iter()
-        .map(|name| name.as_str().to_owned())
-        .collect();
-    // One session, one order: the CA dedupes a resubmission by this key.
-    let key = format!("certus-session-{}", session.id);
-    let request = OrderRequest::new(session.csr.clone(), names, &key).map_err(Step::Fail)?;
-    let mut jitter = random_unit;
-    let now_ms = || replica.clock.now_ms();
-    match issue_via_upstream(
-        &upstream.connector,
-        &upstream.policy,
-        &request,
-        resume,
-        &mut jitter,
-        now_ms,
-    )
-    .await
-    {
-        Issuance::Issued { chain, .. } => Ok(StepOutcome::Issued {
-            cert: chain.pem().as_bytes().to_vec(),
-        }),
-        Issuance::Failed { reason, .. } => Err(Step::Fail(format!("the upstream CA: {reason}"))),
-        Issuance::StillPending {
-            order_id,
-            last_error,
-            retry_after,
-            ..
-        } => Err(Step::Later {
-            note: match order_id {
-                Some(order_id) => format!("{ORDER_NOTE_PREFIX}{order_id}"),
-                None => format!(
-                    "the upstream CA took no order yet: {}",
-                    last_error.unwrap_or_else(|| "no answer".to_owned())
-                ),
-            },
-            delay_ms: retry_after.map_or(PENDING_DELAY_MS, |delay| {
-                u64::try_from(delay.as_millis())
-                    .unwrap_or(u64::MAX)
-                    .min(certus_core::limits::SESSION_DELAY_MS_MAX)
-            }),
-        }),
-    }
-}
-
 /// A number in [0, 1) from the runtime's randomness, for the poller's jitter.
-#[cfg(not(madsim))]
 fn random_unit() -> f64 {
     let mut bytes = [0u8; 8];
     fill_random(&mut bytes);

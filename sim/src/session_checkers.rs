@@ -1,0 +1,435 @@
+//! The **queue-recovery** checkers of the CA issuance sessions, over what a sessions run
+//! recorded: the sessions clients created, every claim a worker (a node's daemon or an external
+//! worker) took and when it stopped working it, what the observer saw of the sessions, each
+//! node's final state, and the orders the upstream CA took.
+//!
+//! Times named `*_ms` without `machine` are simulated milliseconds since the run began (the
+//! global clock); `machine` times are the replicated state machine's clock, which is the
+//! leaders' skewed wall clocks.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::checkers::Verdict;
+
+/// A session whose creation a client saw acknowledged.
+#[derive(Clone, Debug, Serialize)]
+pub struct CreatedSession {
+    /// The client.
+    pub client: u32,
+    /// The session id the cluster answered.
+    pub id: u64,
+    /// The names it certifies.
+    pub names: Vec<String>,
+    /// Whether the client serves every one of its HTTP-01 challenges (otherwise it must end
+    /// killed or failed, never done).
+    pub served: bool,
+    /// When the client had the acknowledgement.
+    pub acknowledged_ms: u64,
+}
+
+/// One claim as its worker saw it, from the grant until it stopped working the session.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClaimRecord {
+    /// The worker (`node-N` for a node's daemons).
+    pub worker: String,
+    /// The session.
+    pub session: u64,
+    /// The claim's token.
+    pub token: u64,
+    /// When the worker had the grant.
+    pub granted_ms: u64,
+    /// Machine time of the grant (the deadline it was granted with, less the visibility).
+    pub granted_machine_ms: u64,
+    /// The latest deadline the worker was granted (machine time), extensions included.
+    pub deadline_machine_ms: u64,
+    /// When the worker stopped working the session and sent its result; `None` if it never did
+    /// (its node crashed, or the worker abandoned the claim).
+    pub finished_ms: Option<u64>,
+}
+
+/// A session as one node's final state holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FinalSession {
+    /// Its stage (`done`, `failed`, `makechallenge`, ...).
+    pub stage: String,
+    /// False once killed.
+    pub live: bool,
+    /// The issued chain (PEM), once done.
+    pub cert: Option<Vec<u8>>,
+}
+
+impl FinalSession {
+    /// Whether the session can no longer change stage: done, failed or killed.
+    pub fn terminal(&self) -> bool {
+        !self.live || self.stage == "done" || self.stage == "failed"
+    }
+}
+
+/// A certificate a client fetched from a done session.
+#[derive(Clone, Debug, Serialize)]
+pub struct SeenCertificate {
+    /// The session.
+    pub session: u64,
+    /// The chain (PEM) as served.
+    pub cert: Vec<u8>,
+    /// When the client first saw it.
+    pub seen_ms: u64,
+    /// When the client's acknowledgement of it was answered, if it was.
+    pub acknowledged_ms: Option<u64>,
+}
+
+/// An order the upstream CA took.
+#[derive(Clone, Debug, Serialize)]
+pub struct UpstreamOrder {
+    /// The CA's order id.
+    pub id: String,
+    /// The idempotency key it was submitted under.
+    pub key: String,
+    /// The CSR it certifies.
+    #[serde(skip)]
+    pub csr: Vec<u8>,
+    /// When the CA took it.
+    pub created_ms: u64,
+    /// Every distinct chain (PEM) the CA issued for it, in order.
+    pub issued: Vec<Vec<u8>>,
+}
+
+/// The idempotency key the node's issue daemon orders session `id` under.
+pub fn order_key(session: u64) -> String {
+    format!("certus-session-{session}")
+}
+
+/// **No acknowledged session lost**: every session whose creation was acknowledged is in the
+/// final state of every node in `finals` (the nodes that caught up), and a certificate a client
+/// was shown is the one every node holds.
+pub fn sessions_durable(
+    created: &[CreatedSession],
+    finals: &BTreeMap<u64, BTreeMap<u64, FinalSession>>,
+    seen: &[SeenCertificate],
+) -> Verdict {
+    const NAME: &str = "sessions-durable";
+    if finals.is_empty() {
+        return fail(NAME, "no node caught up to be read".to_owned());
+    }
+    let mut problems = Vec::new();
+    for (node, sessions) in finals {
+        for session in created {
+            if !sessions.contains_key(&session.id) {
+                problems.push(format!(
+                    "n{node} lost session {} (client {}, created at {} ms)",
+                    session.id, session.client, session.acknowledged_ms
+                ));
+            }
+        }
+        for cert in seen {
+            match sessions.get(&cert.session) {
+                Some(held) if held.cert.as_deref() == Some(cert.cert.as_slice()) => {}
+                Some(held) => problems.push(format!(
+                    "n{node} holds {} for session {}, not the certificate a client saw at {} ms",
+                    if held.cert.is_some() {
+                        "another certificate"
+                    } else {
+                        "no certificate"
+                    },
+                    cert.session,
+                    cert.seen_ms
+                )),
+                None => problems.push(format!(
+                    "n{node} lost session {} whose certificate a client saw at {} ms",
+                    cert.session, cert.seen_ms
+                )),
+            }
+        }
+    }
+    verdict(
+        NAME,
+        problems,
+        format!(
+            "{} acknowledged sessions and {} fetched certificates on each of {} nodes",
+            created.len(),
+            seen.len(),
+            finals.len()
+        ),
+    )
+}
+
+/// **Every session ends**: once the faults heal, every acknowledged session is done, failed or
+/// killed within `bound_ms` (of the healing, or of its creation if later), and a session whose
+/// client served all its challenges ends done (and one whose client did not never does).
+/// `terminal_at` is when the observer first saw each session terminal and in which stage.
+pub fn sessions_terminal(
+    created: &[CreatedSession],
+    terminal_at: &BTreeMap<u64, (u64, FinalSession)>,
+    heal_ms: u64,
+    bound_ms: u64,
+    end_ms: u64,
+) -> Verdict {
+    const NAME: &str = "sessions-terminal";
+    let mut problems = Vec::new();
+    let mut done = 0;
+    let mut ended_otherwise = 0;
+    let mut late_ones = 0;
+    for session in created {
+        let due_ms = heal_ms.max(session.acknowledged_ms) + bound_ms;
+        match terminal_at.get(&session.id) {
+            Some((at_ms, state)) if *at_ms <= due_ms => {
+                if state.stage == "done" && state.live {
+                    done += 1;
+                    if !session.served {
+                        problems.push(format!(
+                            "session {} (client {}) ended done though not every challenge was \
+                             served",
+                            session.id, session.client
+                        ));
+                    }
+                } else {
+                    ended_otherwise += 1;
+                    if session.served {
+                        problems.push(format!(
+                            "session {} (client {}) had every challenge served but ended {}{}",
+                            session.id,
+                            session.client,
+                            state.stage,
+                            if state.live { "" } else { " (killed)" }
+                        ));
+                    }
+                }
+            }
+            Some((at_ms, _)) => problems.push(format!(
+                "session {} (client {}) ended at {at_ms} ms, after its bound {due_ms} ms",
+                session.id, session.client
+            )),
+            // Created too close to the end for its bound to have come.
+            None if due_ms > end_ms => late_ones += 1,
+            None => problems.push(format!(
+                "session {} (client {}, created at {} ms) had not ended by {due_ms} ms",
+                session.id, session.client, session.acknowledged_ms
+            )),
+        }
+    }
+    verdict(
+        NAME,
+        problems,
+        format!(
+            "{} sessions: {done} done, {ended_otherwise} failed or killed (unserved challenges), \
+             {late_ones} created too late to judge; bound {bound_ms} ms after healing",
+            created.len()
+        ),
+    )
+}
+
+/// **One claimant at a time**: no session is worked under two claims at once unless the first
+/// had expired: a claim granted while another worker still worked the session must have been
+/// granted at or after the other claim's latest deadline (machine time).
+pub fn claims_exclusive(claims: &[ClaimRecord]) -> Verdict {
+    const NAME: &str = "claims-exclusive";
+    let mut by_session: BTreeMap<u64, Vec<&ClaimRecord>> = BTreeMap::new();
+    for claim in claims {
+        by_session.entry(claim.session).or_default().push(claim);
+    }
+    let mut problems = Vec::new();
+    let mut tokens = BTreeMap::new();
+    for claim in claims {
+        if let Some(other) = tokens.insert((claim.session, claim.token), claim)
+            && other.worker != claim.worker
+        {
+            problems.push(format!(
+                "session {}: token {} granted to both {} and {}",
+                claim.session, claim.token, other.worker, claim.worker
+            ));
+        }
+    }
+    for (session, mut list) in by_session {
+        list.sort_by_key(|claim| (claim.token, claim.granted_ms));
+        for (index, earlier) in list.iter().enumerate() {
+            for later in &list[index + 1..] {
+                if later.token == earlier.token {
+                    continue;
+                }
+                let still_working = earlier
+                    .finished_ms
+                    .is_none_or(|finished| finished > later.granted_ms);
+                if still_working && later.granted_machine_ms < earlier.deadline_machine_ms {
+                    problems.push(format!(
+                        "session {session}: {} was granted token {} at {} ms (machine {} ms) \
+                         while {} still worked under token {} (deadline {} ms)",
+                        later.worker,
+                        later.token,
+                        later.granted_ms,
+                        later.granted_machine_ms,
+                        earlier.worker,
+                        earlier.token,
+                        earlier.deadline_machine_ms
+                    ));
+                }
+            }
+        }
+    }
+    verdict(NAME, problems, format!("{} claims", claims.len()))
+}
+
+/// **Abandoned claims come back**: a claim whose worker never finished (it crashed or gave up)
+/// is followed by a later claim on the same session, or the session ended.
+pub fn claims_redelivered(
+    claims: &[ClaimRecord],
+    finals: &BTreeMap<u64, BTreeMap<u64, FinalSession>>,
+) -> Verdict {
+    const NAME: &str = "claims-redelivered";
+    let mut latest: BTreeMap<u64, u64> = BTreeMap::new();
+    for claim in claims {
+        let token = latest.entry(claim.session).or_default();
+        *token = (*token).max(claim.token);
+    }
+    let ended = |session: u64| {
+        finals
+            .values()
+            .any(|sessions| sessions.get(&session).is_some_and(FinalSession::terminal))
+    };
+    let mut problems = Vec::new();
+    let mut abandoned = 0;
+    for claim in claims.iter().filter(|claim| claim.finished_ms.is_none()) {
+        abandoned += 1;
+        if latest[&claim.session] == claim.token && !ended(claim.session) {
+            problems.push(format!(
+                "session {}: {} abandoned token {} (deadline {} ms) and nobody claimed it again",
+                claim.session, claim.worker, claim.token, claim.deadline_machine_ms
+            ));
+        }
+    }
+    verdict(
+        NAME,
+        problems,
+        format!(
+            "{abandoned} claims abandoned by crashed or departing workers, each taken up again"
+        ),
+    )
+}
+
+/// **Issued once**: the upstream CA took at most one order per session and per CSR, issued at
+/// most one certificate per order, took no order for a session after its client acknowledged
+/// the certificate, and every certificate a client saw is the one issued for its session.
+pub fn issued_once(orders: &[UpstreamOrder], seen: &[SeenCertificate]) -> Verdict {
+    const NAME: &str = "issued-once";
+    let mut problems = Vec::new();
+    let mut by_key: BTreeMap<&str, Vec<&UpstreamOrder>> = BTreeMap::new();
+    let mut by_csr: BTreeMap<&[u8], Vec<&UpstreamOrder>> = BTreeMap::new();
+    for order in orders {
+        by_key.entry(order.key.as_str()).or_default().push(order);
+        by_csr.entry(order.csr.as_slice()).or_default().push(order);
+        if order.issued.len() > 1 {
+            problems.push(format!(
+                "order {} ({}) was issued {} different certificates",
+                order.id,
+                order.key,
+                order.issued.len()
+            ));
+        }
+    }
+    for (key, list) in &by_key {
+        if list.len() > 1 {
+            let ids: Vec<&str> = list.iter().map(|order| order.id.as_str()).collect();
+            problems.push(format!("{key} was ordered {} times: {ids:?}", list.len()));
+        }
+    }
+    for list in by_csr.values() {
+        let keys: BTreeSet<&str> = list.iter().map(|order| order.key.as_str()).collect();
+        if keys.len() > 1 {
+            problems.push(format!("one CSR was ordered under several keys: {keys:?}"));
+        }
+    }
+    for cert in seen {
+        let key = order_key(cert.session);
+        let issued = by_key.get(key.as_str()).and_then(|list| list.first());
+        match issued {
+            Some(order) if order.issued.first() == Some(&cert.cert) => {}
+            Some(order) => problems.push(format!(
+                "session {}: a client saw a certificate that is not what order {} issued",
+                cert.session, order.id
+            )),
+            None => problems.push(format!(
+                "session {}: a client saw a certificate the upstream CA never issued",
+                cert.session
+            )),
+        }
+        if let (Some(acknowledged_ms), Some(list)) =
+            (cert.acknowledged_ms, by_key.get(key.as_str()))
+        {
+            for order in list
+                .iter()
+                .filter(|order| order.created_ms > acknowledged_ms)
+            {
+                problems.push(format!(
+                    "session {}: order {} was taken at {} ms, after the client acknowledged at \
+                     {acknowledged_ms} ms",
+                    cert.session, order.id, order.created_ms
+                ));
+            }
+        }
+    }
+    let issued: usize = orders.iter().map(|order| order.issued.len()).sum();
+    verdict(
+        NAME,
+        problems,
+        format!(
+            "{} orders, {issued} certificates issued, {} seen by clients",
+            orders.len(),
+            seen.len()
+        ),
+    )
+}
+
+/// The state-machine side of redelivery: from `heal_ms` (when the faults healed and a leader had
+/// time to settle) on, the most advanced replicated
+/// state never held a claim more than the observer's slack (a tick and its application) past its
+/// deadline by that state's own clock. `overdue` lists what the observer found: (when, node,
+/// session, token, how far past).
+pub fn expired_claims_returned(overdue: &[(u64, u64, u64, u64, u64)], heal_ms: u64) -> Verdict {
+    const NAME: &str = "expired-claims-returned";
+    let problems: Vec<String> = overdue
+        .iter()
+        .filter(|(at_ms, ..)| *at_ms >= heal_ms)
+        .map(|(at_ms, node, session, token, past_ms)| {
+            format!(
+                "at {at_ms} ms n{node}'s state still held session {session} under token \
+                 {token}, {past_ms} ms past its deadline"
+            )
+        })
+        .collect();
+    verdict(
+        NAME,
+        problems,
+        format!(
+            "after healing (judged from {heal_ms} ms), every expired claim went back to its \
+             queue within a tick"
+        ),
+    )
+}
+
+fn verdict(checker: &str, problems: Vec<String>, passed_detail: String) -> Verdict {
+    if problems.is_empty() {
+        return Verdict {
+            checker: checker.to_owned(),
+            passed: true,
+            detail: passed_detail,
+        };
+    }
+    let count = problems.len();
+    let mut detail: Vec<String> = problems.into_iter().take(10).collect();
+    if count > 10 {
+        detail.push(format!("... {} more", count - 10));
+    }
+    fail(checker, detail.join("; "))
+}
+
+fn fail(checker: &str, detail: String) -> Verdict {
+    Verdict {
+        checker: checker.to_owned(),
+        passed: false,
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,446 @@
+//! CA issuance sessions in a simulated run: the parts the nodes' daemons work with (the HTTP-01
+//! probe, the upstream CA, an observer of their claims), the observer of the replicated
+//! sessions, the workload, and the queue-recovery verdicts at the end.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use certus_core::sessions::SessionConfig;
+use certus_core::{Command, Response, SessionCommand, Stage};
+use certus_node::session_daemons::Upstream;
+use certus_node::{NodeConfig, SessionParts, WorkEvent, WorkObserver};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::checkers::Verdict;
+use crate::cluster::{SessionPartsFor, SimCluster, elapsed_ms};
+use crate::session_checkers::{self, ClaimRecord, FinalSession, UpstreamOrder};
+use crate::session_workload::{
+    self, RunningSessions, SessionWorkload, Shared, SimTester, SimUpstream,
+};
+
+/// How soon after the faults heal (or after its creation, if later) every session must end.
+pub const TERMINAL_BOUND_MS: u64 = 20_000;
+/// How long a daemon's claim lasts: short, so a crashed node's sessions come back within the run.
+const CLAIM_VISIBILITY_MS: u64 = 3_000;
+/// Clients stop creating sessions this long after the faults heal, so the last ones can end
+/// within the bound before the run does.
+const CREATE_AFTER_HEAL_MS: u64 = 3_000;
+/// How often the observer looks at the leader's sessions.
+const OBSERVE_EVERY: Duration = Duration::from_millis(50);
+/// How long after the faults heal a leader has had time to settle (a fault kept on may have
+/// just taken the old one away) and tick.
+const LEADER_SETTLE_MS: u64 = 5_000;
+/// How far past its deadline a claim may be seen before a tick returns it (a tick, its
+/// proposal and its application).
+const OVERDUE_SLACK_MS: u64 = 2_500;
+
+/// The sessions' configuration for the run: challenges retested every second (production
+/// waits 2 s), so the ten tests a challenge gets still give its client ten seconds to learn
+/// the token through a faulty network; everything else as in production.
+fn session_config() -> SessionConfig {
+    SessionConfig {
+        test_retry_ms: 1_000,
+        ..SessionConfig::default()
+    }
+}
+
+/// Node settings for a sessions scenario: the daemons on, with claims and the upstream poller
+/// compressed into the run's time (seed 001's schedule shape, shorter waits).
+pub fn tune(config: &mut NodeConfig) {
+    config.sessions.daemons = true;
+    config.sessions.claim_visibility_ms = CLAIM_VISIBILITY_MS;
+    config.sessions.upstream_pending_delay_ms = 1_000;
+    config.sessions.upstream_poll = certus_ca::poller::PollPolicyConfig {
+        first_wait_ms: 200,
+        factor: 3,
+        cap_ms: 2_000,
+        jitter_percent: 20,
+        max_wait_ms: 4_000,
+    };
+}
+
+/// What a sessions run shares between the harness and the nodes.
+#[derive(Clone)]
+pub struct SessionSetup {
+    upstream: Arc<SimUpstream>,
+    shared: Shared,
+    started: tokio::time::Instant,
+}
+
+impl std::fmt::Debug for SessionSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionSetup").finish_non_exhaustive()
+    }
+}
+
+impl SessionSetup {
+    /// The setup of the run of `seed`.
+    pub fn new(seed: u64, started: tokio::time::Instant) -> SessionSetup {
+        SessionSetup {
+            upstream: Arc::new(SimUpstream::new(seed, started)),
+            shared: Shared::default(),
+            started,
+        }
+    }
+
+    /// The parts every node's daemons work with: the probe, the upstream CA polled on the
+    /// compressed schedule, and an observer recording their claims.
+    pub fn parts(&self) -> SessionPartsFor {
+        let setup = self.clone();
+        Arc::new(move |_id| {
+            let mut config = NodeConfig::new(
+                0,
+                "0.0.0.0:0".parse().expect("an address"),
+                "0.0.0.0:0".parse().expect("an address"),
+                std::path::PathBuf::new(),
+            );
+            tune(&mut config);
+            let policy = certus_ca::poller::PollPolicy::new(config.sessions.upstream_poll)
+                .expect("a valid poll policy");
+            let upstream: Arc<dyn certus_node::session_daemons::UpstreamConnector> =
+                Arc::clone(&setup.upstream) as _;
+            let shared = setup.shared.clone();
+            let started = setup.started;
+            let observer: WorkObserver = Arc::new(move |worker, event| {
+                record_work(&shared, worker.as_str(), event, elapsed_ms(started));
+            });
+            SessionParts {
+                ca: None,
+                tester: Some(Arc::new(SimTester)),
+                upstream: Some(Upstream::new(upstream, policy)),
+                observer: Some(observer),
+            }
+        })
+    }
+}
+
+/// Records what a node's daemon did with a claim.
+fn record_work(shared: &Shared, worker: &str, event: WorkEvent, now_ms: u64) {
+    shared.with(|history| match event {
+        WorkEvent::Claimed {
+            session,
+            token,
+            deadline_ms,
+        } => history.claims.push(ClaimRecord {
+            worker: worker.to_owned(),
+            session: session.0,
+            token,
+            granted_ms: now_ms,
+            granted_machine_ms: deadline_ms.saturating_sub(CLAIM_VISIBILITY_MS),
+            deadline_machine_ms: deadline_ms,
+            finished_ms: None,
+        }),
+        WorkEvent::Extended {
+            session,
+            token,
+            deadline_ms,
+        } => {
+            if let Some(claim) = history.claims.iter_mut().rev().find(|claim| {
+                claim.session == session.0 && claim.token == token && claim.worker == worker
+            }) {
+                claim.deadline_machine_ms = claim.deadline_machine_ms.max(deadline_ms);
+            }
+        }
+        WorkEvent::Finished { session, token } => {
+            if let Some(claim) = history.claims.iter_mut().rev().find(|claim| {
+                claim.session == session.0 && claim.token == token && claim.worker == worker
+            }) {
+                claim.finished_ms = Some(now_ms);
+            }
+        }
+    });
+}
+
+#[derive(Debug, Default)]
+struct Observed {
+    /// When each session was first seen terminal, and how it ended.
+    terminal_at: BTreeMap<u64, (u64, FinalSession)>,
+    /// Claims a leader held past their deadline: (when, node, session, token, how far past).
+    overdue: Vec<(u64, u64, u64, u64, u64)>,
+}
+
+/// The sessions part of a running simulation.
+#[derive(Debug)]
+pub struct SessionRun {
+    setup: SessionSetup,
+    workload: RunningSessions,
+    create_until_ms: Arc<AtomicU64>,
+    stop_observer: watch::Sender<bool>,
+    observer: tokio::task::JoinHandle<()>,
+    observed: Arc<Mutex<Observed>>,
+}
+
+/// What the sessions part of a run reports.
+#[derive(Debug, Serialize)]
+pub struct SessionReport {
+    /// What the clients and workers saw.
+    pub history: session_workload::SessionHistory,
+    /// What the upstream CA was asked for.
+    pub orders: Vec<UpstreamOrder>,
+}
+
+/// Configures the sessions, then starts the workload and the observer.
+pub fn start(
+    cluster: &Arc<SimCluster>,
+    workload: &SessionWorkload,
+    setup: SessionSetup,
+    seed: u64,
+) -> SessionRun {
+    let nodes = cluster.ids().len() as u64;
+    tokio::spawn(configure(Arc::clone(cluster)));
+    let create_until_ms = Arc::new(AtomicU64::new(u64::MAX));
+    let running = session_workload::start(
+        workload,
+        nodes,
+        seed,
+        setup.shared.clone(),
+        Arc::clone(&create_until_ms),
+        setup.started,
+    );
+    let observed: Arc<Mutex<Observed>> = Arc::default();
+    let (stop_observer, stopped) = watch::channel(false);
+    let observer = tokio::spawn(observe(
+        Arc::clone(cluster),
+        Arc::clone(&observed),
+        stopped,
+        setup.started,
+    ));
+    SessionRun {
+        setup,
+        workload: running,
+        create_until_ms,
+        stop_observer,
+        observer,
+        observed,
+    }
+}
+
+/// Sets the sessions' configuration through any node, retrying until it is applied.
+async fn configure(cluster: Arc<SimCluster>) {
+    let command = Command::Session(SessionCommand::Configure(session_config()));
+    for attempt in 0u64.. {
+        let via = attempt % cluster.ids().len() as u64 + 1;
+        if let Ok(responses) = cluster.write(via, vec![command.clone()]).await
+            && matches!(responses.first(), Some(Response::Session(Ok(_))))
+        {
+            tracing::info!("sessions configured");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every session a state holds, in id order.
+fn all_sessions(state: &certus_core::State) -> BTreeMap<u64, FinalSession> {
+    let mut sessions = BTreeMap::new();
+    for stage in [
+        Stage::MakeChallenge,
+        Stage::TestChallenge,
+        Stage::Issue,
+        Stage::Done,
+        Stage::Failed,
+    ] {
+        let mut after = None;
+        loop {
+            let page = state.sessions_in(stage, after, certus_core::limits::LIST_PAGE_MAX);
+            let Some(last) = page.last() else {
+                break;
+            };
+            after = Some(last.id);
+            for session in page {
+                sessions.insert(
+                    session.id.0,
+                    FinalSession {
+                        stage: session.stage.to_string(),
+                        live: session.live,
+                        cert: session.cert.clone(),
+                    },
+                );
+            }
+        }
+    }
+    sessions
+}
+
+/// Looks at the sessions every [`OBSERVE_EVERY`], on the node that has applied the most (a
+/// leader cut off from the others still believes it leads, but its state stands still): when
+/// each first ends, and any claim held well past its deadline by the machine clock of that
+/// state (which every tick advances, and which returns expired claims in the same command).
+async fn observe(
+    cluster: Arc<SimCluster>,
+    observed: Arc<Mutex<Observed>>,
+    stopped: watch::Receiver<bool>,
+    started: tokio::time::Instant,
+) {
+    while !*stopped.borrow() {
+        let now_ms = elapsed_ms(started);
+        let freshest = cluster.replicas().into_iter().max_by_key(|(_, replica)| {
+            replica
+                .raft
+                .metrics()
+                .borrow()
+                .last_applied
+                .map_or(0, |log_id| log_id.index)
+        });
+        if let Some((id, replica)) = freshest {
+            let (ended, overdue) = replica.reader.read(|applied| {
+                let state = &applied.state;
+                let machine_now = state.clock_ms();
+                let mut ended = Vec::new();
+                let mut overdue = Vec::new();
+                for (session_id, session) in all_sessions(state) {
+                    if session.terminal() {
+                        ended.push((session_id, session));
+                    }
+                }
+                for stage in Stage::QUEUED {
+                    for session in
+                        state.sessions_in(stage, None, certus_core::limits::LIST_PAGE_MAX)
+                    {
+                        if let Some(claim) = &session.claim {
+                            let past = machine_now.saturating_sub(claim.deadline_ms);
+                            if past > OVERDUE_SLACK_MS {
+                                overdue.push((now_ms, id, session.id.0, claim.token, past));
+                            }
+                        }
+                    }
+                }
+                (ended, overdue)
+            });
+            let mut observed = observed.lock().expect("observed sessions");
+            for (session_id, session) in ended {
+                observed
+                    .terminal_at
+                    .entry(session_id)
+                    .or_insert((now_ms, session));
+            }
+            observed.overdue.extend(overdue);
+        }
+        tokio::time::sleep(OBSERVE_EVERY).await;
+    }
+}
+
+impl SessionRun {
+    /// The faults healed at `heal_ms`: clients stop creating sessions a little later, so the
+    /// last ones can end within the bound.
+    pub fn healed(&self, heal_ms: u64) {
+        self.create_until_ms
+            .store(heal_ms + CREATE_AFTER_HEAL_MS, Ordering::SeqCst);
+    }
+
+    /// Waits (up to the bound) for every session to end, stops the workload and judges the run.
+    pub async fn finish(self, cluster: &SimCluster, heal_ms: u64) -> (Vec<Verdict>, SessionReport) {
+        self.create_until_ms.store(0, Ordering::SeqCst);
+        let started = self.setup.started;
+        let due_ms = heal_ms + CREATE_AFTER_HEAL_MS + TERMINAL_BOUND_MS;
+        loop {
+            let created = self.setup.shared.with(|history| {
+                history
+                    .created
+                    .iter()
+                    .map(|session| session.id)
+                    .collect::<Vec<_>>()
+            });
+            let all_ended = {
+                let observed = self.observed.lock().expect("observed sessions");
+                created
+                    .iter()
+                    .all(|id| observed.terminal_at.contains_key(id))
+            };
+            if all_ended || elapsed_ms(started) >= due_ms {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.workload.stop().await;
+        tokio::time::sleep(OBSERVE_EVERY * 3).await;
+        let _ = self.stop_observer.send(true);
+        let _ = self.observer.await;
+        let end_ms = elapsed_ms(started);
+        let observed = std::mem::take(&mut *self.observed.lock().expect("observed sessions"));
+        let finals = settle(cluster).await;
+        let history = self.setup.shared.with(|history| history.clone());
+        let orders = self.setup.upstream.orders();
+        let verdicts = vec![
+            session_checkers::sessions_durable(&history.created, &finals, &history.seen),
+            session_checkers::sessions_terminal(
+                &history.created,
+                &observed.terminal_at,
+                heal_ms,
+                TERMINAL_BOUND_MS,
+                end_ms,
+            ),
+            session_checkers::claims_exclusive(&history.claims),
+            session_checkers::claims_redelivered(&history.claims, &finals),
+            session_checkers::expired_claims_returned(
+                &observed.overdue,
+                heal_ms + LEADER_SETTLE_MS,
+            ),
+            session_checkers::issued_once(&orders, &history.seen),
+            clients_saw_no_violation(&history),
+        ];
+        (verdicts, SessionReport { history, orders })
+    }
+}
+
+fn clients_saw_no_violation(history: &session_workload::SessionHistory) -> Verdict {
+    let detail = format!(
+        "{} create calls, {} sessions acknowledged, {} HTTP-01 fetches served, {} certificates \
+         fetched",
+        history.create_calls,
+        history.created.len(),
+        history.fetches_served,
+        history.seen.len()
+    );
+    Verdict {
+        checker: "session-clients".to_owned(),
+        passed: history.violations.is_empty(),
+        detail: if history.violations.is_empty() {
+            detail
+        } else {
+            history.violations.join("; ")
+        },
+    }
+}
+
+/// Waits (up to 10 s) until every running node has applied what the leader committed, then
+/// reads each caught-up node's sessions.
+async fn settle(cluster: &SimCluster) -> BTreeMap<u64, BTreeMap<u64, FinalSession>> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut best = BTreeMap::new();
+    while tokio::time::Instant::now() < deadline {
+        let replicas = cluster.replicas();
+        let target = replicas
+            .iter()
+            .map(|(_, replica)| replica.commit_index())
+            .max()
+            .unwrap_or(0);
+        let mut finals = BTreeMap::new();
+        for (id, replica) in &replicas {
+            let applied = replica
+                .raft
+                .metrics()
+                .borrow()
+                .last_applied
+                .map_or(0, |log_id| log_id.index);
+            if applied >= target {
+                finals.insert(
+                    *id,
+                    replica.reader.read(|applied| all_sessions(&applied.state)),
+                );
+            }
+        }
+        let complete = finals.len() == replicas.len() && !replicas.is_empty();
+        if finals.len() > best.len() {
+            best = finals;
+        }
+        if complete {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    best
+}
