@@ -203,6 +203,19 @@ pub enum CaError {
         /// What rcgen said.
         reason: String,
     },
+    /// The CA certificate ends before a leaf issued now would, so nothing can be issued.
+    #[error(
+        "the CA certificate is valid until {not_after}, but a certificate issued now ({now}) for \
+         {validity_days} days would outlive it: renew the CA (make a new key and certificate)"
+    )]
+    ExpiresTooSoon {
+        /// The CA's notAfter, as an HTTP date.
+        not_after: String,
+        /// The time of the check, as an HTTP date.
+        now: String,
+        /// The leaf validity checked, in whole days.
+        validity_days: u64,
+    },
 }
 
 /// Why a certificate was not issued.
@@ -395,6 +408,32 @@ impl CaIdentity {
     /// The CA certificate's notAfter, in milliseconds since the Unix epoch.
     pub fn not_after_ms(&self) -> u64 {
         self.not_after_ms
+    }
+
+    /// Whether a leaf valid for `validity` from `now_ms` ends within this CA's validity, as
+    /// [`issue`](Self::issue) requires: a node checks this at start, so an expired CA is a
+    /// clear error there rather than every issuance failing later.
+    pub fn check_can_issue(&self, now_ms: u64, validity: Duration) -> Result<(), CaError> {
+        let leaf_not_after_ms = (now_ms / 1000)
+            .saturating_add(validity.as_secs())
+            .saturating_sub(1)
+            .saturating_mul(1000);
+        if leaf_not_after_ms <= self.not_after_ms {
+            return Ok(());
+        }
+        // HTTP dates end with year 9999 (as X.509 times do); beyond, the plain number.
+        let date = |ms: u64| {
+            if ms / 1000 <= LAST_X509_SECOND {
+                httpdate::fmt_http_date(std::time::UNIX_EPOCH + Duration::from_millis(ms))
+            } else {
+                format!("{ms} ms after the Unix epoch")
+            }
+        };
+        Err(CaError::ExpiresTooSoon {
+            not_after: date(self.not_after_ms),
+            now: date(now_ms),
+            validity_days: validity.as_secs() / 86_400,
+        })
     }
 
     /// Issues a certificate for `csr`'s key and names (see the module documentation), valid

@@ -353,6 +353,34 @@ fn validity_is_bounded_by_the_limit_and_by_the_ca() {
 }
 
 #[test]
+fn check_can_issue_agrees_with_issue_at_the_ca_end() {
+    let ca = ca();
+    let csr = rcgen_csr(&rcgen::PKCS_ED25519, &["a.example.com"]);
+    let validity = LEAF_VALIDITY_DEFAULT;
+    let last_start = ca.not_after_ms() - ms(validity) + 1000;
+    for (start, fits) in [
+        (JAN_2026_MS, true),
+        (last_start, true),
+        (last_start + 999, true),
+        (last_start + 1000, false),
+        (ca.not_after_ms() + DAY_MS, false),
+        (u64::MAX, false),
+    ] {
+        let checked = ca.check_can_issue(start, validity);
+        let issued = ca.issue(&csr, serial(1), start, validity);
+        assert_eq!(checked.is_ok(), fits, "start {start}: {checked:?}");
+        assert_eq!(issued.is_ok(), fits, "issue agrees at start {start}");
+    }
+    let error = ca
+        .check_can_issue(ca.not_after_ms() + DAY_MS, validity)
+        .expect_err("an expired CA");
+    let text = error.to_string();
+    assert!(text.contains("renew the CA"), "{text}");
+    assert!(text.contains("90 days"), "{text}");
+    assert!(text.contains("GMT"), "the dates are readable: {text}");
+}
+
+#[test]
 fn serial_numbers_are_positive_and_nonzero() {
     let serial = SerialNumber::from_random_bytes([0xff; 16]);
     assert_eq!(serial.to_bytes()[0], 0x7f);

@@ -135,6 +135,14 @@ impl Node {
         D: Disk + Send + Sync + 'static,
     {
         config.validate().map_err(StartError::Config)?;
+        // A CA that cannot cover a leaf issued now would fail every issuance; say so at start.
+        if config.sessions.daemons
+            && sessions.upstream.is_none()
+            && let Some(ca) = &sessions.ca
+        {
+            ca.check_can_issue(clock.now_ms(), certus_ca::issuer::LEAF_VALIDITY_DEFAULT)
+                .map_err(|error| StartError::Config(format!("sessions CA: {error}")))?;
+        }
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let ct = match ct {
             Some(setup) => {

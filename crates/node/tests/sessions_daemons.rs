@@ -1060,3 +1060,35 @@ async fn a_session_with_one_unreachable_name_is_killed_after_max_tests() {
     );
     stop_all(nodes).await;
 }
+
+/// A node whose CA cannot cover a certificate issued now (here: one that expired at the end of 1979) does
+/// not start: it says why, rather than failing every issuance later.
+#[tokio::test]
+async fn a_node_with_an_expired_ca_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let expired = CaIdentity::generate("Certus Expired CA", 0).expect("a CA from 1970");
+    let key_file = dir.path().join("ca-key.pem");
+    let cert_file = dir.path().join("ca-cert.pem");
+    std::fs::write(&key_file, expired.key_pem()).expect("write the CA key");
+    std::fs::write(&cert_file, expired.certificate_pem()).expect("write the CA certificate");
+    let mut config = NodeConfig::new(1, free_addr(), free_addr(), dir.path().join("node-1"));
+    config.sessions = SessionsSetup {
+        ca_key_file: Some(key_file),
+        ca_cert_file: Some(cert_file),
+        ..SessionsSetup::default()
+    };
+    let error = Node::start(config.clone())
+        .await
+        .expect_err("an expired CA is refused");
+    let text = error.to_string();
+    assert!(text.contains("sessions CA"), "{text}");
+    assert!(text.contains("renew the CA"), "{text}");
+    assert!(text.contains("1979"), "the CA's end is named: {text}");
+
+    // Without the daemons the CA is not used, and the node starts.
+    config.sessions.daemons = false;
+    let node = Node::start(config)
+        .await
+        .expect("a node without daemons starts");
+    node.shutdown().await;
+}

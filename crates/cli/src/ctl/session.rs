@@ -643,6 +643,7 @@ fn session_json(session: &Session) -> Value {
         "live": session.live,
         "kill_reason": text_or_null(&session.kill_reason),
         "failure": text_or_null(&session.failure),
+        "note": text_or_null(&session.note),
         "names": session.names,
         "created_ms": session.created_ms,
         "stage_entered_ms": session.stage_entered_ms,
@@ -685,6 +686,10 @@ fn session_table(session: &Session, now: Option<u64>) -> Table {
     ]);
     if !session.failure.is_empty() {
         rows.add_row(vec!["failure".to_owned(), session.failure.clone()]);
+    }
+    // Why the last worker gave the session back (a transient error, an upstream order id).
+    if !session.note.is_empty() {
+        rows.add_row(vec!["note".to_owned(), session.note.clone()]);
     }
     rows.add_row(vec!["names".to_owned(), session.names.join(", ")]);
     rows.add_row(vec![
@@ -1225,6 +1230,7 @@ mod tests {
         assert_eq!(document["live"], true);
         assert_eq!(document["kill_reason"], Value::Null);
         assert_eq!(document["failure"], Value::Null);
+        assert_eq!(document["note"], Value::Null);
         assert_eq!(document["names"], json!(["a.example", "b.example"]));
         assert_eq!(document["claim"], Value::Null);
         assert_eq!(document["archived_at_ms"], Value::Null);
@@ -1275,6 +1281,19 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("a.example, b.example"), "{text}");
+        assert!(!text.contains("note"), "no note row without a note: {text}");
+        let released = Session {
+            note: "upstream order o-17".to_owned(),
+            ..claimed.clone()
+        };
+        let with_note = session_table(&released, Some(6_000)).to_string();
+        assert!(
+            with_note
+                .lines()
+                .any(|line| line.contains("note") && line.contains("upstream order o-17")),
+            "{with_note}"
+        );
+        assert_eq!(session_json(&released)["note"], "upstream order o-17");
         let text = challenges_table(&claimed.challenges, Some(6_000)).to_string();
         let a = text
             .lines()
