@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::challenges::{ChallengeCommand, ChallengeError, ChallengeReply};
 use crate::ct::{CtCommand, CtError, CtReply};
 use crate::leases::{Lease, LeaseCommand, LeaseError, LeaseReply};
+use crate::pipelines::{PipelineCommand, PipelineError, PipelineReply, PipelineTickReport};
 use crate::sessions::{SessionCommand, SessionError, SessionReply, SessionTickReport};
 
 /// Everything that can change the state; one variant family per module.
@@ -18,6 +19,8 @@ pub enum Command {
     Ct(CtCommand),
     /// An issuance session command.
     Session(SessionCommand),
+    /// A transaction pipeline command.
+    Pipeline(PipelineCommand),
     /// Advance the machine clock and reclaim what has expired. Proposed periodically by the
     /// leader; it decides nothing that time alone has not already decided.
     Tick,
@@ -37,6 +40,8 @@ pub enum Response {
     Ct(Result<CtReply, CtError>),
     /// The answer to a session command.
     Session(Result<SessionReply, SessionError>),
+    /// The answer to a pipeline command.
+    Pipeline(Result<PipelineReply, PipelineError>),
     /// The answer to a tick.
     Tick(TickReply),
 }
@@ -48,4 +53,13 @@ pub struct TickReply {
     pub expired_leases: Vec<Lease>,
     /// Claims taken back, sessions timed out, archived and deleted.
     pub sessions: SessionTickReport,
+    /// Transactions reaped, woken, archived and deleted; windows and records expired.
+    pub pipelines: PipelineTickReport,
+}
+
+impl TickReply {
+    /// Whether some part of the tick reached its bound and left work: tick again soon.
+    pub fn more(&self) -> bool {
+        self.sessions.more || self.pipelines.more
+    }
 }

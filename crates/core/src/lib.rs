@@ -14,7 +14,10 @@
 //! - [`challenges`]: HTTP-01 challenge tokens served by every node;
 //! - [`ct`]: the clustered Certificate Transparency log's entries, sequence, node reports and
 //!   serving STH;
-//! - [`sessions`]: CA issuance sessions, their stage queues, claims by workers and retention.
+//! - [`sessions`]: CA issuance sessions, their stage queues, claims by workers and retention;
+//! - [`pipelines`]: transaction pipelines: per-node-group queues, claims with a reaper, sleep and
+//!   switches, webhooks with backoff and URL pauses, administrator notices, completion
+//!   notifications, statistics and the archive.
 
 #![deny(missing_docs, unreachable_pub)]
 
@@ -23,6 +26,7 @@ mod command;
 pub mod ct;
 pub mod leases;
 pub mod limits;
+pub mod pipelines;
 pub mod sessions;
 mod snapshot;
 mod state;
@@ -36,6 +40,10 @@ pub use command::{Command, Response, TickReply};
 pub use leases::{
     Acquisition, FencingToken, HolderId, Lease, LeaseCommand, LeaseError, LeaseName, LeaseReply,
     Ttl,
+};
+pub use pipelines::{
+    PipelineCommand, PipelineConfig, PipelineError, PipelineReads, PipelineReply,
+    PipelineTickReport,
 };
 pub use sessions::{
     Claim, Completion, DnsName, KillReason, NewChallenge, QueueStats, Reason, RequestKey, Session,

@@ -87,3 +87,65 @@ pub const SESSIONS_MAX: usize = 1_000_000;
 /// Most sessions each of a tick's four steps (reclaim, time out, archive, delete) touches; the
 /// rest wait for the next tick, which the report asks for. Bounds the work of one command.
 pub const SESSION_TICK_BATCH_MAX: usize = 1024;
+
+/// Longest pipeline name, node group name or switch name, in bytes.
+pub const PIPELINE_NAME_BYTES_MAX: usize = 128;
+/// Longest transaction owner, in bytes.
+pub const PIPELINE_OWNER_BYTES_MAX: usize = 128;
+/// Longest external id (a client's idempotency key for an enqueue), in bytes.
+pub const PIPELINE_EXTERNAL_ID_BYTES_MAX: usize = 256;
+/// Longest webhook URL, in bytes.
+pub const PIPELINE_WEBHOOK_URL_BYTES_MAX: usize = 2048;
+/// Largest JSON document a transaction stores (its state, its event, a progress report), in
+/// bytes. Every byte is replicated on every node, so large payloads belong elsewhere.
+pub const PIPELINE_JSON_BYTES_MAX: usize = 64 * 1024;
+/// Most pipeline definitions.
+pub const PIPELINES_MAX: usize = 1024;
+/// Hard bound on stored transactions (in play, completed and archived); the configured
+/// `transactions_max` sits at or below it.
+pub const PIPELINE_TRANSACTIONS_MAX: usize = 1_000_000;
+/// Most external ids remembered at once (each for its uniqueness window).
+pub const PIPELINE_EXTERNAL_IDS_MAX: usize = 1_000_000;
+/// Most transactions one `Dequeue` hands out.
+pub const PIPELINE_DEQUEUE_BATCH_MAX: u32 = 100;
+/// Longest a transaction may run between two signs of life (its dequeue or a progress report)
+/// before the reaper takes it back: one day.
+pub const PIPELINE_RUNNING_TIMEOUT_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// Latest wake time a `Sleep` may ask for, counted from now: one day (the seed's sleep is for
+/// short durations; longer waits are new transactions).
+pub const PIPELINE_SLEEP_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// Most switches set at once (a switch at 0 is not stored).
+pub const PIPELINE_SWITCHES_MAX: usize = 10_000;
+/// Most transactions sleeping on one switch: a `SetSwitch` wakes them all in one command.
+pub const PIPELINE_SWITCH_SLEEPERS_MAX: usize = 1024;
+/// Most webhook deliveries pending at once; past it a new event is dropped and the
+/// administrator is told.
+pub const PIPELINE_WEBHOOKS_MAX: usize = 1_000_000;
+/// Most webhook deliveries one `TakeWebhooks` hands out.
+pub const PIPELINE_WEBHOOK_BATCH_MAX: u32 = 100;
+/// Most due deliveries one `TakeWebhooks` looks at (handing out, deferring for a paused URL,
+/// or giving up on); bounds the work of one command.
+pub const PIPELINE_WEBHOOK_SCAN_MAX: usize = 1024;
+/// Longest delay between two attempts of one webhook delivery: one day.
+pub const PIPELINE_WEBHOOK_BACKOFF_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// Longest pause of a failing webhook URL: one day.
+pub const PIPELINE_URL_PAUSE_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// Most webhook URLs whose failures are counted; past it the record that would be forgotten
+/// soonest makes room.
+pub const PIPELINE_URLS_MAX: usize = 10_000;
+/// Most administrator notices kept; past it the oldest is dropped (and counted).
+pub const PIPELINE_NOTICES_MAX: usize = 1000;
+/// Most recent notifications (completions and progress reports) kept for streams to resume
+/// from; a reader further behind is told it missed some.
+pub const PIPELINE_NOTIFICATIONS_MAX: usize = 10_000;
+/// Per-minute statistics buckets kept: two hours.
+pub const PIPELINE_STATS_MINUTES_KEPT: u64 = 120;
+/// Per-hour statistics buckets kept: two days.
+pub const PIPELINE_STATS_HOURS_KEPT: u64 = 48;
+/// Per-day statistics buckets kept: five weeks.
+pub const PIPELINE_STATS_DAYS_KEPT: u64 = 35;
+/// Most statistics rows (bucket × pipeline) kept per resolution; past it the oldest go first.
+pub const PIPELINE_STATS_ROWS_MAX: usize = 8192;
+/// Most transactions (or external ids, URLs or statistics rows) each step of a tick touches;
+/// the rest wait for the next tick, which the report asks for.
+pub const PIPELINE_TICK_BATCH_MAX: usize = 1024;

@@ -1,9 +1,11 @@
 //! The snapshot format: the whole state as deterministic bytes.
 //!
-//! Layout: the 8-byte magic `CERTUS\0\x04` (the last byte is the format version), then the state
-//! in postcard encoding. Older versions are prefixes of the body and still load: version 3 (before
-//! sessions) lacks the trailing `sessions` field and loads with no sessions and the default session
-//! configuration; version 2 (before mirrors) also lacks `ct_mirror`. Maps are written in key order and the derived indexes are not written at
+//! Layout: the 8-byte magic `CERTUS\0\x05` (the last byte is the format version), then the state
+//! in postcard encoding. Older versions are prefixes of the body and still load: version 4 (before
+//! pipelines) lacks the trailing `pipelines` field and loads with no pipelines and the default
+//! pipeline configuration; version 3 (before sessions) also lacks `sessions` and loads with no
+//! sessions and the default session configuration; version 2 (before mirrors) also lacks
+//! `ct_mirror`. Maps are written in key order and the derived indexes are not written at
 //! all (they are rebuilt on load), so the same state always gives the same bytes. Loading checks
 //! the magic, refuses trailing bytes, validates every string as its type, rebuilds the indexes
 //! and runs [`State::check_invariants`]: a snapshot that loads is a state `apply` could have made.
@@ -13,10 +15,13 @@ use serde::{Deserialize, Serialize};
 use crate::challenges::{Challenge, Challenges};
 use crate::ct::{CtLog, CtRecords, MirrorState};
 use crate::leases::{FencingToken, Lease, Leases};
+use crate::pipelines::{PipelineRecords, PipelineRecordsRef, Pipelines};
 use crate::sessions::{SessionRecords, SessionRecordsRef, Sessions};
 use crate::state::State;
 
-const MAGIC: [u8; 8] = *b"CERTUS\x00\x04";
+const MAGIC: [u8; 8] = *b"CERTUS\x00\x05";
+/// The format before pipelines: the same body without `pipelines`.
+const MAGIC_V4: [u8; 8] = *b"CERTUS\x00\x04";
 /// The format before sessions: the same body without `sessions`.
 const MAGIC_V3: [u8; 8] = *b"CERTUS\x00\x03";
 /// The format before mirrors: the version 3 body without `ct_mirror`.
@@ -26,7 +31,7 @@ const MAGIC_V2: [u8; 8] = *b"CERTUS\x00\x02";
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
     /// The bytes do not start with the snapshot magic and a known version.
-    #[error("not a Certus snapshot of format version 2, 3 or 4 (bad magic or version)")]
+    #[error("not a Certus snapshot of format version 2, 3, 4 or 5 (bad magic or version)")]
     BadMagic,
     /// The body could not be decoded.
     #[error("snapshot body does not decode: {0}")]
@@ -50,6 +55,7 @@ struct BodyRef<'a> {
     ct: CtRecords,
     ct_mirror: Option<&'a MirrorState>,
     sessions: SessionRecordsRef<'a>,
+    pipelines: PipelineRecordsRef<'a>,
 }
 
 /// Version 2's body, which is also how later versions begin (postcard writes a struct as its
@@ -73,9 +79,16 @@ struct BodyV3 {
 
 /// Version 4's body: version 3's and the sessions.
 #[derive(Deserialize)]
-struct Body {
+struct BodyV4 {
     v3: BodyV3,
     sessions: SessionRecords,
+}
+
+/// Version 5's body: version 4's and the pipelines.
+#[derive(Deserialize)]
+struct Body {
+    v4: BodyV4,
+    pipelines: PipelineRecords,
 }
 
 impl State {
@@ -90,6 +103,7 @@ impl State {
             ct: self.ct.records(),
             ct_mirror: self.ct.mirror(),
             sessions: self.sessions.records(),
+            pipelines: self.pipelines.records(),
         };
         let bytes = MAGIC.to_vec();
         // Encoding into a Vec cannot fail: every field is plainly serializable.
@@ -99,20 +113,30 @@ impl State {
     /// Decodes and validates a snapshot made by [`State::to_snapshot`].
     pub fn from_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
         let decode = |e: postcard::Error| SnapshotError::Decode(e.to_string());
+        // Each older version is completed with what it lacks: empty, default-configured modules.
+        let v4_of = |v3| BodyV4 {
+            v3,
+            sessions: SessionRecords::default(),
+        };
+        let v5_of = |v4| Body {
+            v4,
+            pipelines: PipelineRecords::default(),
+        };
         let (body, rest) = if let Some(body) = bytes.strip_prefix(&MAGIC) {
             postcard::take_from_bytes::<Body>(body).map_err(decode)?
+        } else if let Some(body) = bytes.strip_prefix(&MAGIC_V4) {
+            let (v4, rest) = postcard::take_from_bytes::<BodyV4>(body).map_err(decode)?;
+            (v5_of(v4), rest)
         } else if let Some(body) = bytes.strip_prefix(&MAGIC_V3) {
             let (v3, rest) = postcard::take_from_bytes::<BodyV3>(body).map_err(decode)?;
-            let sessions = SessionRecords::default();
-            (Body { v3, sessions }, rest)
+            (v5_of(v4_of(v3)), rest)
         } else if let Some(body) = bytes.strip_prefix(&MAGIC_V2) {
             let (v2, rest) = postcard::take_from_bytes::<BodyV2>(body).map_err(decode)?;
             let v3 = BodyV3 {
                 v2,
                 ct_mirror: None,
             };
-            let sessions = SessionRecords::default();
-            (Body { v3, sessions }, rest)
+            (v5_of(v4_of(v3)), rest)
         } else {
             return Err(SnapshotError::BadMagic);
         };
@@ -120,11 +144,16 @@ impl State {
             return Err(SnapshotError::TrailingBytes(rest.len()));
         }
         let Body {
-            v3: BodyV3 {
-                v2: body,
-                ct_mirror,
-            },
-            sessions,
+            v4:
+                BodyV4 {
+                    v3:
+                        BodyV3 {
+                            v2: body,
+                            ct_mirror,
+                        },
+                    sessions,
+                },
+            pipelines,
         } = body;
         let state = State {
             applied_index: body.applied_index,
@@ -135,6 +164,7 @@ impl State {
                 .map_err(SnapshotError::Inconsistent)?,
             ct: CtLog::from_records(body.ct, ct_mirror).map_err(SnapshotError::Inconsistent)?,
             sessions: Sessions::from_records(sessions).map_err(SnapshotError::Inconsistent)?,
+            pipelines: Pipelines::from_records(pipelines).map_err(SnapshotError::Inconsistent)?,
         };
         state
             .check_invariants()
@@ -169,11 +199,22 @@ mod tests {
         // then the CT log: the default config as varints (2, 500, 100000, 100, 200, 100, 30000),
         // not frozen, no entries, nothing cleaned up, next number 0, no reports, no serving STH;
         // not a mirror; then the sessions: the default config as varints (3600000, 10, 2000,
-        // 86400000, 604800000, 100000), last id 0, last claim token 0, no sessions.
-        let expected: &[u8] = b"CERTUS\x00\x04\x00\x00\x00\x00\x00\
+        // 86400000, 604800000, 100000), last id 0, last claim token 0, no sessions; then the
+        // pipelines: the default config as varints (86400000, 300000, 3, 60000, 604800000,
+        // 100000, 1000, 300000, 10, 5, 60000, 600000), last id, token and queue position 0, no
+        // definitions, transactions, external ids or switches; no webhooks (last event and
+        // notice 0, none dropped, none pending, no URLs, no notices); no notifications (last 0,
+        // none kept); no statistics rows at any of the three resolutions.
+        let expected: &[u8] = b"CERTUS\x00\x05\x00\x00\x00\x00\x00\
             \x02\xf4\x03\xa0\x8d\x06\x64\xc8\x01\x64\xb0\xea\x01\
             \x00\x00\x00\x00\x00\x00\x00\
             \x80\xdd\xdb\x01\x0a\xd0\x0f\x80\xb8\x99\x29\x80\x88\xb2\xa0\x02\xa0\x8d\x06\
+            \x00\x00\x00\
+            \x80\xb8\x99\x29\xe0\xa7\x12\x03\xe0\xd4\x03\x80\x88\xb2\xa0\x02\xa0\x8d\x06\
+            \xe8\x07\xe0\xa7\x12\x0a\x05\xe0\xd4\x03\xc0\xcf\x24\
+            \x00\x00\x00\x00\x00\x00\x00\
+            \x00\x00\x00\x00\x00\x00\
+            \x00\x00\
             \x00\x00\x00";
         assert_eq!(State::new().to_snapshot(), expected);
     }
@@ -183,10 +224,35 @@ mod tests {
         postcard::to_stdvec(&Sessions::default().records()).unwrap()
     }
 
+    /// The encoding of a state without pipelines ends with the empty pipelines' records.
+    fn empty_pipelines_suffix() -> Vec<u8> {
+        postcard::to_stdvec(&Pipelines::default().records()).unwrap()
+    }
+
+    #[test]
+    fn a_version_4_snapshot_loads_with_no_pipelines() {
+        let state = state_with_a_lease();
+        let bytes = state.to_snapshot();
+        // Version 4 is version 5 without the trailing pipelines.
+        let suffix = empty_pipelines_suffix();
+        assert!(bytes.ends_with(&suffix));
+        let mut v4 = MAGIC_V4.to_vec();
+        v4.extend_from_slice(&bytes[MAGIC.len()..bytes.len() - suffix.len()]);
+        assert_eq!(State::from_snapshot(&v4), Ok(state));
+        // A version 5 body under the version 4 magic has the pipelines too many.
+        let mut mislabelled = MAGIC_V4.to_vec();
+        mislabelled.extend_from_slice(&bytes[MAGIC.len()..]);
+        assert_eq!(
+            State::from_snapshot(&mislabelled),
+            Err(SnapshotError::TrailingBytes(suffix.len()))
+        );
+    }
+
     #[test]
     fn a_version_3_snapshot_loads_with_no_sessions() {
         let state = state_with_a_lease();
         let bytes = state.to_snapshot();
+        let bytes = &bytes[..bytes.len() - empty_pipelines_suffix().len()];
         // Version 3 is version 4 without the trailing sessions.
         let suffix = empty_sessions_suffix();
         assert!(bytes.ends_with(&suffix));
@@ -206,8 +272,8 @@ mod tests {
     fn a_version_2_snapshot_loads_as_a_log_that_is_no_mirror_with_no_sessions() {
         let state = state_with_a_lease();
         let bytes = state.to_snapshot();
-        // Version 2 is version 4 without the trailing "no mirror" and sessions.
-        let cut = empty_sessions_suffix().len() + 1;
+        // Version 2 is version 5 without the trailing "no mirror", sessions and pipelines.
+        let cut = empty_pipelines_suffix().len() + empty_sessions_suffix().len() + 1;
         assert_eq!(bytes[bytes.len() - cut], 0);
         let mut v2 = MAGIC_V2.to_vec();
         v2.extend_from_slice(&bytes[MAGIC.len()..bytes.len() - cut]);
@@ -229,7 +295,7 @@ mod tests {
             Err(SnapshotError::BadMagic)
         );
         let mut newer = bytes.clone();
-        newer[7] = 5;
+        newer[7] = 6;
         assert_eq!(State::from_snapshot(&newer), Err(SnapshotError::BadMagic));
         let mut longer = bytes.clone();
         longer.push(0);
@@ -248,6 +314,7 @@ mod tests {
         let state = state_with_a_lease();
         let lease = state.leases.iter().next().unwrap().clone();
         let empty = Sessions::default();
+        let no_pipelines = Pipelines::default();
         let body = |last_token, clock_ms, leases| BodyRef {
             applied_index: 3,
             clock_ms,
@@ -257,6 +324,7 @@ mod tests {
             ct: CtLog::default().records(),
             ct_mirror: None,
             sessions: empty.records(),
+            pipelines: no_pipelines.records(),
         };
         // A token above the last issued one.
         let bytes = encode(&body(2, 10_000, vec![&lease]));

@@ -4,6 +4,7 @@ use crate::challenges::{Challenge, ChallengeToken, Challenges};
 use crate::command::{Command, Response, TickReply};
 use crate::ct::{CtLog, EntryKey, HeldEntry, LogConfig, NodeReport, ServingSth, select_serving};
 use crate::leases::{FencingToken, Lease, LeaseError, LeaseName, Leases};
+use crate::pipelines::{PipelineReads, Pipelines};
 use crate::sessions::{QueueStats, RequestKey, Session, SessionConfig, SessionId, Sessions, Stage};
 use crate::time::Stamp;
 
@@ -20,6 +21,7 @@ pub struct State {
     pub(crate) challenges: Challenges,
     pub(crate) ct: CtLog,
     pub(crate) sessions: Sessions,
+    pub(crate) pipelines: Pipelines,
 }
 
 /// Applies one command at one log position. The only way the state changes.
@@ -59,9 +61,14 @@ pub fn apply(state: &mut State, command: Command, stamp: Stamp) -> Response {
             // Session ids and claim tokens come from the log index.
             Response::Session(state.sessions.apply(command, now_ms, stamp.index))
         }
+        Command::Pipeline(command) => {
+            // Transaction ids, claim tokens and webhook event ids come from the log index.
+            Response::Pipeline(state.pipelines.apply(command, now_ms, stamp.index))
+        }
         Command::Tick => Response::Tick(TickReply {
             expired_leases: state.leases.reclaim_expired(now_ms),
             sessions: state.sessions.tick(now_ms),
+            pipelines: state.pipelines.tick(now_ms, stamp.index),
         }),
     };
 
@@ -164,6 +171,9 @@ impl State {
             .map_err(InvariantViolation)?;
         self.ct.check(self.clock_ms).map_err(InvariantViolation)?;
         self.sessions
+            .check(self.clock_ms)
+            .map_err(InvariantViolation)?;
+        self.pipelines
             .check(self.clock_ms)
             .map_err(InvariantViolation)?;
         Ok(())
@@ -292,6 +302,12 @@ impl State {
     /// (certificates waiting for their clients), at `max(clock, now_ms)`; none for failed.
     pub fn sessions_queue_stats(&self, stage: Stage, now_ms: u64) -> Option<QueueStats> {
         self.sessions.queue_stats(stage, self.read_time(now_ms))
+    }
+
+    /// Reads of the transaction pipelines: definitions, transactions, queues, statistics,
+    /// webhooks, notices and notifications.
+    pub fn pipelines(&self) -> PipelineReads<'_> {
+        PipelineReads::new(&self.pipelines, self.clock_ms)
     }
 
     fn read_time(&self, now_ms: u64) -> u64 {

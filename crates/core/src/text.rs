@@ -27,6 +27,20 @@ pub enum TextKind {
     RequestKey,
     /// A [`crate::Reason`].
     Reason,
+    /// A [`crate::pipelines::PipelineName`].
+    PipelineName,
+    /// A [`crate::pipelines::NodeGroup`].
+    NodeGroup,
+    /// A [`crate::pipelines::SwitchName`].
+    SwitchName,
+    /// A [`crate::pipelines::Owner`].
+    Owner,
+    /// A [`crate::pipelines::ExternalId`].
+    ExternalId,
+    /// A [`crate::pipelines::WebhookUrl`].
+    WebhookUrl,
+    /// A [`crate::pipelines::JsonDocument`].
+    Json,
 }
 
 impl fmt::Display for TextKind {
@@ -40,6 +54,13 @@ impl fmt::Display for TextKind {
             TextKind::WorkerId => "worker id",
             TextKind::RequestKey => "request key",
             TextKind::Reason => "reason",
+            TextKind::PipelineName => "pipeline name",
+            TextKind::NodeGroup => "node group",
+            TextKind::SwitchName => "switch name",
+            TextKind::Owner => "owner",
+            TextKind::ExternalId => "external id",
+            TextKind::WebhookUrl => "webhook URL",
+            TextKind::Json => "JSON document",
         })
     }
 }

@@ -8,11 +8,15 @@
 use std::collections::BTreeMap;
 
 use certus_core::ct::{CtCommand, EntryKey, SignedTreeHead, Submission};
+use certus_core::pipelines::{
+    JsonDocument, NewTransaction, NodeGroup, NoticeId, Owner, PipelineName, QueueType, Route,
+    SwitchName, TransactionId, TxMetadata, TxStatus, WebhookEventId, WebhookOutcome, WebhookUrl,
+};
 use certus_core::{
     Acquisition, ChallengeCommand, ChallengeReply, ChallengeToken, Command, DnsName, FencingToken,
-    HolderId, KeyAuthorization, LeaseCommand, LeaseName, LeaseReply, NewChallenge, Reason,
-    RequestKey, Response, SessionCommand, SessionId, Stage, Stamp, State, StepOutcome, TestResult,
-    Ttl, WorkerId, apply,
+    HolderId, KeyAuthorization, LeaseCommand, LeaseName, LeaseReply, NewChallenge, PipelineCommand,
+    Reason, RequestKey, Response, SessionCommand, SessionId, Stage, Stamp, State, StepOutcome,
+    TestResult, Ttl, WorkerId, apply,
 };
 use proptest::prelude::*;
 
@@ -67,7 +71,81 @@ fn command() -> impl Strategy<Value = Command> {
         1 => (0u64..4_000).prop_map(|age_ms| Command::Challenge(ChallengeCommand::DeleteOlderThan { age_ms })),
         2 => ct_command(),
         3 => session_command(),
+        4 => pipeline_command(),
     ]
+}
+
+/// Pipeline commands with small ids, tokens and event ids (all log indexes, which stay small
+/// here) so that some dequeues, steps, cancels and webhook results hit; `pipelines_properties.rs`
+/// checks the pipelines' own rules against a model, these keep them in the replica and snapshot
+/// properties.
+fn pipeline_command() -> impl Strategy<Value = Command> {
+    let name = prop::sample::select(vec!["p1", "p2"]).prop_map(|n| PipelineName::new(n).unwrap());
+    let group = prop::sample::select(vec!["g1", "g2"]).prop_map(|g| NodeGroup::new(g).unwrap());
+    let queue = prop::sample::select(QueueType::PRIORITY.to_vec());
+    let transaction = (1u64..60).prop_map(TransactionId);
+    let token = 1u64..60;
+    let status = prop::sample::select(TxStatus::ALL.to_vec());
+    let json = |s: &str| JsonDocument::new(s).unwrap();
+    let route = prop_oneof![
+        name.clone().prop_map(Route::Pipeline),
+        group.clone().prop_map(Route::NodeGroup),
+    ];
+    let switch = prop::sample::select(vec!["s1", "s2"]).prop_map(|s| SwitchName::new(s).unwrap());
+    let command = prop_oneof![
+        1 => (name.clone(), group.clone())
+            .prop_map(|(name, node_group)| PipelineCommand::Define { name, node_group }),
+        4 => (route.clone(), queue.clone(), prop::option::of(0u8..3), any::<bool>())
+            .prop_map(move |(route, queue, key, webhook)| PipelineCommand::Enqueue(NewTransaction {
+                owner: Owner::new("o").unwrap(),
+                external_id: key.map(|k| certus_core::pipelines::ExternalId::new(format!("e{k}")).unwrap()),
+                route,
+                queue,
+                state: json("{}"),
+                event: None,
+                metadata: TxMetadata {
+                    webhook_url: webhook.then(|| WebhookUrl::new("https://h.example/x").unwrap()),
+                    progress_reports: webhook,
+                    cancel_webhook_on_longpoll: false,
+                },
+            })),
+        3 => (group, 1u32..3).prop_map(|(node_group, max)| PipelineCommand::Dequeue {
+            node_group,
+            worker: WorkerId::new("w").unwrap(),
+            max,
+        }),
+        3 => (transaction.clone(), token.clone(), status).prop_map(move |(transaction, token, status)| {
+            PipelineCommand::Complete { transaction, token, status, state: Some(json("[]")) }
+        }),
+        1 => (transaction.clone(), token.clone(), prop::option::of(route), queue.clone())
+            .prop_map(|(transaction, token, route, queue)| PipelineCommand::Requeue {
+                transaction, token, route, queue, state: None, event: None,
+            }),
+        1 => (transaction.clone(), token.clone()).prop_map(move |(transaction, token)| {
+            PipelineCommand::Progress { transaction, token, report: json("1") }
+        }),
+        1 => (transaction.clone(), token, 0u64..3_000, prop::option::of(switch.clone()), queue)
+            .prop_map(|(transaction, token, sleep_ms, switch, queue)| PipelineCommand::Sleep {
+                transaction, token, until_ms: T0 + sleep_ms, switch, queue, state: None,
+            }),
+        1 => (switch, 0u64..3).prop_map(|(name, value)| PipelineCommand::SetSwitch { name, value }),
+        1 => transaction.clone().prop_map(|transaction| PipelineCommand::Cancel { transaction }),
+        1 => transaction.prop_map(|transaction| PipelineCommand::MarkReplied { transaction }),
+        1 => (1u32..3).prop_map(|max| PipelineCommand::TakeWebhooks { max }),
+        1 => (1u64..60, 1u32..3, any::<bool>()).prop_map(|(event, attempt, delivered)| {
+            PipelineCommand::WebhookResult {
+                event: WebhookEventId(event),
+                attempt,
+                outcome: if delivered {
+                    WebhookOutcome::Delivered
+                } else {
+                    WebhookOutcome::Failed { reason: Reason::new("503").unwrap() }
+                },
+            }
+        }),
+        1 => (0u64..4).prop_map(|up_to| PipelineCommand::AcknowledgeNotices { up_to: NoticeId(up_to) }),
+    ];
+    command.prop_map(Command::Pipeline)
 }
 
 /// Session commands with small ids and tokens (ids and tokens are log indexes, which stay small
@@ -307,7 +385,8 @@ impl LeaseHistory {
             (Command::Lease(_), Response::Lease(Err(_)))
             | (Command::Challenge(_), Response::Challenge(_))
             | (Command::Ct(_), Response::Ct(_))
-            | (Command::Session(_), Response::Session(_)) => {}
+            | (Command::Session(_), Response::Session(_))
+            | (Command::Pipeline(_), Response::Pipeline(_)) => {}
             (command, response) => panic!("{command:?} answered {response:?}"),
         }
     }

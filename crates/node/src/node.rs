@@ -414,10 +414,10 @@ async fn run_ticks(replica: Arc<Replica>, config: NodeConfig, stop: watch::Recei
         ];
         match replica.write(commands).await {
             Err(error) => debug!(id = replica.id, %error, "tick not applied"),
-            // A tick handles a bounded batch of sessions; when more is due, tick again now.
+            // A tick handles bounded batches (sessions, transactions); when more is due, tick again now.
             Ok(mut responses) => {
                 while let Some(Response::Tick(reply)) = responses.first()
-                    && reply.sessions.more
+                    && reply.more()
                     && replica.leader() == Some(Leader::Me)
                 {
                     match replica.write(vec![Command::Tick]).await {
