@@ -96,6 +96,25 @@ pub struct UpstreamOrder {
     pub issued: Vec<Vec<u8>>,
 }
 
+/// A completion sent late on purpose: a worker that lost its claim sends its result after it
+/// saw a newer claim on the session (or the session past the claimed stage).
+#[derive(Clone, Debug, Serialize)]
+pub struct LateCompletion {
+    /// The worker.
+    pub worker: String,
+    /// The session.
+    pub session: u64,
+    /// The token it completed with.
+    pub token: u64,
+    /// What a read showed before it sent: the newer claim's token (0 if the session had moved
+    /// on to another stage instead).
+    pub newer_token: u64,
+    /// When it sent.
+    pub sent_ms: u64,
+    /// Whether the cluster accepted it (`None`: no answer).
+    pub accepted: Option<bool>,
+}
+
 /// The idempotency key the node's issue daemon orders session `id` under.
 pub fn order_key(session: u64) -> String {
     format!("certus-session-{session}")
@@ -376,6 +395,43 @@ pub fn issued_once(orders: &[UpstreamOrder], seen: &[SeenCertificate]) -> Verdic
             "{} orders, {issued} certificates issued, {} seen by clients",
             orders.len(),
             seen.len()
+        ),
+    )
+}
+
+/// **Stale completions refused**: a completion sent with a token after a read had shown a newer
+/// claim on the session (or the session past that stage) is never accepted.
+pub fn stale_completions_refused(late: &[LateCompletion]) -> Verdict {
+    const NAME: &str = "stale-completions-refused";
+    let problems: Vec<String> = late
+        .iter()
+        .filter(|completion| completion.accepted == Some(true))
+        .map(|completion| {
+            format!(
+                "session {}: {} completed with token {} at {} ms and was accepted, after a read \
+                 had shown {}",
+                completion.session,
+                completion.worker,
+                completion.token,
+                completion.sent_ms,
+                if completion.newer_token == 0 {
+                    "the session past that stage".to_owned()
+                } else {
+                    format!("token {}", completion.newer_token)
+                }
+            )
+        })
+        .collect();
+    let refused = late
+        .iter()
+        .filter(|completion| completion.accepted == Some(false))
+        .count();
+    verdict(
+        NAME,
+        problems,
+        format!(
+            "{} late completions sent, {refused} answered and refused",
+            late.len()
         ),
     )
 }

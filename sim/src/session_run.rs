@@ -380,6 +380,7 @@ impl SessionRun {
                 heal_ms + LEADER_SETTLE_MS,
             ),
             session_checkers::issued_once(&orders, &history.seen),
+            session_checkers::stale_completions_refused(&history.late_completions),
             clients_saw_no_violation(&history),
         ];
         (verdicts, SessionReport { history, orders })

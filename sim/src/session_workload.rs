@@ -38,7 +38,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster::{elapsed_ms, endpoint};
 use crate::schedule::SeedRng;
-use crate::session_checkers::{ClaimRecord, CreatedSession, SeenCertificate, UpstreamOrder};
+use crate::session_checkers::{
+    ClaimRecord, CreatedSession, LateCompletion, SeenCertificate, UpstreamOrder,
+};
 
 /// The port client machines answer HTTP-01 fetches on.
 const HTTP01_PORT: u16 = 80;
@@ -63,6 +65,11 @@ pub struct SessionWorkload {
     pub unserved_per_mille: u64,
     /// Per mille of an external worker's claims it abandons mid-step, as if it crashed.
     pub abandon_per_mille: u64,
+    /// Per mille of an external worker's claims it completes late on purpose: after its claim
+    /// expired and a read showed a newer one (the completion must be refused). Counted among
+    /// claims whose test failed, which stay in testchallenge to be claimed again; a tenth of
+    /// this rate for the others.
+    pub late_per_mille: u64,
     /// How long a client waits for one answer.
     pub attempt_timeout: Duration,
     /// The visibility external workers claim with.
@@ -76,7 +83,8 @@ impl Default for SessionWorkload {
             workers: 1,
             in_flight: 4,
             unserved_per_mille: 100,
-            abandon_per_mille: 250,
+            abandon_per_mille: 150,
+            late_per_mille: 800,
             attempt_timeout: Duration::from_millis(1_500),
             worker_visibility_ms: 2_000,
         }
@@ -114,6 +122,8 @@ pub struct SessionHistory {
     /// Every claim a worker took: the nodes' daemons (through the node's work observer) and
     /// the external workers.
     pub claims: Vec<ClaimRecord>,
+    /// Completions the external worker sent late on purpose, and their answers.
+    pub late_completions: Vec<LateCompletion>,
     /// What a client or worker found wrong.
     pub violations: Vec<String>,
     /// Create calls made, answered or not.
@@ -680,6 +690,42 @@ async fn one_session(
     }
 }
 
+/// Waits past the claim's visibility until a read shows a newer claim on the session, or the
+/// session past testchallenge (recorded in `late.newer_token`); false if neither shows within a
+/// few seconds (the late completion is then not sent, and the claim simply lapsed).
+async fn wait_for_newer_claim(
+    context: &Context,
+    rng: &mut SeedRng,
+    late: &mut LateCompletion,
+    workload: &SessionWorkload,
+) -> bool {
+    tokio::time::sleep(Duration::from_millis(workload.worker_visibility_ms + 500)).await;
+    for _ in 0..10 {
+        if context.stopping() {
+            return false;
+        }
+        let node = rng.between(1, context.nodes);
+        if let Some(mut sessions) = context.connect(node).await
+            && let Ok(reply) = sessions
+                .get(v1::GetSessionRequest { id: late.session })
+                .await
+        {
+            let seen = reply.into_inner();
+            let stage = v1::Stage::try_from(seen.stage).unwrap_or(v1::Stage::Unspecified);
+            if stage != v1::Stage::TestChallenge {
+                late.newer_token = 0;
+                return true;
+            }
+            if seen.claim_token > late.token {
+                late.newer_token = seen.claim_token;
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    false
+}
+
 /// The Ed25519 key of client `client`'s session `number`: from the seed, so replays send the
 /// same CSRs.
 fn client_key(seed: u64, client: u32, number: u64) -> KeyPair {
@@ -762,6 +808,48 @@ async fn work_challenges(index: u32, workload: SessionWorkload, context: Context
                         TestOutcome::NotSatisfied { reason } => reason,
                     },
                 });
+            }
+            let unsatisfied = results.iter().any(|result| !result.satisfied);
+            let late_per_mille = if unsatisfied {
+                workload.late_per_mille
+            } else {
+                workload.late_per_mille / 10
+            };
+            if rng.chance(late_per_mille) {
+                let mut late = LateCompletion {
+                    worker: worker.clone(),
+                    session: session.id,
+                    token: session.claim_token,
+                    newer_token: 0,
+                    sent_ms: 0,
+                    accepted: None,
+                };
+                if wait_for_newer_claim(&context, &mut rng, &mut late, &workload).await {
+                    late.sent_ms = context.now_ms();
+                    context.shared.with(|history| {
+                        history.claims[position].finished_ms = Some(late.sent_ms);
+                    });
+                    let answer = sessions
+                        .complete(v1::CompleteRequest {
+                            id: session.id,
+                            claim_token: session.claim_token,
+                            outcome: Some(v1::complete_request::Outcome::Tested(
+                                v1::complete_request::Tested { results },
+                            )),
+                        })
+                        .await;
+                    late.accepted = match answer {
+                        Ok(_) => Some(true),
+                        Err(status) if status.code() == tonic::Code::FailedPrecondition => {
+                            Some(false)
+                        }
+                        Err(_) => None,
+                    };
+                    context
+                        .shared
+                        .with(|history| history.late_completions.push(late));
+                }
+                continue;
             }
             if rng.chance(workload.abandon_per_mille) {
                 // Dies mid-step: the claim is left to expire; a new incarnation comes back.

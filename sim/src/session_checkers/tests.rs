@@ -612,3 +612,41 @@ fn a_long_list_of_problems_is_cut_to_ten_and_counted() {
     );
     assert_eq!(verdict.detail.matches("still held").count(), 10);
 }
+
+// stale_completions_refused
+
+fn late(session: u64, token: u64, newer_token: u64, accepted: Option<bool>) -> LateCompletion {
+    LateCompletion {
+        worker: "external-0-0".to_owned(),
+        session,
+        token,
+        newer_token,
+        sent_ms: 9_000,
+        accepted,
+    }
+}
+
+#[test]
+fn stale_completions_refused_passes_when_every_late_completion_is_refused_or_unanswered() {
+    let verdict = stale_completions_refused(&[
+        late(7, 100, 120, Some(false)),
+        late(8, 101, 0, Some(false)),
+        late(9, 102, 130, None),
+    ]);
+    assert_eq!(verdict.checker, "stale-completions-refused");
+    assert_passes(&verdict, "3 late completions sent, 2 answered and refused");
+    assert_passes(&stale_completions_refused(&[]), "0 late completions");
+}
+
+#[test]
+fn stale_completions_refused_fails_when_a_late_completion_is_accepted() {
+    let verdict = stale_completions_refused(&[
+        late(7, 100, 120, Some(false)),
+        late(8, 101, 125, Some(true)),
+    ]);
+    assert_fails(&verdict, "session 8");
+    assert_fails(&verdict, "token 101");
+    assert_fails(&verdict, "token 125");
+    let moved_on = stale_completions_refused(&[late(9, 102, 0, Some(true))]);
+    assert_fails(&moved_on, "past that stage");
+}
