@@ -31,6 +31,7 @@ pub mod log_service;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod pipeline_webhooks;
 pub mod proposer;
 pub mod raft_service;
 pub mod replica;

@@ -34,6 +34,28 @@ pub struct Metrics {
     http_requests: IntCounterVec,
     merge_delay: Histogram,
     mirror_errors: IntCounter,
+    pipeline_webhooks: IntCounterVec,
+}
+
+/// What became of one webhook delivery attempt, for `certus_pipeline_webhooks_total{outcome}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookAttempt {
+    /// The receiver accepted it.
+    Delivered,
+    /// It failed (an answer other than 2xx, a network error, no answer in time).
+    Failed,
+    /// It was taken but not sent, or cut off, because this node's hold on the role ran out.
+    Unsent,
+}
+
+impl WebhookAttempt {
+    fn label(self) -> &'static str {
+        match self {
+            WebhookAttempt::Delivered => "delivered",
+            WebhookAttempt::Failed => "failed",
+            WebhookAttempt::Unsent => "unsent",
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -66,7 +88,18 @@ impl Metrics {
             "Master rounds of a mirror that failed to read or check the source log.",
         )
         .expect("a valid metric definition");
+        let pipeline_webhooks = IntCounterVec::new(
+            Opts::new(
+                "certus_pipeline_webhooks_total",
+                "Webhook delivery attempts this node made, by outcome (delivered, failed, unsent).",
+            ),
+            &["outcome"],
+        )
+        .expect("a valid metric definition");
         let registry = Registry::new();
+        registry
+            .register(Box::new(pipeline_webhooks.clone()))
+            .expect("registered once");
         registry
             .register(Box::new(mirror_errors.clone()))
             .expect("registered once");
@@ -81,7 +114,15 @@ impl Metrics {
             http_requests,
             merge_delay,
             mirror_errors,
+            pipeline_webhooks,
         }
+    }
+
+    /// Counts one webhook delivery attempt.
+    pub fn count_pipeline_webhook(&self, attempt: WebhookAttempt) {
+        self.pipeline_webhooks
+            .with_label_values(&[attempt.label()])
+            .inc();
     }
 
     /// Counts one answered HTTP request. `path` is the route template that matched, or
