@@ -12,6 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "certus/v1/admin.proto",
         "certus/v1/log.proto",
         "certus/v1/sessions.proto",
+        "certus/v1/pipelines.proto",
         "grpc/health/v1/health.proto",
     ]
     .map(|file| root.join(file));

@@ -10,7 +10,19 @@ use certus_proto::health::health_client::HealthClient;
 use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::log_client::LogClient;
+use certus_proto::v1::pipelines_client::PipelinesClient;
 use certus_proto::v1::sessions_client::SessionsClient;
+use certus_proto::v1::{
+    AcknowledgeNoticesReply, AcknowledgeNoticesRequest, CancelReply, CancelRequest,
+    CompleteTransactionReply, CompleteTransactionRequest, DefinePipelineReply,
+    DefinePipelineRequest, DeletePipelineReply, DeletePipelineRequest, DequeueReply,
+    DequeueRequest, EnqueueReply, EnqueueRequest, GetPipelineConfigRequest, GetStateReply,
+    GetStateRequest, GetSwitchRequest, ListInPlayRequest, ListNoticesReply, ListNoticesRequest,
+    ListPipelinesReply, ListPipelinesRequest, ListStuckRequest, ListTransactionsReply,
+    PipelineConfig, PipelineNotification, PipelinesStatus, PipelinesStatusRequest, ProgressReply,
+    ProgressRequest, RequeueReply, RequeueRequest, SetPipelineConfigRequest, SetSwitchReply,
+    SetSwitchRequest, SleepReply, SleepRequest, TxStatus, WatchCompletionsRequest,
+};
 use certus_proto::v1::{
     AcknowledgeSessionRequest, AcquireReply, AcquireRequest, AddChainReply, AddChainRequest,
     AddLearnerRequest, Challenge, ChangeMembershipRequest, CheckFenceReply, CheckFenceRequest,
@@ -28,11 +40,25 @@ use certus_proto::v1::{
     TriggerSnapshotReply, TriggerSnapshotRequest, WaitSessionRequest, complete_request,
 };
 use tokio::time::Instant;
+use tonic::codec::Streaming;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Response, Status};
 
 use crate::error::{Disposition, describe, disposition, reason_of};
 use crate::{ClientConfig, ClientError, parse_endpoint};
+
+/// The reason a node gives when a write was refused before anything was proposed.
+const NOTHING_PROPOSED: &str = "no-leader";
+
+/// The largest `certus.v1.Pipelines` reply accepted, in bytes: the node's own bound
+/// (`PIPELINE_REPLY_BYTES_MAX`), which a full dequeue batch can approach. A dequeue cannot be
+/// undone, so its answer must never be refused here for its size.
+pub const PIPELINE_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
+
+/// A Pipelines stub on `channel` that accepts the largest replies the node sends.
+fn pipelines(channel: Channel) -> PipelinesClient<Channel> {
+    PipelinesClient::new(channel).max_decoding_message_size(PIPELINE_REPLY_BYTES_MAX)
+}
 
 /// A client of one Certus cluster.
 ///
@@ -68,6 +94,9 @@ struct Budget {
     deadline: Duration,
     /// The most attempts (at least one is made).
     max_attempts: u32,
+    /// Retry only after answers that say nothing was proposed (`no-leader`): for writes that
+    /// are not safe to repeat, where any other failure may have been applied.
+    unproposed_only: bool,
 }
 
 impl Budget {
@@ -75,6 +104,15 @@ impl Budget {
     fn once(self) -> Budget {
         Budget {
             max_attempts: 1,
+            ..self
+        }
+    }
+
+    /// The same budget for a write that must not be applied twice: retried only when the node
+    /// answered that nothing was proposed.
+    fn unproposed_only(self) -> Budget {
+        Budget {
+            unproposed_only: true,
             ..self
         }
     }
@@ -641,6 +679,7 @@ impl Client {
             attempt_timeout: config.attempt_timeout.saturating_add(wait),
             deadline: config.deadline.saturating_add(wait),
             max_attempts: config.max_attempts,
+            unproposed_only: false,
         };
         let until = Instant::now() + wait;
         self.call("Sessions/Wait", budget, move |channel| {
@@ -855,6 +894,412 @@ impl Client {
         .await
     }
 
+    // ---- certus.v1.Pipelines ---------------------------------------------------------
+
+    /// Defines the pipeline `name` as a name for `node_group`, or moves it there (queued
+    /// transactions stay where they are). Safe to repeat. Refusals: `invalid-argument`,
+    /// `too-many` (`RESOURCE_EXHAUSTED`: 1024 pipelines).
+    pub async fn define_pipeline(
+        &self,
+        name: impl Into<String>,
+        node_group: impl Into<String>,
+    ) -> Result<DefinePipelineReply, ClientError> {
+        let request = DefinePipelineRequest {
+            name: name.into(),
+            node_group: node_group.into(),
+        };
+        self.call("Pipelines/DefinePipeline", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { pipelines(channel).define_pipeline(request).await }
+        })
+        .await
+    }
+
+    /// Deletes the pipeline `name`; refused with `pipeline-in-use` while transactions routed
+    /// by it are in play. Safe to repeat (`existed` is false the second time).
+    pub async fn delete_pipeline(
+        &self,
+        name: impl Into<String>,
+    ) -> Result<DeletePipelineReply, ClientError> {
+        let request = DeletePipelineRequest { name: name.into() };
+        self.call("Pipelines/DeletePipeline", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { pipelines(channel).delete_pipeline(request).await }
+        })
+        .await
+    }
+
+    /// Pipelines in name order: at most `limit` (0 for the node's page size) after `after`
+    /// (`None` for the first page).
+    pub async fn list_pipelines(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPipelinesReply, ClientError> {
+        let request = ListPipelinesRequest {
+            after: after.unwrap_or_default().to_owned(),
+            limit,
+        };
+        self.call("Pipelines/ListPipelines", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { pipelines(channel).list_pipelines(request).await }
+        })
+        .await
+    }
+
+    /// Producer call: creates a transaction and queues it.
+    ///
+    /// # Retries
+    ///
+    /// With an `external_id` the call is safe to repeat within the external-id window (a day
+    /// by default): a retry answers the transaction the first attempt created, with
+    /// `duplicate: true`, so it is retried like every other call. Without one, a retry after an
+    /// ambiguous failure could create a second transaction, so it is retried only when the node
+    /// answered `no-leader` (nothing was proposed); any other failure is returned as
+    /// [`ClientError::Unavailable`] and the transaction may or may not exist.
+    ///
+    /// Refusals include `invalid-argument` (naming the field), `unknown-pipeline`
+    /// (`NOT_FOUND`) and `too-many` (`RESOURCE_EXHAUSTED`: the transaction table is full).
+    pub async fn enqueue(&self, request: EnqueueRequest) -> Result<EnqueueReply, ClientError> {
+        let budget = if request.external_id.is_empty() {
+            self.budget().unproposed_only()
+        } else {
+            self.budget()
+        };
+        self.call("Pipelines/Enqueue", budget, move |channel| {
+            let request = request.clone();
+            async move { pipelines(channel).enqueue(request).await }
+        })
+        .await
+    }
+
+    /// Producer call: the transaction the request names, after waiting up to its `wait_ms`
+    /// (the node cuts it to 60 s) for the transaction to finish or report progress; see
+    /// `GetStateRequest` for `after_seq` and `mark_replied`. Refused with `unknown-transaction`
+    /// (`NOT_FOUND`) for an id never enqueued, or deleted after its archive retention.
+    ///
+    /// Each attempt may take `wait_ms` plus [`ClientConfig::attempt_timeout`], and a retry
+    /// waits only for what is left. Safe to repeat (marking a reply again only sets its time
+    /// again); pass `after_seq` so a retry cannot miss progress reported in between.
+    pub async fn get_state(&self, request: GetStateRequest) -> Result<GetStateReply, ClientError> {
+        // The node cuts a wait to 60 s; an hour keeps the arithmetic below from overflowing.
+        let wait = Duration::from_millis(request.wait_ms).min(Duration::from_secs(3_600));
+        let config = self.config();
+        let budget = Budget {
+            attempt_timeout: config.attempt_timeout.saturating_add(wait),
+            deadline: config.deadline.saturating_add(wait),
+            max_attempts: config.max_attempts,
+            unproposed_only: false,
+        };
+        let until = Instant::now() + wait;
+        self.call("Pipelines/GetState", budget, move |channel| {
+            let left = until.saturating_duration_since(Instant::now());
+            let request = GetStateRequest {
+                wait_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                ..request.clone()
+            };
+            async move { pipelines(channel).get_state(request).await }
+        })
+        .await
+    }
+
+    /// Producer or operator call: cancels transaction `id` (queued or sleeping: aborted at
+    /// once; running: its worker is asked to complete it as aborted). Safe to repeat: a retry
+    /// answers `ALREADY_REQUESTED`, or `FINISHED` with status `ABORTED`.
+    pub async fn cancel_transaction(&self, id: u64) -> Result<CancelReply, ClientError> {
+        let request = CancelRequest { transaction_id: id };
+        self.call(
+            "Pipelines/Cancel",
+            self.budget(),
+            move |channel| async move { pipelines(channel).cancel(request).await },
+        )
+        .await
+    }
+
+    /// The completions of `node_group` (`None`: of every group), and progress reports too if
+    /// `include_progress`, as a stream of notifications in order: after `after_seq` (`None`:
+    /// only those after the latest one when the stream starts; `Some(0)`: from the oldest
+    /// kept). A `MISSED` item says notifications were dropped before they could be sent.
+    ///
+    /// Opening the stream is retried like any read; the stream itself is not: when it ends
+    /// with an error (the node stops, the connection breaks), open it again with the `seq` of
+    /// the last item received.
+    pub async fn watch_completions(
+        &self,
+        node_group: Option<&str>,
+        after_seq: Option<u64>,
+        include_progress: bool,
+    ) -> Result<Streaming<PipelineNotification>, ClientError> {
+        let request = WatchCompletionsRequest {
+            node_group: node_group.unwrap_or_default().to_owned(),
+            after_seq,
+            include_progress,
+        };
+        self.call(
+            "Pipelines/WatchCompletions",
+            self.budget(),
+            move |channel| {
+                let request = request.clone();
+                async move { pipelines(channel).watch_completions(request).await }
+            },
+        )
+        .await
+    }
+
+    /// Worker call: takes up to `max` (1 to 100) queued transactions of `node_group` for
+    /// `worker` — admin queue first, then out, then in — each running under one claim token
+    /// until its deadline (`running_timeout_ms` from now). An empty reply when none waits.
+    ///
+    /// Not safe to repeat: a dequeue whose answer was lost leaves its transactions running
+    /// until the reaper takes them back at their deadline (counting an attempt). It is retried
+    /// only when the node answered `no-leader` (nothing was proposed).
+    pub async fn dequeue(
+        &self,
+        node_group: impl Into<String>,
+        worker: impl Into<String>,
+        max: u32,
+    ) -> Result<DequeueReply, ClientError> {
+        let request = DequeueRequest {
+            node_group: node_group.into(),
+            worker: worker.into(),
+            max,
+        };
+        self.call(
+            "Pipelines/Dequeue",
+            self.budget().unproposed_only(),
+            move |channel| {
+                let request = request.clone();
+                async move { pipelines(channel).dequeue(request).await }
+            },
+        )
+        .await
+    }
+
+    /// Worker call: finishes transaction `id`, claimed with `token`, with a terminal `status`
+    /// and, if given, its final `state` (JSON). Safe to repeat with the same token: a retry
+    /// after a lost answer gets the same answer and changes nothing. Refused with
+    /// `stale-claim` (`FAILED_PRECONDITION`) when the claim ended — drop the work — and
+    /// `not-terminal` for a status that is not final.
+    pub async fn complete_transaction(
+        &self,
+        id: u64,
+        token: u64,
+        status: TxStatus,
+        state: Option<String>,
+    ) -> Result<CompleteTransactionReply, ClientError> {
+        let request = CompleteTransactionRequest {
+            transaction_id: id,
+            claim_token: token,
+            status: status.into(),
+            state: state.unwrap_or_default(),
+        };
+        self.call("Pipelines/Complete", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { pipelines(channel).complete(request).await }
+        })
+        .await
+    }
+
+    /// Worker call: hands a running transaction on to a queue (see `RequeueRequest`). Safe to
+    /// repeat with the same token, like [`Client::complete_transaction`]; refused with
+    /// `cancel-requested` once a cancel is pending (complete it as aborted instead).
+    pub async fn requeue_transaction(
+        &self,
+        request: RequeueRequest,
+    ) -> Result<RequeueReply, ClientError> {
+        self.call("Pipelines/Requeue", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { pipelines(channel).requeue(request).await }
+        })
+        .await
+    }
+
+    /// Worker call: records a progress `report` (JSON) for transaction `id` claimed with
+    /// `token`, which moves its deadline; the reply says whether a cancel is pending.
+    ///
+    /// A repeat would announce the report twice (to streams, long-polls and webhooks), so it
+    /// is retried only when the node answered `no-leader`. Refused with `stale-claim` when the
+    /// claim ended.
+    pub async fn report_progress(
+        &self,
+        id: u64,
+        token: u64,
+        report: impl Into<String>,
+    ) -> Result<ProgressReply, ClientError> {
+        let request = ProgressRequest {
+            transaction_id: id,
+            claim_token: token,
+            report: report.into(),
+        };
+        self.call(
+            "Pipelines/Progress",
+            self.budget().unproposed_only(),
+            move |channel| {
+                let request = request.clone();
+                async move { pipelines(channel).progress(request).await }
+            },
+        )
+        .await
+    }
+
+    /// Worker call: puts a running transaction to sleep until a time or until a switch
+    /// changes (see `SleepRequest`). Safe to repeat with the same token, like
+    /// [`Client::complete_transaction`] (with `for_ms`, the first accepted wake time stays).
+    pub async fn sleep_transaction(
+        &self,
+        request: SleepRequest,
+    ) -> Result<SleepReply, ClientError> {
+        self.call("Pipelines/Sleep", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { pipelines(channel).sleep(request).await }
+        })
+        .await
+    }
+
+    /// Sets the switch `name` to `value`; a change wakes every transaction sleeping on it.
+    /// Safe to repeat (the same value changes nothing).
+    pub async fn set_switch(
+        &self,
+        name: impl Into<String>,
+        value: u64,
+    ) -> Result<SetSwitchReply, ClientError> {
+        let request = SetSwitchRequest {
+            name: name.into(),
+            value,
+        };
+        self.call("Pipelines/SetSwitch", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { pipelines(channel).set_switch(request).await }
+        })
+        .await
+    }
+
+    /// The value of switch `name` (0 until set).
+    pub async fn get_switch(&self, name: impl Into<String>) -> Result<u64, ClientError> {
+        let request = GetSwitchRequest { name: name.into() };
+        let reply = self
+            .call("Pipelines/GetSwitch", self.budget(), move |channel| {
+                let request = request.clone();
+                async move { pipelines(channel).get_switch(request).await }
+            })
+            .await?;
+        Ok(reply.value)
+    }
+
+    /// The transactions in play (queued, running, sleeping) in `node_group`, in id order: at
+    /// most `limit` (0 for the node's page size) with ids above `after` (0 for the first page).
+    pub async fn list_in_play(
+        &self,
+        node_group: impl Into<String>,
+        after: u64,
+        limit: u32,
+    ) -> Result<ListTransactionsReply, ClientError> {
+        let request = ListInPlayRequest {
+            node_group: node_group.into(),
+            after,
+            limit,
+        };
+        self.call("Pipelines/ListInPlay", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { pipelines(channel).list_in_play(request).await }
+        })
+        .await
+    }
+
+    /// Transactions running for at least `min_running_ms`, longest running first, at most
+    /// `limit` (0 for the node's page size).
+    pub async fn list_stuck(
+        &self,
+        min_running_ms: u64,
+        limit: u32,
+    ) -> Result<ListTransactionsReply, ClientError> {
+        let request = ListStuckRequest {
+            min_running_ms,
+            limit,
+        };
+        self.call(
+            "Pipelines/ListStuck",
+            self.budget(),
+            move |channel| async move { pipelines(channel).list_stuck(request).await },
+        )
+        .await
+    }
+
+    /// Queue depths of `node_group` (`None`: of every group with transactions in play),
+    /// counts per status, pending webhooks and the configuration.
+    pub async fn pipelines_status(
+        &self,
+        node_group: Option<&str>,
+    ) -> Result<PipelinesStatus, ClientError> {
+        let request = PipelinesStatusRequest {
+            node_group: node_group.unwrap_or_default().to_owned(),
+        };
+        self.call("Pipelines/Status", self.budget(), move |channel| {
+            let request = request.clone();
+            async move { pipelines(channel).status(request).await }
+        })
+        .await
+    }
+
+    /// Administrator notices with ids above `after` (0: from the oldest), at most `limit`
+    /// (0 for the node's page size).
+    pub async fn list_notices(
+        &self,
+        after: u64,
+        limit: u32,
+    ) -> Result<ListNoticesReply, ClientError> {
+        let request = ListNoticesRequest { after, limit };
+        self.call(
+            "Pipelines/ListNotices",
+            self.budget(),
+            move |channel| async move { pipelines(channel).list_notices(request).await },
+        )
+        .await
+    }
+
+    /// Drops the notices up to and including `up_to`. Safe to repeat.
+    pub async fn acknowledge_notices(
+        &self,
+        up_to: u64,
+    ) -> Result<AcknowledgeNoticesReply, ClientError> {
+        let request = AcknowledgeNoticesRequest { up_to };
+        self.call(
+            "Pipelines/AcknowledgeNotices",
+            self.budget(),
+            move |channel| async move { pipelines(channel).acknowledge_notices(request).await },
+        )
+        .await
+    }
+
+    /// The pipelines' configuration in force.
+    pub async fn pipeline_config(&self) -> Result<PipelineConfig, ClientError> {
+        self.call("Pipelines/GetConfig", self.budget(), |channel| async move {
+            pipelines(channel)
+                .get_config(GetPipelineConfigRequest {})
+                .await
+        })
+        .await
+    }
+
+    /// Replaces the pipelines' configuration (every field; read it with
+    /// [`Client::pipeline_config`] first to change only some). Answers with the configuration
+    /// in force; refused with `invalid-config` naming the first field out of range. Safe to
+    /// repeat.
+    pub async fn set_pipeline_config(
+        &self,
+        config: PipelineConfig,
+    ) -> Result<PipelineConfig, ClientError> {
+        let request = SetPipelineConfigRequest {
+            config: Some(config),
+        };
+        self.call(
+            "Pipelines/SetConfig",
+            self.budget(),
+            move |channel| async move { pipelines(channel).set_config(request).await },
+        )
+        .await
+    }
+
     // ---- grpc.health.v1.Health ---------------------------------------------------------
 
     /// The serving status of the node at `endpoint` (the whole node: service `""`), by the
@@ -881,6 +1326,7 @@ impl Client {
             attempt_timeout: self.config().attempt_timeout,
             deadline: self.config().deadline,
             max_attempts: self.config().max_attempts,
+            unproposed_only: false,
         }
     }
 
@@ -890,6 +1336,7 @@ impl Client {
             attempt_timeout: config.admin_timeout,
             deadline: config.deadline.max(config.admin_timeout),
             max_attempts: config.max_attempts,
+            unproposed_only: false,
         }
     }
 
@@ -1048,6 +1495,11 @@ impl Client {
                 }
             }
             tracing::debug!(rpc, attempts, error = %last_error, "attempt failed");
+            if budget.unproposed_only && last_reason != NOTHING_PROPOSED {
+                // The write may have been applied: repeating it could apply it twice.
+                self.unprefer(&target);
+                break;
+            }
             self.unprefer(&target);
             avoid = Some(target);
             if attempts >= max_attempts {
@@ -1328,6 +1780,64 @@ mod tests {
                     certificate: String::new(),
                 }),
             )
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 3, .. }),
+            "a complete is retried: {error:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn pipeline_writes_not_safe_to_repeat_are_not_retried_after_a_failure() {
+        let config = ClientConfig {
+            max_attempts: 3,
+            backoff_initial: Duration::from_millis(1),
+            ..ClientConfig::default()
+        };
+        let client = Client::with_config(["127.0.0.1:1"], config).expect("client");
+        let request = EnqueueRequest {
+            owner: "o".to_owned(),
+            state: "{}".to_owned(),
+            ..EnqueueRequest::default()
+        };
+        let error = client
+            .enqueue(request.clone())
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 1, .. }),
+            "an enqueue without an external id is not repeated: {error:?}"
+        );
+        let error = client
+            .enqueue(EnqueueRequest {
+                external_id: "order-1".to_owned(),
+                ..request
+            })
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 3, .. }),
+            "an enqueue with an external id is retried: {error:?}"
+        );
+        let error = client
+            .dequeue("g", "w", 1)
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 1, .. }),
+            "{error:?}"
+        );
+        let error = client
+            .report_progress(1, 2, "{}")
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 1, .. }),
+            "{error:?}"
+        );
+        let error = client
+            .complete_transaction(1, 2, TxStatus::Success, None)
             .await
             .expect_err("nothing listens");
         assert!(

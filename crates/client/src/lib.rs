@@ -2,8 +2,8 @@
 //!
 //! A [`Client`] is built from the gRPC endpoints (`host:port`) of some nodes of one cluster. It
 //! speaks only the public services of [`certus_proto`] (`certus.v1.Leases`, `certus.v1.Admin`,
-//! `certus.v1.Log`, `certus.v1.Sessions` and `grpc.health.v1.Health`), so anything it does, a
-//! client in another language can do with the same `.proto` files.
+//! `certus.v1.Log`, `certus.v1.Sessions`, `certus.v1.Pipelines` and `grpc.health.v1.Health`), so
+//! anything it does, a client in another language can do with the same `.proto` files.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), certus_client::ClientError> {
@@ -76,6 +76,24 @@
 //! Careful with a `Sessions` refusal of `no-leader` on a write: the node reads the session back
 //! after the write, and that read can fail with `no-leader` although the write was applied.
 //!
+//! The `Pipelines` writes (see [Transaction pipelines](#transaction-pipelines)) answer from the
+//! write itself, without a read back, so `no-leader` there always means nothing was proposed.
+//! Three of them are not safe to repeat, and are retried **only** after `no-leader`; any other
+//! failure is returned as [`ClientError::Unavailable`] at once:
+//!
+//! - `enqueue` **without** an external id (a repeat could create a second transaction; with an
+//!   external id, a repeat within the external-id window answers the first one with
+//!   `duplicate: true`, so it is retried like every call);
+//! - `dequeue` (a lost answer leaves its transactions running until the reaper takes them
+//!   back at their deadline, counting an attempt);
+//! - `report_progress` (a repeat announces the report twice).
+//!
+//! The rest are safe: `complete_transaction`, `requeue_transaction` and `sleep_transaction`
+//! repeated with the same claim token answer the same and change nothing; `define_pipeline`,
+//! `delete_pipeline`, `set_switch`, `cancel_transaction`, `acknowledge_notices`,
+//! `set_pipeline_config` and a `get_state` that marks its reply succeed again without a further
+//! change that matters.
+//!
 //! # The CT log
 //!
 //! The `certus.v1.Log` methods ([`Client::add_chain`], [`Client::get_sth`], …) are RFC 6962's
@@ -95,6 +113,17 @@
 //! finish it ([`Client::claim_sessions`], [`Client::extend_claim`],
 //! [`Client::complete_session`], [`Client::release_session`], [`Client::fail_session`]).
 //!
+//! # Transaction pipelines
+//!
+//! The `certus.v1.Pipelines` methods serve producers ([`Client::enqueue`],
+//! [`Client::get_state`] to long-poll for the result or progress, [`Client::cancel_transaction`],
+//! [`Client::watch_completions`] for a stream of a node group's completions), workers
+//! ([`Client::dequeue`], [`Client::complete_transaction`], [`Client::requeue_transaction`],
+//! [`Client::report_progress`], [`Client::sleep_transaction`]) and operators (pipeline
+//! definitions, switches, [`Client::list_in_play`], [`Client::list_stuck`],
+//! [`Client::pipelines_status`], notices and the configuration). Replies with transactions can
+//! be large; the client accepts up to [`PIPELINE_REPLY_BYTES_MAX`].
+//!
 //! # Calls to one node
 //!
 //! [`Client::status_of`], [`Client::log_status_of`], [`Client::trigger_snapshot`] and
@@ -108,7 +137,7 @@ mod config;
 mod endpoint;
 mod error;
 
-pub use client::Client;
+pub use client::{Client, PIPELINE_REPLY_BYTES_MAX};
 pub use config::ClientConfig;
 pub use endpoint::parse_endpoint;
 pub use error::{ClientError, ERROR_REASON_KEY};
@@ -118,6 +147,16 @@ pub use certus_proto::health::health_check_response::ServingStatus;
 /// The outcome of a worker's step for [`Client::complete_session`]: `Outcome::Challenges`,
 /// `Outcome::Tested` or `Outcome::Issued`, with their message types.
 pub use certus_proto::v1::complete_request;
+/// The `Pipelines` messages.
+pub use certus_proto::v1::{
+    AcknowledgeNoticesReply, CancelOutcome, CancelReply, CompleteTransactionReply,
+    DefinePipelineReply, DeletePipelineReply, DequeueReply, EnqueueReply, EnqueueRequest,
+    GetStateReply, GetStateRequest, ListNoticesReply, ListPipelinesReply, ListTransactionsReply,
+    NodeGroupCounts, Notice, NotificationKind, PendingWebhook, Pipeline, PipelineConfig,
+    PipelineNotification, PipelinesStatus, ProgressReply, QueueType, RequeueReply, RequeueRequest,
+    SetSwitchReply, SleepReply, SleepRequest, StatusCount, Transaction, TxMetadata, TxStatus,
+    WaitOutcome,
+};
 pub use certus_proto::v1::{
     AcquireReply, AddChainReply, Challenge, CheckFenceReply, ClaimReply, DeleteChallengeReply,
     ExtendReply, GetConsistencyReply, GetEntriesReply, GetProofByHashReply, GetRootsReply, Lease,
@@ -127,3 +166,5 @@ pub use certus_proto::v1::{
     SessionsStatus, SignedTreeHead, Stage, StageQueue, StatusReply, TestResult,
     TriggerSnapshotReply,
 };
+/// Routes, wake times and notice kinds of the `Pipelines` messages.
+pub use certus_proto::v1::{enqueue_request, notice, requeue_request, sleep_request};

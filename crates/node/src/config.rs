@@ -36,6 +36,24 @@ pub struct NodeConfig {
     /// CA issuance sessions: the cluster CA and the HTTP-01 tester.
     #[serde(default)]
     pub sessions: SessionsSetup,
+    /// Transaction pipelines: this node's part in their background roles.
+    #[serde(default)]
+    pub pipelines: PipelinesSetup,
+}
+
+/// What a node does for transaction pipelines (`[pipelines]` in `certus serve`'s file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelinesSetup {
+    /// Compete for the webhook role (one node at a time sends webhooks; see
+    /// `pipeline_webhooks`). A node that never should send webhooks (no route out) sets false.
+    pub webhooks: bool,
+}
+
+impl Default for PipelinesSetup {
+    fn default() -> PipelinesSetup {
+        PipelinesSetup { webhooks: true }
+    }
 }
 
 /// What a node needs to work CA issuance sessions (`[sessions]` in `certus serve`'s file).
@@ -150,6 +168,7 @@ impl NodeConfig {
             challenge_retention_ms: default_challenge_retention_ms(),
             ct: CtFiles::default(),
             sessions: SessionsSetup::default(),
+            pipelines: PipelinesSetup::default(),
         }
     }
 

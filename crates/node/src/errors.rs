@@ -1,7 +1,7 @@
 //! Errors a client sees: each becomes a gRPC status with a message that says what was wrong and
 //! an ASCII metadata entry `certus-error` with a stable, machine-readable reason.
 
-use certus_core::{ChallengeError, LeaseError};
+use certus_core::{ChallengeError, LeaseError, PipelineError};
 use tonic::{Code, Status};
 
 /// The metadata key that carries the stable reason of a refusal.
@@ -93,6 +93,26 @@ pub fn challenge_status(error: &ChallengeError) -> Status {
         ChallengeError::TooManyChallenges { .. } => {
             (Code::ResourceExhausted, "too-many-challenges")
         }
+    };
+    status(code, reason, error.to_string())
+}
+
+/// The status for a refused pipeline command. Each variant is mapped on purpose: a missing
+/// thing is `NOT_FOUND`, a state that forbids the step is `FAILED_PRECONDITION`, a malformed
+/// value is `INVALID_ARGUMENT`, a full table is `RESOURCE_EXHAUSTED`; the message names the field
+/// or the thing.
+pub fn pipeline_status(error: &PipelineError) -> Status {
+    let (code, reason) = match error {
+        PipelineError::InvalidText(_) => (Code::InvalidArgument, "invalid-argument"),
+        PipelineError::UnknownPipeline { .. } => (Code::NotFound, "unknown-pipeline"),
+        PipelineError::PipelineInUse { .. } => (Code::FailedPrecondition, "pipeline-in-use"),
+        PipelineError::UnknownTransaction { .. } => (Code::NotFound, "unknown-transaction"),
+        PipelineError::StaleClaim { .. } => (Code::FailedPrecondition, "stale-claim"),
+        PipelineError::CancelRequested { .. } => (Code::FailedPrecondition, "cancel-requested"),
+        PipelineError::NotTerminal { .. } => (Code::InvalidArgument, "not-terminal"),
+        PipelineError::TooMany { .. } => (Code::ResourceExhausted, "too-many"),
+        PipelineError::OutOfRange { .. } => (Code::InvalidArgument, "out-of-range"),
+        PipelineError::InvalidConfig { .. } => (Code::InvalidArgument, "invalid-config"),
     };
     status(code, reason, error.to_string())
 }

@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod pipeline_webhooks;
+pub mod pipelines_service;
 pub mod proposer;
 pub mod raft_service;
 pub mod replica;
@@ -42,7 +43,7 @@ pub mod sessions_service;
 pub mod types;
 
 pub use clock::Clock;
-pub use config::{CtFiles, NodeConfig, RaftTuning, SessionsSetup};
+pub use config::{CtFiles, NodeConfig, PipelinesSetup, RaftTuning, SessionsSetup};
 pub use ct_log::CtSetup;
 pub use errors::ServiceError;
 pub use node::{Node, StartError};

@@ -28,3 +28,20 @@ pub const READ_QUEUE_MAX: usize = 64 * 1024;
 pub const READY_APPLY_LAG_MAX: u64 = 1000;
 /// How long a membership change may take (adding a learner waits for it to catch up).
 pub const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest request to the Pipelines service, in bytes: an enqueue or requeue carries up to two
+/// 64 KiB JSON documents, a webhook URL and names.
+pub const PIPELINE_REQUEST_BYTES_MAX: usize = 512 * 1024;
+/// Largest reply of the Pipelines service, in bytes. A dequeue cannot be undone once applied, so
+/// its reply must always fit: a full batch of 100 transactions, each with a state, an event and
+/// a progress report of 64 KiB, is about 19.3 MiB. Clients raise their decoding limit to match.
+pub const PIPELINE_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// Where a list of transactions is cut (after at least one), in encoded bytes; the rest is on
+/// the next page.
+pub const PIPELINE_LIST_REPLY_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// The longest a `GetState` long-poll holds a request.
+pub const PIPELINE_WAIT_MAX: Duration = Duration::from_secs(60);
+/// Notifications a completion stream reads from the state at a time: what it buffers at most
+/// while the client takes them (gRPC flow control holds the rest back in the state).
+pub const PIPELINE_STREAM_PAGE_MAX: usize = 256;
+/// Node groups a pipelines status lists at most.
+pub const PIPELINE_STATUS_GROUPS_MAX: usize = 1000;

@@ -17,7 +17,10 @@ use crate::config::{CtFiles, NodeConfig};
 use crate::ct_log::{CtNode, CtSetup};
 use crate::health::HealthService;
 use crate::leases_service::LeasesService;
-use crate::limits::{CLIENT_MESSAGE_BYTES_MAX, RAFT_MESSAGE_BYTES_MAX};
+use crate::limits::{
+    CLIENT_MESSAGE_BYTES_MAX, PIPELINE_REPLY_BYTES_MAX, PIPELINE_REQUEST_BYTES_MAX,
+    RAFT_MESSAGE_BYTES_MAX,
+};
 use crate::log_service::LogService;
 use crate::network::{Network, Peers};
 use crate::raft_service::RaftService;
@@ -206,6 +209,19 @@ impl Node {
                 stopped.clone(),
             )));
         }
+        // Pipelines' webhooks: every node competes for the role; one at a time sends. The
+        // simulation has no HTTP (its sender would be passed in, as the session parts are).
+        #[cfg(not(madsim))]
+        if config.pipelines.webhooks {
+            let webhooks = crate::pipeline_webhooks::WebhookProcessor::http(config.id)
+                .map_err(StartError::Config)?
+                .with_metrics(Arc::clone(&metrics));
+            servers.push(tokio::spawn(crate::pipeline_webhooks::run_with(
+                Arc::clone(&replica),
+                webhooks,
+                stopped.clone(),
+            )));
+        }
         servers.push(tokio::spawn(run_ticks(
             Arc::clone(&replica),
             config.clone(),
@@ -287,14 +303,17 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 fn grpc_router(
     replica: &Arc<Replica>,
     ct: Option<&Arc<CtNode>>,
+    stop: &watch::Receiver<bool>,
 ) -> tonic::transport::server::Router {
     use certus_proto::health::health_server::HealthServer;
     use certus_proto::v1::admin_server::AdminServer;
     use certus_proto::v1::leases_server::LeasesServer;
     use certus_proto::v1::log_server::LogServer;
+    use certus_proto::v1::pipelines_server::PipelinesServer;
     use certus_proto::v1::raft_server::RaftServer;
     use certus_proto::v1::sessions_server::SessionsServer;
 
+    use crate::pipelines_service::PipelinesService;
     use crate::sessions_service::SessionsService;
     tonic::transport::Server::builder()
         .add_service(
@@ -318,6 +337,11 @@ fn grpc_router(
                 .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
         )
+        .add_service(
+            PipelinesServer::new(PipelinesService::new(Arc::clone(replica), stop.clone()))
+                .max_decoding_message_size(PIPELINE_REQUEST_BYTES_MAX)
+                .max_encoding_message_size(PIPELINE_REPLY_BYTES_MAX),
+        )
         .add_optional_service(ct.map(|ct| {
             LogServer::new(LogService::new(Arc::clone(replica), Arc::clone(ct)))
                 .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
@@ -339,7 +363,7 @@ async fn serve_grpc(
             reason: error.to_string(),
         })?;
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let router = grpc_router(&replica, ct.as_ref());
+    let router = grpc_router(&replica, ct.as_ref(), &stop);
     let id = config.id;
     Ok(tokio::spawn(async move {
         if let Err(error) = router
@@ -358,7 +382,7 @@ async fn serve_grpc(
     ct: Option<Arc<CtNode>>,
     stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, StartError> {
-    let router = grpc_router(&replica, ct.as_ref());
+    let router = grpc_router(&replica, ct.as_ref(), &stop);
     let addr = config.grpc_addr;
     let id = config.id;
     Ok(tokio::spawn(async move {

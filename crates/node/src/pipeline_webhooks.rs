@@ -288,8 +288,10 @@ impl WebhookProcessor {
         LeaseName::new(ROLE_LEASE).expect("the role lease's name is valid")
     }
 
-    /// Acquires (or renews) the role lease every third of its TTL and publishes the grant, until
-    /// `stop`. A write that fails keeps the previous grant: its expiry still bounds the work.
+    /// Acquires (or renews) the role lease every third of its TTL while deliveries are pending
+    /// and publishes the grant, until `stop`. With nothing pending it writes nothing (an idle
+    /// cluster proposes no entries for webhooks), and a held lease simply runs out. A write that
+    /// fails keeps the previous grant: its expiry still bounds the work.
     async fn keep_role(
         &self,
         replica: &Replica,
@@ -297,7 +299,16 @@ impl WebhookProcessor {
         stop: watch::Receiver<bool>,
     ) {
         let ttl = Ttl::from_ms(self.timings.lease_ttl_ms).expect("validated with the timings");
+        let mut next_attempt = tokio::time::Instant::now();
         loop {
+            if tokio::time::Instant::now() < next_attempt || !pending_here(replica) {
+                tokio::select! {
+                    () = stopped(stop.clone()) => return,
+                    () = tokio::time::sleep(IDLE_PAUSE) => {}
+                }
+                continue;
+            }
+            next_attempt = tokio::time::Instant::now() + self.timings.renew_every();
             let acquire = Command::Lease(LeaseCommand::Acquire {
                 name: Self::lease_name(),
                 holder: self.holder.clone(),
@@ -321,10 +332,6 @@ impl WebhookProcessor {
                 }
                 Ok(other) => debug!(id = replica.id, ?other, "role lease acquire answered"),
                 Err(error) => debug!(id = replica.id, %error, "role lease not renewed"),
-            }
-            tokio::select! {
-                () = stopped(stop.clone()) => return,
-                () = tokio::time::sleep(self.timings.renew_every()) => {}
             }
         }
     }
@@ -574,6 +581,14 @@ fn due_here(replica: &Replica, now_ms: u64) -> bool {
     replica
         .reader
         .read(|applied| !applied.state.pipelines().webhooks_due(now_ms, 1).is_empty())
+}
+
+/// Whether this node's applied state holds any pending delivery, due or not: the role is only
+/// worth holding then.
+fn pending_here(replica: &Replica) -> bool {
+    replica
+        .reader
+        .read(|applied| applied.state.pipelines().webhooks_pending() > 0)
 }
 
 /// Writes `commands` in one Raft entry, within [`ROLE_WRITE_TIMEOUT`]; the answer to the last.

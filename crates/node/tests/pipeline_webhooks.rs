@@ -189,11 +189,18 @@ async fn receiver(plan: Plan) -> (Arc<Receiver>, WebhookUrl) {
 // The cluster.
 
 async fn start(dir: &std::path::Path, size: u64) -> Vec<Node> {
+    // The tests run their own processors, to stop and observe them.
+    start_with(dir, size, false).await
+}
+
+/// `size` nodes; with `node_processors`, each runs the webhook role as a node does by default.
+async fn start_with(dir: &std::path::Path, size: u64, node_processors: bool) -> Vec<Node> {
     let configs: Vec<NodeConfig> = (1..=size)
         .map(|id| {
             let mut config =
                 NodeConfig::new(id, free_addr(), free_addr(), dir.join(format!("node-{id}")));
             config.sessions.daemons = false;
+            config.pipelines.webhooks = node_processors;
             config
         })
         .collect();
@@ -630,5 +637,52 @@ async fn two_processors_never_send_one_event_at_once_across_a_hand_off() {
     for stop in &stops {
         let _ = stop.send(true);
     }
+    shutdown(nodes).await;
+}
+
+/// As a node starts by default, it competes for the webhook role: a completion is delivered by
+/// the cluster itself, by exactly one node, and an idle cluster holds no role lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_deliver_webhooks_themselves_and_take_the_role_only_when_there_is_work() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let nodes = start_with(dir.path(), 3, true).await;
+    let leader = &nodes[leader_index(&nodes).await];
+    let replica = leader.replica();
+    // Idle: nothing pending, so no node takes the role.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let idle_lease = read(replica, |state| {
+        state
+            .lease(&LeaseName::new(ROLE_LEASE).unwrap(), 0)
+            .is_some()
+    })
+    .await;
+    assert!(!idle_lease, "an idle cluster holds no webhook role");
+
+    setup(replica, config(3, 5)).await;
+    let (receiver, url) = receiver(Plan::Accept).await;
+    let (transaction, event) = complete_one(replica, &url, 7).await;
+    wait_until("a node delivers the event", async || {
+        read(replica, |state| {
+            state.pipelines().webhook_for(transaction).is_none()
+        })
+        .await
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let hits = receiver.hits();
+    assert_eq!(hits.len(), 1, "delivered once: {hits:?}");
+    assert_eq!(hits[0].event, event.0);
+    let holder = read(replica, |state| {
+        state
+            .lease(&LeaseName::new(ROLE_LEASE).unwrap(), 0)
+            .map(|lease| lease.holder.as_str().to_owned())
+    })
+    .await;
+    assert!(
+        holder
+            .as_deref()
+            .is_some_and(|holder| holder.starts_with("node-")),
+        "a node took the role: {holder:?}"
+    );
     shutdown(nodes).await;
 }

@@ -1,0 +1,1424 @@
+//! Transaction pipelines over gRPC (`certus.v1.Pipelines`) against a real three-node cluster in
+//! one process. Each test plays producer, worker and operator itself, on different nodes, so
+//! every write is forwarded and every read passes the read barrier somewhere else than where
+//! the data was written.
+
+#![cfg(not(madsim))]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use certus_node::{CertusNode, Node, NodeConfig};
+use certus_proto::v1;
+use certus_proto::v1::enqueue_request::Route;
+use certus_proto::v1::pipelines_client::PipelinesClient;
+use certus_proto::v1::sleep_request::Wake;
+use certus_proto::v1::{NotificationKind, QueueType, TxStatus, WaitOutcome};
+use tonic::codec::Streaming;
+use tonic::transport::Channel;
+use tonic::{Code, Response, Status};
+
+use support::{free_addr, leader_index, shutdown};
+
+/// How long anything that should happen at once may take on a slow machine.
+const PATIENCE: Duration = Duration::from_secs(20);
+/// How often a test looks again.
+const POLL: Duration = Duration::from_millis(50);
+/// The metadata entry carrying a refusal's stable reason.
+const REASON_KEY: &str = "certus-error";
+/// The node's largest Pipelines reply; the client must accept it.
+const REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
+
+/// A three-node cluster without a CT log, data under `dir`, once every node knows the leader.
+/// The leader ticks every 200 ms, so sleepers wake soon after their time.
+async fn start_cluster(dir: &Path) -> (Vec<NodeConfig>, Vec<Node>) {
+    let configs: Vec<NodeConfig> = (1..=3)
+        .map(|id| {
+            let mut config =
+                NodeConfig::new(id, free_addr(), free_addr(), dir.join(format!("node-{id}")));
+            config.sessions.daemons = false;
+            config.tick_interval_ms = 200;
+            config
+        })
+        .collect();
+    let mut nodes = Vec::new();
+    for config in &configs {
+        nodes.push(Node::start(config.clone()).await.expect("node starts"));
+    }
+    let members: BTreeMap<u64, CertusNode> = configs.iter().map(|c| (c.id, c.member())).collect();
+    nodes[0].initialize(members).await.expect("initialize");
+    leader_index(&nodes).await;
+    let deadline = Instant::now() + PATIENCE;
+    while nodes.iter().any(|node| node.replica().leader().is_none()) {
+        assert!(Instant::now() < deadline, "not every node knows the leader");
+        tokio::time::sleep(POLL).await;
+    }
+    (configs, nodes)
+}
+
+/// The indexes of the leader and of the two followers.
+async fn roles(nodes: &[Node]) -> (usize, usize, usize) {
+    let leader = leader_index(nodes).await;
+    (
+        leader,
+        (leader + 1) % nodes.len(),
+        (leader + 2) % nodes.len(),
+    )
+}
+
+async fn client(node: &NodeConfig) -> PipelinesClient<Channel> {
+    PipelinesClient::connect(format!("http://{}", node.grpc_addr))
+        .await
+        .expect("gRPC connection")
+        .max_decoding_message_size(REPLY_BYTES_MAX)
+}
+
+/// The refusal of `result`, checked for its code and its `certus-error` reason.
+fn refused<T: Debug>(result: Result<Response<T>, Status>, code: Code, reason: &str) -> Status {
+    let status = match result {
+        Ok(response) => panic!(
+            "expected {code:?} {reason}, got {:?}",
+            response.into_inner()
+        ),
+        Err(status) => status,
+    };
+    assert_eq!(status.code(), code, "{status:?}");
+    assert_eq!(
+        status
+            .metadata()
+            .get(REASON_KEY)
+            .and_then(|value| value.to_str().ok()),
+        Some(reason),
+        "{status:?}"
+    );
+    status
+}
+
+/// [`refused`] with `INVALID_ARGUMENT` whose message starts with the field's name.
+fn invalid<T: Debug>(result: Result<Response<T>, Status>, reason: &str, field: &str) {
+    let status = refused(result, Code::InvalidArgument, reason);
+    assert!(
+        status.message().starts_with(field) || status.message().contains(field),
+        "names {field}: {}",
+        status.message()
+    );
+}
+
+fn enqueue_request(route: Route, queue: QueueType, state: &str) -> v1::EnqueueRequest {
+    v1::EnqueueRequest {
+        owner: "tenant-1".to_owned(),
+        external_id: String::new(),
+        route: Some(route),
+        queue: queue.into(),
+        state: state.to_owned(),
+        event: String::new(),
+        metadata: None,
+    }
+}
+
+fn group(name: &str) -> Route {
+    Route::NodeGroup(name.to_owned())
+}
+
+async fn enqueue(client: &mut PipelinesClient<Channel>, request: v1::EnqueueRequest) -> u64 {
+    let reply = client
+        .enqueue(request)
+        .await
+        .expect("Pipelines/Enqueue")
+        .into_inner();
+    assert!(!reply.duplicate);
+    reply.transaction_id
+}
+
+async fn dequeue(
+    client: &mut PipelinesClient<Channel>,
+    node_group: &str,
+    worker: &str,
+    max: u32,
+) -> Vec<v1::Transaction> {
+    client
+        .dequeue(v1::DequeueRequest {
+            node_group: node_group.to_owned(),
+            worker: worker.to_owned(),
+            max,
+        })
+        .await
+        .expect("Pipelines/Dequeue")
+        .into_inner()
+        .transactions
+}
+
+/// The transaction now (no wait, no mark).
+async fn get(client: &mut PipelinesClient<Channel>, id: u64) -> v1::GetStateReply {
+    client
+        .get_state(v1::GetStateRequest {
+            transaction_id: id,
+            ..v1::GetStateRequest::default()
+        })
+        .await
+        .expect("Pipelines/GetState")
+        .into_inner()
+}
+
+async fn transaction(client: &mut PipelinesClient<Channel>, id: u64) -> v1::Transaction {
+    get(client, id).await.transaction.expect("a transaction")
+}
+
+async fn complete(
+    client: &mut PipelinesClient<Channel>,
+    tx: &v1::Transaction,
+    status: TxStatus,
+    state: &str,
+) -> Result<Response<v1::CompleteTransactionReply>, Status> {
+    client
+        .complete(v1::CompleteTransactionRequest {
+            transaction_id: tx.id,
+            claim_token: tx.claim_token,
+            status: status.into(),
+            state: state.to_owned(),
+        })
+        .await
+}
+
+async fn status(client: &mut PipelinesClient<Channel>) -> v1::PipelinesStatus {
+    client
+        .status(v1::PipelinesStatusRequest::default())
+        .await
+        .expect("Pipelines/Status")
+        .into_inner()
+}
+
+/// `(admin, out, in, running, sleeping)` of one node group.
+async fn depths(client: &mut PipelinesClient<Channel>, node_group: &str) -> [u64; 5] {
+    let status = client
+        .status(v1::PipelinesStatusRequest {
+            node_group: node_group.to_owned(),
+        })
+        .await
+        .expect("Pipelines/Status")
+        .into_inner();
+    let [counts] = &status.node_groups[..] else {
+        panic!("one node group: {status:?}");
+    };
+    assert_eq!(counts.node_group, node_group);
+    [
+        counts.queued_admin,
+        counts.queued_out,
+        counts.queued_in,
+        counts.running,
+        counts.sleeping,
+    ]
+}
+
+/// The next item of `stream`, within [`PATIENCE`].
+async fn next(stream: &mut Streaming<v1::PipelineNotification>) -> v1::PipelineNotification {
+    tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .expect("the stream sends within its patience")
+        .expect("the stream is healthy")
+        .expect("the stream goes on")
+}
+
+async fn watch(
+    client: &mut PipelinesClient<Channel>,
+    node_group: &str,
+    after_seq: Option<u64>,
+) -> Streaming<v1::PipelineNotification> {
+    client
+        .watch_completions(v1::WatchCompletionsRequest {
+            node_group: node_group.to_owned(),
+            after_seq,
+            include_progress: false,
+        })
+        .await
+        .expect("Pipelines/WatchCompletions")
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_long_polls_the_result_a_worker_produced_through_other_nodes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut operator = client(&configs[leader]).await;
+    let mut producer = client(&configs[follower]).await;
+    let mut worker = client(&configs[other]).await;
+
+    let defined = operator
+        .define_pipeline(v1::DefinePipelineRequest {
+            name: "billing".to_owned(),
+            node_group: "payments".to_owned(),
+        })
+        .await
+        .expect("Pipelines/DefinePipeline")
+        .into_inner();
+    let pipeline = defined.pipeline.expect("the pipeline");
+    assert_eq!(
+        (pipeline.name.as_str(), pipeline.node_group.as_str()),
+        ("billing", "payments")
+    );
+    assert_eq!(defined.previous_node_group, "");
+
+    // The producer enqueues through a follower, with an external id and a webhook it would
+    // rather skip when its long-poll gets the result.
+    let mut request = enqueue_request(
+        Route::Pipeline("billing".to_owned()),
+        QueueType::In,
+        r#"{"order":1}"#,
+    );
+    request.external_id = "order-1".to_owned();
+    request.event = r#"{"do":"charge"}"#.to_owned();
+    request.metadata = Some(v1::TxMetadata {
+        webhook_url: "http://127.0.0.1:9/hooks".to_owned(),
+        progress_reports: false,
+        cancel_webhook_on_longpoll: true,
+    });
+    let first = producer
+        .enqueue(request.clone())
+        .await
+        .expect("Pipelines/Enqueue")
+        .into_inner();
+    assert!(first.transaction_id > 0 && !first.duplicate);
+    let id = first.transaction_id;
+
+    // The same external id through another node, with other content: the first transaction,
+    // unchanged, and nothing new stored.
+    let mut again = request.clone();
+    again.state = r#"{"order":"other"}"#.to_owned();
+    let duplicate = worker
+        .enqueue(again)
+        .await
+        .expect("a duplicate Enqueue")
+        .into_inner();
+    assert_eq!((duplicate.transaction_id, duplicate.duplicate), (id, true));
+    assert_eq!(status(&mut operator).await.transactions, 1);
+    assert_eq!(depths(&mut operator, "payments").await, [0, 0, 1, 0, 0]);
+
+    let by_external = operator
+        .get_state(v1::GetStateRequest {
+            external_id: "order-1".to_owned(),
+            ..v1::GetStateRequest::default()
+        })
+        .await
+        .expect("GetState by external id")
+        .into_inner();
+    assert_eq!(by_external.outcome(), WaitOutcome::WaitEnded);
+    let queued = by_external.transaction.expect("a transaction");
+    assert_eq!(queued.id, id);
+    assert_eq!(queued.status(), TxStatus::Queued);
+    assert_eq!(queued.status_text, "queued");
+    assert_eq!(
+        queued.state, r#"{"order":1}"#,
+        "the first enqueue's content"
+    );
+    assert_eq!(queued.event, r#"{"do":"charge"}"#);
+    assert_eq!(
+        (queued.pipeline.as_str(), queued.node_group.as_str()),
+        ("billing", "payments")
+    );
+    assert_eq!(queued.queue(), QueueType::In);
+    assert_eq!(queued.owner, "tenant-1");
+    let seen_seq = by_external.notification_seq;
+
+    // Nothing happens to a queued transaction: a short long-poll runs out its time.
+    let started = Instant::now();
+    let quiet = operator
+        .get_state(v1::GetStateRequest {
+            transaction_id: id,
+            wait_ms: 300,
+            ..v1::GetStateRequest::default()
+        })
+        .await
+        .expect("a short long-poll")
+        .into_inner();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(quiet.outcome(), WaitOutcome::WaitEnded);
+    assert_eq!(quiet.transaction, Some(queued.clone()));
+    assert_eq!(quiet.notification_seq, seen_seq);
+
+    // The producer long-polls on the follower while nothing happens.
+    let poller = client(&configs[follower]).await;
+    let long_poll = move |after_seq: u64, mark_replied: bool| {
+        let mut poller = poller.clone();
+        tokio::spawn(async move {
+            let reply = poller
+                .get_state(v1::GetStateRequest {
+                    transaction_id: id,
+                    wait_ms: 15_000,
+                    after_seq: Some(after_seq),
+                    mark_replied,
+                    ..v1::GetStateRequest::default()
+                })
+                .await
+                .expect("a long-poll")
+                .into_inner();
+            (reply, Instant::now())
+        })
+    };
+    let waiting = long_poll(seen_seq, false);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the long-poll waits while queued");
+
+    // A worker dequeues through the third node and reports progress.
+    let taken = dequeue(&mut worker, "payments", "worker-1", 10).await;
+    let [running] = &taken[..] else {
+        panic!("one transaction: {taken:?}");
+    };
+    assert_eq!(running.id, id);
+    assert_eq!(running.status(), TxStatus::Running);
+    assert_eq!(running.worker, "worker-1");
+    assert_eq!(running.attempts, 1);
+    assert!(running.claim_token > 0 && running.claim_deadline_ms > running.claim_started_at_ms);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "a dequeue is not progress");
+    let reported_at = Instant::now();
+    let progress = worker
+        .progress(v1::ProgressRequest {
+            transaction_id: id,
+            claim_token: running.claim_token,
+            report: r#"{"percent":50}"#.to_owned(),
+        })
+        .await
+        .expect("Pipelines/Progress")
+        .into_inner();
+    assert!(!progress.cancel_requested);
+    assert!(progress.claim_deadline_ms >= running.claim_deadline_ms);
+    let (woken, returned_at) = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .expect("the long-poll returns")
+        .expect("the polling task");
+    println!(
+        "the long-poll returned {:?} after the progress report",
+        returned_at.duration_since(reported_at)
+    );
+    assert!(returned_at.duration_since(reported_at) < Duration::from_secs(5));
+    assert_eq!(woken.outcome(), WaitOutcome::Progress);
+    let seen = woken.transaction.expect("a transaction");
+    assert_eq!(seen.progress, r#"{"percent":50}"#);
+    assert_eq!(seen.status(), TxStatus::Running);
+    assert!(woken.notification_seq > seen_seq);
+
+    // The next poll waits from there and marks its reply: the result cancels the webhook.
+    let waiting = long_poll(woken.notification_seq, true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "nothing new since the last poll");
+
+    // A late worker's token (or any other) is refused and changes nothing.
+    let before = transaction(&mut operator, id).await;
+    let mut stale = running.clone();
+    stale.claim_token += 1;
+    refused(
+        complete(&mut producer, &stale, TxStatus::Success, "{}").await,
+        Code::FailedPrecondition,
+        "stale-claim",
+    );
+    assert_eq!(transaction(&mut producer, id).await, before);
+
+    let completed_at = Instant::now();
+    let done = complete(&mut worker, running, TxStatus::Success, r#"{"paid":true}"#)
+        .await
+        .expect("Pipelines/Complete")
+        .into_inner();
+    assert_eq!(
+        (done.transaction_id, done.status()),
+        (id, TxStatus::Success)
+    );
+    let (result, returned_at) = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .expect("the long-poll returns")
+        .expect("the polling task");
+    println!(
+        "the long-poll returned {:?} after the completion",
+        returned_at.duration_since(completed_at)
+    );
+    assert_eq!(result.outcome(), WaitOutcome::Finished);
+    let finished = result.transaction.clone().expect("a transaction");
+    assert_eq!(finished.status(), TxStatus::Success);
+    assert_eq!(finished.status_text, "success");
+    assert_eq!(finished.state, r#"{"paid":true}"#);
+    assert!(
+        finished.event.is_empty(),
+        "a finished transaction has no event"
+    );
+    assert!(finished.completed_at_ms > 0 && finished.notified_at_ms > 0);
+    assert!(
+        result.webhook_cancelled && result.webhook.is_none(),
+        "the long-poll reply cancels the webhook: {result:?}"
+    );
+
+    // The worker lost the answer and completes again: the same answer, nothing changes.
+    let before = get(&mut producer, id).await;
+    let repeated = complete(
+        &mut operator,
+        running,
+        TxStatus::Success,
+        r#"{"paid":true}"#,
+    )
+    .await
+    .expect("a repeated Complete")
+    .into_inner();
+    assert_eq!(repeated, done);
+    assert_eq!(get(&mut worker, id).await.transaction, before.transaction);
+    // Within the window, the external id still answers the first transaction.
+    let late = producer
+        .enqueue(request)
+        .await
+        .expect("a late duplicate")
+        .into_inner();
+    assert_eq!((late.transaction_id, late.duplicate), (id, true));
+    let counts = status(&mut operator).await;
+    assert_eq!(counts.transactions, 1);
+    assert!(counts.node_groups.is_empty(), "nothing in play: {counts:?}");
+    shutdown(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_get_admin_then_out_then_in_and_hand_transactions_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut producer = client(&configs[follower]).await;
+    let mut worker = client(&configs[other]).await;
+    let mut operator = client(&configs[leader]).await;
+
+    let mut ids = BTreeMap::new();
+    for (name, queue) in [
+        ("in-1", QueueType::In),
+        ("out-1", QueueType::Out),
+        ("in-2", QueueType::In),
+        ("admin-1", QueueType::Admin),
+        ("out-2", QueueType::Out),
+        ("admin-2", QueueType::Admin),
+    ] {
+        let state = format!(r#"{{"name":"{name}"}}"#);
+        let id = enqueue(
+            &mut producer,
+            enqueue_request(group("mixed"), queue, &state),
+        )
+        .await;
+        ids.insert(id, name);
+    }
+    assert_eq!(depths(&mut operator, "mixed").await, [2, 2, 2, 0, 0]);
+    let names =
+        |taken: &[v1::Transaction]| -> Vec<&str> { taken.iter().map(|tx| ids[&tx.id]).collect() };
+
+    let first = dequeue(&mut worker, "mixed", "w1", 3).await;
+    assert_eq!(names(&first), ["admin-1", "admin-2", "out-1"]);
+    let token = first[0].claim_token;
+    assert!(
+        first.iter().all(|tx| tx.claim_token == token),
+        "one batch, one token"
+    );
+    let rest = dequeue(&mut operator, "mixed", "w2", 100).await;
+    assert_eq!(names(&rest), ["out-2", "in-1", "in-2"]);
+    assert!(rest.iter().all(|tx| tx.claim_token == rest[0].claim_token));
+    assert!(rest[0].claim_token > token, "tokens grow");
+    assert!(dequeue(&mut worker, "mixed", "w1", 100).await.is_empty());
+    assert_eq!(depths(&mut operator, "mixed").await, [0, 0, 0, 6, 0]);
+
+    // Every running transaction is stuck for at least 0 ms, the longest running first.
+    let stuck = operator
+        .list_stuck(v1::ListStuckRequest {
+            min_running_ms: 0,
+            limit: 0,
+        })
+        .await
+        .expect("Pipelines/ListStuck")
+        .into_inner();
+    let mut stuck_ids: Vec<u64> = stuck.transactions.iter().map(|tx| tx.id).collect();
+    assert!(
+        stuck
+            .transactions
+            .windows(2)
+            .all(|pair| pair[0].claim_started_at_ms <= pair[1].claim_started_at_ms),
+        "longest running first"
+    );
+    stuck_ids.sort_unstable();
+    assert_eq!(stuck_ids, ids.keys().copied().collect::<Vec<_>>());
+    let none_yet = operator
+        .list_stuck(v1::ListStuckRequest {
+            min_running_ms: 3_600_000,
+            limit: 0,
+        })
+        .await
+        .expect("Pipelines/ListStuck")
+        .into_inner();
+    assert!(none_yet.transactions.is_empty());
+
+    // A worker hands "in-1" on to another node group's admin queue with its next event.
+    let in_1 = rest[1].clone();
+    let handed = worker
+        .requeue(v1::RequeueRequest {
+            transaction_id: in_1.id,
+            claim_token: in_1.claim_token,
+            route: Some(v1::requeue_request::Route::NodeGroup("review".to_owned())),
+            queue: QueueType::Admin.into(),
+            state: r#"{"name":"in-1","checked":true}"#.to_owned(),
+            event: r#"{"do":"review"}"#.to_owned(),
+        })
+        .await
+        .expect("Pipelines/Requeue")
+        .into_inner();
+    assert_eq!(
+        (handed.node_group.as_str(), handed.queue()),
+        ("review", QueueType::Admin)
+    );
+    let in_play = producer
+        .list_in_play(v1::ListInPlayRequest {
+            node_group: "review".to_owned(),
+            after: 0,
+            limit: 0,
+        })
+        .await
+        .expect("Pipelines/ListInPlay")
+        .into_inner();
+    assert_eq!(in_play.next_after, 0);
+    let [waiting] = &in_play.transactions[..] else {
+        panic!("one in play: {in_play:?}");
+    };
+    assert_eq!(waiting.id, in_1.id);
+    assert_eq!(waiting.status(), TxStatus::Queued);
+    assert_eq!(waiting.queue(), QueueType::Admin);
+    let reviewed = dequeue(&mut worker, "review", "reviewer", 1).await;
+    assert_eq!(reviewed.len(), 1);
+    assert_eq!(reviewed[0].event, r#"{"do":"review"}"#);
+    assert_eq!(reviewed[0].state, r#"{"name":"in-1","checked":true}"#);
+    assert_eq!(reviewed[0].attempts, 1, "a hand-on starts the count again");
+
+    // The old claim is over: its token is refused for any other step, which is told how the
+    // claim ended.
+    let ended = refused(
+        complete(&mut operator, &in_1, TxStatus::Success, "").await,
+        Code::FailedPrecondition,
+        "stale-claim",
+    );
+    assert!(
+        ended
+            .message()
+            .contains("handed it on to queue admin of review"),
+        "{}",
+        ended.message()
+    );
+    // ...but the requeue itself, repeated with it, answers the same.
+    let repeated = producer
+        .requeue(v1::RequeueRequest {
+            transaction_id: in_1.id,
+            claim_token: in_1.claim_token,
+            route: Some(v1::requeue_request::Route::NodeGroup("review".to_owned())),
+            queue: QueueType::Admin.into(),
+            state: String::new(),
+            event: String::new(),
+        })
+        .await
+        .expect("a repeated Requeue")
+        .into_inner();
+    assert_eq!(repeated, handed);
+    assert_eq!(depths(&mut operator, "mixed").await, [0, 0, 0, 5, 0]);
+    assert_eq!(depths(&mut operator, "review").await, [0, 0, 0, 1, 0]);
+    shutdown(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_the_right_code_and_changes_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut on_follower = client(&configs[follower]).await;
+    let mut on_other = client(&configs[other]).await;
+
+    // A pipeline with one running transaction, and a baseline to compare with at the end.
+    on_leader
+        .define_pipeline(v1::DefinePipelineRequest {
+            name: "p".to_owned(),
+            node_group: "g".to_owned(),
+        })
+        .await
+        .expect("Pipelines/DefinePipeline");
+    let id = enqueue(
+        &mut on_follower,
+        enqueue_request(Route::Pipeline("p".to_owned()), QueueType::In, "{}"),
+    )
+    .await;
+    let taken = dequeue(&mut on_other, "g", "w", 1).await;
+    let running = taken[0].clone();
+    let token = running.claim_token;
+    let baseline_status = status(&mut on_leader).await;
+    let baseline_tx = transaction(&mut on_leader, id).await;
+    let list_pipelines = |client: &mut PipelinesClient<Channel>| {
+        let mut client = client.clone();
+        async move {
+            client
+                .list_pipelines(v1::ListPipelinesRequest::default())
+                .await
+                .expect("Pipelines/ListPipelines")
+                .into_inner()
+        }
+    };
+    let baseline_pipelines = list_pipelines(&mut on_leader).await;
+    assert_eq!(baseline_pipelines.pipelines.len(), 1);
+
+    // Pipelines.
+    let define = |name: &str, node_group: &str| v1::DefinePipelineRequest {
+        name: name.to_owned(),
+        node_group: node_group.to_owned(),
+    };
+    invalid(
+        on_follower.define_pipeline(define("", "g")).await,
+        "invalid-argument",
+        "name",
+    );
+    invalid(
+        on_follower.define_pipeline(define("q", "has space")).await,
+        "invalid-argument",
+        "node_group",
+    );
+    invalid(
+        on_follower
+            .define_pipeline(define(&"n".repeat(129), "g"))
+            .await,
+        "invalid-argument",
+        "name",
+    );
+    refused(
+        on_other
+            .delete_pipeline(v1::DeletePipelineRequest {
+                name: "p".to_owned(),
+            })
+            .await,
+        Code::FailedPrecondition,
+        "pipeline-in-use",
+    );
+
+    // Enqueue.
+    let good = enqueue_request(group("g"), QueueType::In, "{}");
+    let bad_enqueues: Vec<(&str, &str, v1::EnqueueRequest)> = vec![
+        (
+            "route",
+            "invalid-argument",
+            v1::EnqueueRequest {
+                route: None,
+                ..good.clone()
+            },
+        ),
+        (
+            "owner",
+            "invalid-argument",
+            v1::EnqueueRequest {
+                owner: String::new(),
+                ..good.clone()
+            },
+        ),
+        (
+            "state",
+            "invalid-argument",
+            v1::EnqueueRequest {
+                state: "not json".to_owned(),
+                ..good.clone()
+            },
+        ),
+        (
+            "state",
+            "invalid-argument",
+            v1::EnqueueRequest {
+                state: format!("\"{}\"", "x".repeat(64 * 1024)),
+                ..good.clone()
+            },
+        ),
+        (
+            "event",
+            "invalid-argument",
+            v1::EnqueueRequest {
+                event: "{".to_owned(),
+                ..good.clone()
+            },
+        ),
+        (
+            "queue",
+            "invalid-argument",
+            v1::EnqueueRequest {
+                queue: QueueType::Unspecified.into(),
+                ..good.clone()
+            },
+        ),
+        (
+            "queue",
+            "invalid-argument",
+            v1::EnqueueRequest {
+                queue: 7,
+                ..good.clone()
+            },
+        ),
+        (
+            "external_id",
+            "invalid-argument",
+            v1::EnqueueRequest {
+                external_id: "two words".to_owned(),
+                ..good.clone()
+            },
+        ),
+        (
+            "metadata.webhook_url",
+            "invalid-argument",
+            v1::EnqueueRequest {
+                metadata: Some(v1::TxMetadata {
+                    webhook_url: "ftp://example.com/hook".to_owned(),
+                    ..v1::TxMetadata::default()
+                }),
+                ..good.clone()
+            },
+        ),
+        (
+            "pipeline",
+            "invalid-argument",
+            v1::EnqueueRequest {
+                route: Some(Route::Pipeline(String::new())),
+                ..good.clone()
+            },
+        ),
+    ];
+    for (field, reason, request) in bad_enqueues {
+        invalid(on_follower.enqueue(request).await, reason, field);
+    }
+    let unknown = refused(
+        on_follower
+            .enqueue(v1::EnqueueRequest {
+                route: Some(Route::Pipeline("nope".to_owned())),
+                ..good.clone()
+            })
+            .await,
+        Code::NotFound,
+        "unknown-pipeline",
+    );
+    assert!(unknown.message().contains("nope"), "{}", unknown.message());
+
+    // Dequeue.
+    for (max, field) in [(0, "max"), (101, "max")] {
+        invalid(
+            on_other
+                .dequeue(v1::DequeueRequest {
+                    node_group: "g".to_owned(),
+                    worker: "w".to_owned(),
+                    max,
+                })
+                .await,
+            "out-of-range",
+            field,
+        );
+    }
+    invalid(
+        on_other
+            .dequeue(v1::DequeueRequest {
+                node_group: "g".to_owned(),
+                worker: String::new(),
+                max: 1,
+            })
+            .await,
+        "invalid-argument",
+        "worker",
+    );
+
+    // GetState.
+    let get_state = |transaction_id: u64, external_id: &str| v1::GetStateRequest {
+        transaction_id,
+        external_id: external_id.to_owned(),
+        ..v1::GetStateRequest::default()
+    };
+    invalid(
+        on_leader.get_state(get_state(0, "")).await,
+        "invalid-argument",
+        "transaction_id",
+    );
+    invalid(
+        on_leader.get_state(get_state(id, "x")).await,
+        "invalid-argument",
+        "external_id",
+    );
+    refused(
+        on_leader.get_state(get_state(id + 1_000, "")).await,
+        Code::NotFound,
+        "unknown-transaction",
+    );
+    refused(
+        on_leader.get_state(get_state(0, "never-used")).await,
+        Code::NotFound,
+        "unknown-transaction",
+    );
+    invalid(
+        on_leader
+            .get_state(v1::GetStateRequest {
+                after_seq: Some(1_000_000),
+                ..get_state(id, "")
+            })
+            .await,
+        "out-of-range",
+        "after_seq",
+    );
+
+    // Worker steps on the running transaction.
+    let complete_request = |token: u64, status: TxStatus| v1::CompleteTransactionRequest {
+        transaction_id: id,
+        claim_token: token,
+        status: status.into(),
+        state: String::new(),
+    };
+    invalid(
+        on_other
+            .complete(complete_request(0, TxStatus::Success))
+            .await,
+        "invalid-argument",
+        "claim_token",
+    );
+    let not_terminal = refused(
+        on_other
+            .complete(complete_request(token, TxStatus::Running))
+            .await,
+        Code::InvalidArgument,
+        "not-terminal",
+    );
+    assert!(not_terminal.message().contains("running"));
+    invalid(
+        on_other
+            .complete(complete_request(token, TxStatus::Unspecified))
+            .await,
+        "invalid-argument",
+        "status",
+    );
+    invalid(
+        on_other
+            .complete(v1::CompleteTransactionRequest {
+                transaction_id: 0,
+                ..complete_request(token, TxStatus::Success)
+            })
+            .await,
+        "invalid-argument",
+        "transaction_id",
+    );
+    invalid(
+        on_other
+            .complete(v1::CompleteTransactionRequest {
+                state: "[1,".to_owned(),
+                ..complete_request(token, TxStatus::Success)
+            })
+            .await,
+        "invalid-argument",
+        "state",
+    );
+    refused(
+        on_other
+            .complete(v1::CompleteTransactionRequest {
+                transaction_id: id + 1_000,
+                ..complete_request(token, TxStatus::Success)
+            })
+            .await,
+        Code::NotFound,
+        "unknown-transaction",
+    );
+    refused(
+        on_other
+            .complete(complete_request(token + 7, TxStatus::Success))
+            .await,
+        Code::FailedPrecondition,
+        "stale-claim",
+    );
+    invalid(
+        on_follower
+            .progress(v1::ProgressRequest {
+                transaction_id: id,
+                claim_token: token,
+                report: String::new(),
+            })
+            .await,
+        "invalid-argument",
+        "report",
+    );
+    let requeue = v1::RequeueRequest {
+        transaction_id: id,
+        claim_token: token,
+        route: None,
+        queue: QueueType::Out.into(),
+        state: String::new(),
+        event: String::new(),
+    };
+    invalid(
+        on_follower
+            .requeue(v1::RequeueRequest {
+                queue: QueueType::Unspecified.into(),
+                ..requeue.clone()
+            })
+            .await,
+        "invalid-argument",
+        "queue",
+    );
+    refused(
+        on_follower
+            .requeue(v1::RequeueRequest {
+                route: Some(v1::requeue_request::Route::Pipeline("nope".to_owned())),
+                ..requeue.clone()
+            })
+            .await,
+        Code::NotFound,
+        "unknown-pipeline",
+    );
+    let sleep = v1::SleepRequest {
+        transaction_id: id,
+        claim_token: token,
+        wake: Some(Wake::ForMs(1_000)),
+        switch: String::new(),
+        queue: QueueType::In.into(),
+        state: String::new(),
+    };
+    invalid(
+        on_leader
+            .sleep(v1::SleepRequest {
+                wake: None,
+                ..sleep.clone()
+            })
+            .await,
+        "invalid-argument",
+        "wake",
+    );
+    invalid(
+        on_leader
+            .sleep(v1::SleepRequest {
+                wake: Some(Wake::ForMs(2 * 86_400_000)),
+                ..sleep.clone()
+            })
+            .await,
+        "out-of-range",
+        "for_ms",
+    );
+    invalid(
+        on_leader
+            .sleep(v1::SleepRequest {
+                wake: Some(Wake::UntilMs(baseline_tx.created_at_ms + 3 * 86_400_000)),
+                ..sleep.clone()
+            })
+            .await,
+        "out-of-range",
+        "until_ms",
+    );
+    invalid(
+        on_leader
+            .sleep(v1::SleepRequest {
+                switch: "no spaces".to_owned(),
+                ..sleep.clone()
+            })
+            .await,
+        "invalid-argument",
+        "switch",
+    );
+
+    // Switches, cancel, notices, config, lists, streams.
+    invalid(
+        on_other
+            .set_switch(v1::SetSwitchRequest {
+                name: String::new(),
+                value: 1,
+            })
+            .await,
+        "invalid-argument",
+        "name",
+    );
+    invalid(
+        on_other
+            .cancel(v1::CancelRequest { transaction_id: 0 })
+            .await,
+        "invalid-argument",
+        "transaction_id",
+    );
+    refused(
+        on_other
+            .cancel(v1::CancelRequest {
+                transaction_id: id + 1_000,
+            })
+            .await,
+        Code::NotFound,
+        "unknown-transaction",
+    );
+    invalid(
+        on_other
+            .acknowledge_notices(v1::AcknowledgeNoticesRequest { up_to: 0 })
+            .await,
+        "invalid-argument",
+        "up_to",
+    );
+    invalid(
+        on_other
+            .set_config(v1::SetPipelineConfigRequest { config: None })
+            .await,
+        "invalid-argument",
+        "config",
+    );
+    let config = baseline_status.config.expect("a config");
+    invalid(
+        on_other
+            .set_config(v1::SetPipelineConfigRequest {
+                config: Some(v1::PipelineConfig {
+                    max_attempts: 0,
+                    ..config
+                }),
+            })
+            .await,
+        "invalid-config",
+        "max_attempts",
+    );
+    invalid(
+        on_other
+            .list_in_play(v1::ListInPlayRequest {
+                node_group: String::new(),
+                after: 0,
+                limit: 0,
+            })
+            .await,
+        "invalid-argument",
+        "node_group",
+    );
+    invalid(
+        on_other
+            .watch_completions(v1::WatchCompletionsRequest {
+                node_group: "g".to_owned(),
+                after_seq: Some(1_000_000),
+                include_progress: false,
+            })
+            .await,
+        "out-of-range",
+        "after_seq",
+    );
+    invalid(
+        on_other
+            .watch_completions(v1::WatchCompletionsRequest {
+                node_group: "bad group".to_owned(),
+                after_seq: None,
+                include_progress: false,
+            })
+            .await,
+        "invalid-argument",
+        "node_group",
+    );
+
+    // Nothing changed: the same counts, configuration, definitions and transaction, on
+    // every node.
+    for config in &configs {
+        let mut client = client(config).await;
+        assert_eq!(status(&mut client).await, baseline_status);
+        assert_eq!(transaction(&mut client, id).await, baseline_tx);
+        assert_eq!(list_pipelines(&mut client).await, baseline_pipelines);
+    }
+    // And the claim still works.
+    let done = on_other
+        .complete(complete_request(token, TxStatus::Failed))
+        .await
+        .expect("Pipelines/Complete")
+        .into_inner();
+    assert_eq!(done.status(), TxStatus::Failed);
+    shutdown(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_stream_in_order_and_resume_sleepers_wake_and_stopping_ends_waits() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, mut nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut on_follower = client(&configs[follower]).await;
+    let mut on_other = client(&configs[other]).await;
+
+    // A stream of group "s" from now, on the follower; completions of "t" are not in it.
+    let mut stream = watch(&mut on_follower, "s", None).await;
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        ids.push(
+            enqueue(
+                &mut on_leader,
+                enqueue_request(group("s"), QueueType::In, &format!("{n}")),
+            )
+            .await,
+        );
+    }
+    enqueue(
+        &mut on_leader,
+        enqueue_request(group("t"), QueueType::In, "{}"),
+    )
+    .await;
+    let taken = dequeue(&mut on_other, "s", "w", 5).await;
+    let elsewhere = dequeue(&mut on_other, "t", "w", 5).await;
+    assert_eq!(taken.len(), 5);
+    let order = [3, 1, 4, 0, 2];
+    let statuses = [
+        TxStatus::Success,
+        TxStatus::Failed,
+        TxStatus::InternalError,
+        TxStatus::Success,
+        TxStatus::Aborted,
+    ];
+    for (step, (&index, &status)) in order.iter().zip(&statuses).enumerate() {
+        let client = if step % 2 == 0 {
+            &mut on_other
+        } else {
+            &mut on_leader
+        };
+        complete(client, &taken[index], status, "")
+            .await
+            .expect("Pipelines/Complete");
+        if step == 2 {
+            complete(&mut on_other, &elsewhere[0], TxStatus::Success, "")
+                .await
+                .expect("Pipelines/Complete in t");
+        }
+    }
+    let mut received = Vec::new();
+    for _ in 0..5 {
+        received.push(next(&mut stream).await);
+    }
+    let got: Vec<(u64, TxStatus, NotificationKind, &str)> = received
+        .iter()
+        .map(|item| {
+            (
+                item.transaction_id,
+                item.status(),
+                item.kind(),
+                item.node_group.as_str(),
+            )
+        })
+        .collect();
+    let expected: Vec<(u64, TxStatus, NotificationKind, &str)> = order
+        .iter()
+        .zip(&statuses)
+        .map(|(&index, &status)| (ids[index], status, NotificationKind::Completed, "s"))
+        .collect();
+    assert_eq!(got, expected, "in completion order, only group s");
+    assert!(
+        received.windows(2).all(|pair| pair[0].seq < pair[1].seq),
+        "numbered in order"
+    );
+
+    // Resuming after the second item gives exactly the three after it.
+    let mut resumed = watch(&mut on_other, "s", Some(received[1].seq)).await;
+    for item in &received[2..] {
+        assert_eq!(&next(&mut resumed).await, item);
+    }
+    // From the oldest kept: everything of s again, in the same order.
+    let mut from_start = watch(&mut on_leader, "s", Some(0)).await;
+    for item in &received {
+        assert_eq!(&next(&mut from_start).await, item);
+    }
+
+    // Sleep on a switch: a change of the switch wakes the sleeper at once.
+    let id = enqueue(
+        &mut on_leader,
+        enqueue_request(group("s"), QueueType::In, "{}"),
+    )
+    .await;
+    let held = dequeue(&mut on_other, "s", "w", 1).await.remove(0);
+    assert_eq!(held.id, id);
+    let asleep = on_follower
+        .sleep(v1::SleepRequest {
+            transaction_id: id,
+            claim_token: held.claim_token,
+            wake: Some(Wake::ForMs(3_600_000)),
+            switch: "gate".to_owned(),
+            queue: QueueType::Out.into(),
+            state: r#"{"slept":true}"#.to_owned(),
+        })
+        .await
+        .expect("Pipelines/Sleep")
+        .into_inner();
+    assert!(asleep.until_ms > held.claim_started_at_ms + 3_000_000);
+    let sleeping = transaction(&mut on_leader, id).await;
+    assert_eq!(sleeping.status(), TxStatus::Sleeping);
+    assert_eq!(sleeping.status_text, "sleeping");
+    assert_eq!(sleeping.sleep_switch, "gate");
+    assert_eq!(sleeping.wake_queue(), QueueType::Out);
+    assert_eq!(depths(&mut on_leader, "s").await, [0, 0, 0, 0, 1]);
+    let switch = |name: &str| v1::GetSwitchRequest {
+        name: name.to_owned(),
+    };
+    assert_eq!(
+        on_other
+            .get_switch(switch("gate"))
+            .await
+            .expect("GetSwitch")
+            .into_inner()
+            .value,
+        0
+    );
+    let set = on_other
+        .set_switch(v1::SetSwitchRequest {
+            name: "gate".to_owned(),
+            value: 1,
+        })
+        .await
+        .expect("Pipelines/SetSwitch")
+        .into_inner();
+    assert_eq!((set.changed, set.woken), (true, vec![id]));
+    let woken = transaction(&mut on_follower, id).await;
+    assert_eq!(woken.status(), TxStatus::Queued);
+    assert_eq!(woken.queue(), QueueType::Out);
+    assert_eq!(woken.state, r#"{"slept":true}"#);
+    assert_eq!(
+        on_leader
+            .get_switch(switch("gate"))
+            .await
+            .expect("GetSwitch")
+            .into_inner()
+            .value,
+        1
+    );
+    let same = on_leader
+        .set_switch(v1::SetSwitchRequest {
+            name: "gate".to_owned(),
+            value: 1,
+        })
+        .await
+        .expect("Pipelines/SetSwitch again")
+        .into_inner();
+    assert_eq!((same.changed, same.woken.len()), (false, 0));
+
+    // Sleep until a time: the leader's tick wakes it.
+    let held = dequeue(&mut on_other, "s", "w", 1).await.remove(0);
+    assert_eq!(held.id, id);
+    on_other
+        .sleep(v1::SleepRequest {
+            transaction_id: id,
+            claim_token: held.claim_token,
+            wake: Some(Wake::ForMs(300)),
+            switch: String::new(),
+            queue: QueueType::Admin.into(),
+            state: String::new(),
+        })
+        .await
+        .expect("Pipelines/Sleep for a while");
+    let slept_at = Instant::now();
+    loop {
+        let tx = transaction(&mut on_follower, id).await;
+        if tx.status() == TxStatus::Queued {
+            assert_eq!(tx.queue(), QueueType::Admin);
+            break;
+        }
+        assert_eq!(tx.status(), TxStatus::Sleeping);
+        assert!(slept_at.elapsed() < PATIENCE, "the sleeper wakes");
+        tokio::time::sleep(POLL).await;
+    }
+    println!("a 300 ms sleep woke after {:?}", slept_at.elapsed());
+
+    // Cancel: queued → aborted at once; running → flagged until its worker completes it.
+    let queued = enqueue(
+        &mut on_leader,
+        enqueue_request(group("c"), QueueType::In, "{}"),
+    )
+    .await;
+    let cancelled = on_follower
+        .cancel(v1::CancelRequest {
+            transaction_id: queued,
+        })
+        .await
+        .expect("Pipelines/Cancel")
+        .into_inner();
+    assert_eq!(cancelled.outcome(), v1::CancelOutcome::Aborted);
+    assert_eq!(
+        transaction(&mut on_leader, queued).await.status(),
+        TxStatus::Aborted
+    );
+    let running = dequeue(&mut on_other, "s", "w", 1).await.remove(0);
+    let cancel = v1::CancelRequest {
+        transaction_id: running.id,
+    };
+    let first = on_follower
+        .cancel(cancel)
+        .await
+        .expect("Cancel")
+        .into_inner();
+    assert_eq!(first.outcome(), v1::CancelOutcome::Requested);
+    let second = on_leader.cancel(cancel).await.expect("Cancel").into_inner();
+    assert_eq!(second.outcome(), v1::CancelOutcome::AlreadyRequested);
+    let told = on_other
+        .progress(v1::ProgressRequest {
+            transaction_id: running.id,
+            claim_token: running.claim_token,
+            report: "true".to_owned(),
+        })
+        .await
+        .expect("Pipelines/Progress")
+        .into_inner();
+    assert!(told.cancel_requested, "the worker learns of the cancel");
+    refused(
+        on_other
+            .requeue(v1::RequeueRequest {
+                transaction_id: running.id,
+                claim_token: running.claim_token,
+                route: None,
+                queue: QueueType::In.into(),
+                state: String::new(),
+                event: String::new(),
+            })
+            .await,
+        Code::FailedPrecondition,
+        "cancel-requested",
+    );
+    complete(&mut on_other, &running, TxStatus::Aborted, "")
+        .await
+        .expect("complete as aborted");
+    let finished = on_leader.cancel(cancel).await.expect("Cancel").into_inner();
+    assert_eq!(
+        (finished.outcome(), finished.status()),
+        (v1::CancelOutcome::Finished, TxStatus::Aborted)
+    );
+    // The stream saw the aborted completion (the queued cancel was in group c).
+    let item = next(&mut stream).await;
+    assert_eq!(
+        (item.transaction_id, item.status()),
+        (running.id, TxStatus::Aborted)
+    );
+
+    // Stopping the follower ends its stream and its long-polls at once, and the stop does not
+    // wait for them.
+    let waiting_id = enqueue(
+        &mut on_leader,
+        enqueue_request(group("s"), QueueType::In, "{}"),
+    )
+    .await;
+    let mut poller = on_follower.clone();
+    let long_poll = tokio::spawn(async move {
+        poller
+            .get_state(v1::GetStateRequest {
+                transaction_id: waiting_id,
+                wait_ms: 60_000,
+                ..v1::GetStateRequest::default()
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!long_poll.is_finished());
+    let stopping = nodes.remove(follower);
+    let stopped_at = Instant::now();
+    tokio::time::timeout(Duration::from_secs(15), stopping.shutdown())
+        .await
+        .expect("the node stops without waiting for its clients");
+    println!("the follower stopped in {:?}", stopped_at.elapsed());
+    let ended = tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .expect("the stream ends");
+    let reason = |status: &Status| {
+        status
+            .metadata()
+            .get(REASON_KEY)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    };
+    let ended = ended.expect_err("the stream ends with a status");
+    assert_eq!(ended.code(), Code::Unavailable, "{ended:?}");
+    assert_eq!(reason(&ended).as_deref(), Some("node-stopping"));
+    let polled = tokio::time::timeout(PATIENCE, long_poll)
+        .await
+        .expect("the long-poll ends")
+        .expect("the polling task");
+    let cut = polled.expect_err("the long-poll is cut short");
+    assert_eq!(cut.code(), Code::Unavailable, "{cut:?}");
+    assert_eq!(reason(&cut).as_deref(), Some("node-stopping"));
+    shutdown(nodes).await;
+}
