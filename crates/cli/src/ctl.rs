@@ -21,6 +21,7 @@ macro_rules! say {
 }
 
 mod log;
+mod pipeline;
 mod session;
 
 /// Talk to a running cluster (by default the one `certus up` starts).
@@ -75,6 +76,11 @@ enum CtlCommand {
     Session {
         #[command(subcommand)]
         command: session::SessionCommand,
+    },
+    /// Transaction pipelines: producers, workers, switches, completions, operators.
+    Pipeline {
+        #[command(subcommand)]
+        command: pipeline::PipelineCommand,
     },
 }
 
@@ -239,6 +245,7 @@ pub(crate) async fn run(args: CtlArgs) -> Result<(), String> {
         CtlCommand::Tokens { command } => tokens(&client, &out, command).await,
         CtlCommand::Log { command } => log::run(&client, &out, command).await,
         CtlCommand::Session { command } => session::run(&client, &out, command).await,
+        CtlCommand::Pipeline { command } => pipeline::run(&client, &out, command).await,
     }
 }
 
