@@ -4,7 +4,7 @@
 //! (in its own target directory; `cargo xtask sim` and `cargo xtask test` run it): a cluster of
 //! real [`certus_node::Node`]s on madsim's simulated network and time, each on its own
 //! [`certus_store::SimDisk`] that outlives crashes. What it records ([`history`], [`observe`]) and
-//! what judges it ([`linearizability`], [`lease_model`], [`checkers`], [`ct_checkers`], [`session_checkers`], [`schedule`],
+//! what judges it ([`linearizability`], [`lease_model`], [`checkers`], [`ct_checkers`], [`session_checkers`], [`pipeline_checkers`], [`schedule`],
 //! [`timeline`]) and the seeded signing [`keys`] are plain code, tested by a normal `cargo test`.
 
 #![deny(missing_docs, unreachable_pub)]
@@ -16,6 +16,7 @@ pub mod keys;
 pub mod lease_model;
 pub mod linearizability;
 pub mod observe;
+pub mod pipeline_checkers;
 pub mod schedule;
 pub mod session_checkers;
 pub mod timeline;
@@ -28,6 +29,10 @@ pub mod ct_run;
 pub mod ct_workload;
 #[cfg(madsim)]
 pub mod faults;
+#[cfg(madsim)]
+pub mod pipeline_run;
+#[cfg(madsim)]
+pub mod pipeline_workload;
 #[cfg(madsim)]
 pub mod run;
 #[cfg(madsim)]

@@ -31,6 +31,8 @@ use crate::linearizability::Verdict as Linearity;
 use crate::ct_run::{self, CtReport};
 use crate::ct_workload::CtWorkload;
 use crate::observe::RunRecord;
+use crate::pipeline_run::{self, PipelineReport};
+use crate::pipeline_workload::PipelineWorkload;
 use crate::schedule::{FaultConfig, Schedule};
 use crate::session_run::{self, SessionReport, SessionSetup};
 use crate::session_workload::SessionWorkload;
@@ -65,6 +67,9 @@ pub struct Scenario {
     /// The CA issuance sessions workload, if the scenario runs one (its `tune` must turn the
     /// daemons on: [`session_run::tune`]).
     pub sessions: Option<SessionWorkload>,
+    /// The transaction pipelines workload, if the scenario runs one (its `tune` must keep the
+    /// webhook processor off: [`pipeline_run::tune`]).
+    pub pipelines: Option<PipelineWorkload>,
 }
 
 /// Every scenario.
@@ -80,6 +85,7 @@ pub fn scenarios() -> Vec<Scenario> {
             workload: LeaseWorkload::default(),
             ct: None,
             sessions: None,
+            pipelines: None,
         },
         Scenario {
             name: "leases-5",
@@ -95,6 +101,7 @@ pub fn scenarios() -> Vec<Scenario> {
             },
             ct: None,
             sessions: None,
+            pipelines: None,
         },
         Scenario {
             name: "snapshots",
@@ -110,6 +117,7 @@ pub fn scenarios() -> Vec<Scenario> {
             workload: LeaseWorkload::default(),
             ct: None,
             sessions: None,
+            pipelines: None,
         },
         Scenario {
             name: "sled",
@@ -122,6 +130,7 @@ pub fn scenarios() -> Vec<Scenario> {
             workload: LeaseWorkload::default(),
             ct: None,
             sessions: None,
+            pipelines: None,
         },
         Scenario {
             name: "ct",
@@ -137,6 +146,7 @@ pub fn scenarios() -> Vec<Scenario> {
             },
             ct: Some(CtWorkload::default()),
             sessions: None,
+            pipelines: None,
         },
         Scenario {
             name: "ct-5",
@@ -163,6 +173,7 @@ pub fn scenarios() -> Vec<Scenario> {
                 ..CtWorkload::default()
             }),
             sessions: None,
+            pipelines: None,
         },
         Scenario {
             name: "sessions",
@@ -179,6 +190,24 @@ pub fn scenarios() -> Vec<Scenario> {
             },
             ct: None,
             sessions: Some(SessionWorkload::default()),
+            pipelines: None,
+        },
+        Scenario {
+            name: "pipelines",
+            about: "3 nodes running transaction pipelines: producers enqueuing with external \
+                    ids and long-polling, workers that crash mid-transaction or stall past \
+                    the reaper; the pipeline checkers",
+            faults: FaultConfig::for_nodes(3),
+            sled: false,
+            deterministic: true,
+            tune: pipeline_run::tune,
+            workload: LeaseWorkload {
+                clients: 2,
+                ..LeaseWorkload::default()
+            },
+            ct: None,
+            sessions: None,
+            pipelines: Some(PipelineWorkload::default()),
         },
     ]
 }
@@ -206,6 +235,8 @@ pub struct RunOutcome {
     pub ct_report: Option<String>,
     /// The sessions' client history and upstream orders, as JSON, when the scenario runs them.
     pub sessions_report: Option<String>,
+    /// The pipelines' producer and worker history, as JSON, when the scenario runs them.
+    pub pipelines_report: Option<String>,
     /// Simulated time the run covered.
     pub simulated: Duration,
     /// Wall time it took.
@@ -227,6 +258,7 @@ impl RunOutcome {
             .hash(&mut hasher);
         self.ct_report.hash(&mut hasher);
         self.sessions_report.hash(&mut hasher);
+        self.pipelines_report.hash(&mut hasher);
         hasher.finish()
     }
 }
@@ -236,6 +268,7 @@ struct Collected {
     history: History,
     ct_report: Option<CtReport>,
     sessions_report: Option<SessionReport>,
+    pipelines_report: Option<PipelineReport>,
     record: RunRecord,
     verdicts: Vec<Verdict>,
     epoch_ms: u64,
@@ -330,6 +363,7 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> RunOutcome {
     let mut nonlinearizable = BTreeMap::new();
     let mut ct_report = None;
     let mut sessions_report = None;
+    let mut pipelines_report = None;
     let (history, mut record, mut verdicts, simulated) = match result {
         Ok(collected) => {
             ct_report = collected
@@ -338,6 +372,10 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> RunOutcome {
                 .map(|report| serde_json::to_string_pretty(report).unwrap_or_default());
             sessions_report = collected
                 .sessions_report
+                .as_ref()
+                .map(|report| serde_json::to_string_pretty(report).unwrap_or_default());
+            pipelines_report = collected
+                .pipelines_report
                 .as_ref()
                 .map(|report| serde_json::to_string_pretty(report).unwrap_or_default());
             let mut verdicts = collected.verdicts;
@@ -397,6 +435,7 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> RunOutcome {
         nonlinearizable,
         ct_report,
         sessions_report,
+        pipelines_report,
         simulated,
         wall,
     }
@@ -528,6 +567,15 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         .as_ref()
         .zip(session_setup)
         .map(|(workload, setup)| session_run::start(&cluster, workload, setup, schedule.seed));
+    let pipelines = scenario.pipelines.as_ref().map(|workload| {
+        pipeline_run::start(
+            &cluster,
+            workload,
+            schedule.seed,
+            config.max_skew_ms,
+            started,
+        )
+    });
 
     // Safety phase.
     driver.run_safety_phase(&schedule).await;
@@ -536,6 +584,9 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     info!(at_ms = heal_ms, "liveness phase begins");
     if let Some(sessions) = &sessions {
         sessions.healed(heal_ms);
+    }
+    if let Some(pipelines) = &pipelines {
+        pipelines.healed(heal_ms);
     }
 
     // Liveness: a grant within the bound.
@@ -581,6 +632,14 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         }
         None => None,
     };
+    let pipelines_report = match pipelines {
+        Some(pipelines) => {
+            let (pipeline_verdicts, report) = pipelines.finish(&cluster, heal_ms).await;
+            verdicts.extend(pipeline_verdicts);
+            Some(report)
+        }
+        None => None,
+    };
 
     // Let every running node catch up, then read the final state.
     let (finals, cluster_now_ms) = settle(&cluster).await;
@@ -615,6 +674,7 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         history,
         ct_report,
         sessions_report,
+        pipelines_report,
         record,
         verdicts,
         epoch_ms,
@@ -731,6 +791,9 @@ pub fn write_report(outcome: &RunOutcome, root: &Path) -> std::io::Result<PathBu
     }
     if let Some(report) = &outcome.sessions_report {
         std::fs::write(dir.join("sessions.json"), report)?;
+    }
+    if let Some(report) = &outcome.pipelines_report {
+        std::fs::write(dir.join("pipelines.json"), report)?;
     }
     for (lease, window) in &outcome.nonlinearizable {
         write_json(&dir.join(format!("nonlinearizable-{lease}.json")), window)?;

@@ -256,6 +256,11 @@ impl Pipelines for PipelinesService {
                     transaction,
                     webhook_cancelled,
                 } => {
+                    // The transaction may have finished since the read the outcome came from:
+                    // the reply describes the transaction it carries.
+                    if transaction.status.is_terminal() {
+                        reply.outcome = v1::WaitOutcome::Finished.into();
+                    }
                     reply.transaction = Some(transaction_to_proto(&transaction));
                     reply.webhook_cancelled = webhook_cancelled;
                     if webhook_cancelled {

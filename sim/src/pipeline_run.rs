@@ -1,0 +1,352 @@
+//! Transaction pipelines in a simulated run: the configuration (short reaper timeout and
+//! archive delay, so reaping and archiving happen within the run; no webhooks, whose processor
+//! is not under madsim), the workload, an observer of when each transaction finishes, and the
+//! verdicts at the end.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use certus_core::pipelines::{NodeGroup, PipelineName, TransactionId};
+use certus_core::{Command, PipelineCommand, PipelineConfig, Response};
+use certus_node::NodeConfig;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::checkers::Verdict;
+use crate::cluster::{SimCluster, elapsed_ms};
+use crate::pipeline_checkers::{self, FinalTx, Finals, TxResult};
+use crate::pipeline_workload::{
+    self, FIRST_GROUP, PIPELINE, PipelineHistory, PipelineWorkload, RunningPipelines, Shared,
+    Timing,
+};
+
+/// How soon after the faults heal (or after its enqueue, if later) every transaction must end.
+pub const TERMINAL_BOUND_MS: u64 = 20_000;
+/// Producers stop enqueuing this long after the faults heal, so the last transactions can end
+/// within the bound before the run does.
+const ENQUEUE_AFTER_HEAL_MS: u64 = 3_000;
+/// How often the observer looks at the most advanced node.
+const OBSERVE_EVERY: Duration = Duration::from_millis(100);
+/// The slack on external-id windows for the machine clocks (skew and the stamp's delay).
+const WINDOW_SLACK_MS: u64 = 1_000;
+
+/// The pipelines' configuration for the run: a short reaper timeout and archive delay, so both
+/// happen within the run; a window that ends within the run too; a retention past its end, so
+/// every archived transaction can still be read at the end.
+pub fn pipeline_config() -> PipelineConfig {
+    PipelineConfig {
+        external_id_window_ms: 10_000,
+        running_timeout_ms: 3_000,
+        max_attempts: 5,
+        archive_delay_ms: 2_000,
+        archive_retention_ms: 600_000,
+        ..PipelineConfig::default()
+    }
+}
+
+/// Node settings for a pipelines scenario: no webhook processor (it is not under madsim, and
+/// the workload enqueues without webhook URLs).
+pub fn tune(config: &mut NodeConfig) {
+    config.pipelines.webhooks = false;
+}
+
+/// The pipelines part of a running simulation.
+#[derive(Debug)]
+pub struct PipelineRun {
+    shared: Shared,
+    started: tokio::time::Instant,
+    workload: RunningPipelines,
+    enqueue_until_ms: Arc<AtomicU64>,
+    stop_observer: watch::Sender<bool>,
+    observer: tokio::task::JoinHandle<()>,
+    terminal_at: Arc<Mutex<BTreeMap<u64, (u64, TxResult)>>>,
+    max_skew_ms: u64,
+}
+
+/// What the pipelines part of a run reports.
+#[derive(Debug, Serialize)]
+pub struct PipelineReport {
+    /// What the producers and workers saw.
+    pub history: PipelineHistory,
+    /// When the observer first saw each transaction finished, and how.
+    pub terminal_at: BTreeMap<u64, (u64, TxResult)>,
+}
+
+/// Configures the pipelines through Raft, then starts the workload (which waits for the
+/// configuration) and the observer.
+pub fn start(
+    cluster: &Arc<SimCluster>,
+    workload: &PipelineWorkload,
+    seed: u64,
+    max_skew_ms: u64,
+    started: tokio::time::Instant,
+) -> PipelineRun {
+    let nodes = cluster.ids().len() as u64;
+    let configured = Arc::new(AtomicBool::new(false));
+    tokio::spawn(configure(Arc::clone(cluster), Arc::clone(&configured)));
+    let shared = Shared::default();
+    let enqueue_until_ms = Arc::new(AtomicU64::new(u64::MAX));
+    let config = pipeline_config();
+    let running = pipeline_workload::start(
+        workload,
+        Timing {
+            running_timeout_ms: config.running_timeout_ms,
+            archive_delay_ms: config.archive_delay_ms,
+        },
+        nodes,
+        seed,
+        shared.clone(),
+        configured,
+        Arc::clone(&enqueue_until_ms),
+        started,
+    );
+    let terminal_at: Arc<Mutex<BTreeMap<u64, (u64, TxResult)>>> = Arc::default();
+    let (stop_observer, stopped) = watch::channel(false);
+    let observer = tokio::spawn(observe(
+        Arc::clone(cluster),
+        shared.clone(),
+        Arc::clone(&terminal_at),
+        stopped,
+        started,
+    ));
+    PipelineRun {
+        shared,
+        started,
+        workload: running,
+        enqueue_until_ms,
+        stop_observer,
+        observer,
+        terminal_at,
+        max_skew_ms,
+    }
+}
+
+/// Sets the configuration and defines the pipeline through any node, retrying until applied.
+async fn configure(cluster: Arc<SimCluster>, configured: Arc<AtomicBool>) {
+    let commands = vec![
+        Command::Pipeline(PipelineCommand::Configure(pipeline_config())),
+        Command::Pipeline(PipelineCommand::Define {
+            name: PipelineName::new(PIPELINE).expect("a valid pipeline name"),
+            node_group: NodeGroup::new(FIRST_GROUP).expect("a valid node group"),
+        }),
+    ];
+    for attempt in 0u64.. {
+        let via = attempt % cluster.ids().len() as u64 + 1;
+        if let Ok(responses) = cluster.write(via, commands.clone()).await
+            && responses.len() == 2
+            && responses
+                .iter()
+                .all(|response| matches!(response, Response::Pipeline(Ok(_))))
+        {
+            tracing::info!("pipelines configured");
+            configured.store(true, Ordering::SeqCst);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The acknowledged transactions as `state` holds them.
+fn read_transactions(state: &certus_core::State, ids: &BTreeSet<u64>) -> BTreeMap<u64, FinalTx> {
+    let reads = state.pipelines();
+    ids.iter()
+        .filter_map(|id| {
+            reads.transaction(TransactionId(*id)).map(|tx| {
+                (
+                    *id,
+                    FinalTx {
+                        result: TxResult {
+                            status: tx.status.to_string(),
+                            state: tx.state.as_str().to_owned(),
+                        },
+                        terminal: tx.status.is_terminal(),
+                        archived: tx.archived_at_ms.is_some(),
+                    },
+                )
+            })
+        })
+        .collect()
+}
+
+fn acknowledged(shared: &Shared) -> BTreeSet<u64> {
+    shared.with(|history| {
+        history
+            .enqueued
+            .iter()
+            .map(|enqueue| enqueue.transaction)
+            .collect()
+    })
+}
+
+/// Every [`OBSERVE_EVERY`], on the node that has applied the most, records when each
+/// acknowledged transaction is first seen finished, and how.
+async fn observe(
+    cluster: Arc<SimCluster>,
+    shared: Shared,
+    terminal_at: Arc<Mutex<BTreeMap<u64, (u64, TxResult)>>>,
+    stopped: watch::Receiver<bool>,
+    started: tokio::time::Instant,
+) {
+    while !*stopped.borrow() {
+        let now_ms = elapsed_ms(started);
+        let freshest = cluster.replicas().into_iter().max_by_key(|(_, replica)| {
+            replica
+                .raft
+                .metrics()
+                .borrow()
+                .last_applied
+                .map_or(0, |log_id| log_id.index)
+        });
+        if let Some((_, replica)) = freshest {
+            let pending: BTreeSet<u64> = {
+                let seen = terminal_at.lock().expect("terminal transactions");
+                acknowledged(&shared)
+                    .into_iter()
+                    .filter(|id| !seen.contains_key(id))
+                    .collect()
+            };
+            let finished = replica
+                .reader
+                .read(|applied| read_transactions(&applied.state, &pending));
+            let mut seen = terminal_at.lock().expect("terminal transactions");
+            for (id, tx) in finished.into_iter().filter(|(_, tx)| tx.terminal) {
+                seen.entry(id).or_insert((now_ms, tx.result));
+            }
+        }
+        tokio::time::sleep(OBSERVE_EVERY).await;
+    }
+}
+
+impl PipelineRun {
+    /// The faults healed at `heal_ms`: producers stop enqueuing a little later, so the last
+    /// transactions can end within the bound.
+    pub fn healed(&self, heal_ms: u64) {
+        self.enqueue_until_ms
+            .store(heal_ms + ENQUEUE_AFTER_HEAL_MS, Ordering::SeqCst);
+    }
+
+    /// Waits (up to the bound) for every acknowledged transaction to finish, stops the
+    /// workload and judges the run.
+    pub async fn finish(
+        self,
+        cluster: &SimCluster,
+        heal_ms: u64,
+    ) -> (Vec<Verdict>, PipelineReport) {
+        self.enqueue_until_ms.store(0, Ordering::SeqCst);
+        let due_ms = heal_ms + ENQUEUE_AFTER_HEAL_MS + TERMINAL_BOUND_MS;
+        loop {
+            let ids = acknowledged(&self.shared);
+            let all_ended = {
+                let seen = self.terminal_at.lock().expect("terminal transactions");
+                ids.iter().all(|id| seen.contains_key(id))
+            };
+            if all_ended || elapsed_ms(self.started) >= due_ms {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.workload.stop().await;
+        tokio::time::sleep(OBSERVE_EVERY * 3).await;
+        let _ = self.stop_observer.send(true);
+        let _ = self.observer.await;
+        let end_ms = elapsed_ms(self.started);
+        let terminal_at = std::mem::take(&mut *self.terminal_at.lock().expect("terminal"));
+        let history = self.shared.with(|history| history.clone());
+        let finals = settle(cluster, &acknowledged(&self.shared)).await;
+        let window_ms = pipeline_config().external_id_window_ms;
+        let verdicts = vec![
+            pipeline_checkers::enqueues_durable(&history.enqueued, &finals),
+            pipeline_checkers::external_ids_once(
+                &history.enqueued,
+                window_ms,
+                self.max_skew_ms + WINDOW_SLACK_MS,
+            ),
+            pipeline_checkers::transactions_terminal(
+                &history.enqueued,
+                &terminal_at,
+                heal_ms,
+                TERMINAL_BOUND_MS,
+                end_ms,
+            ),
+            pipeline_checkers::steps_from_current_claim(&history.claims, &history.steps),
+            pipeline_checkers::archive_faithful(&history.polled, &terminal_at, &finals),
+            pipeline_checkers::long_poll_final(&history.polled, &finals),
+            clients_saw_no_violation(&history),
+        ];
+        (
+            verdicts,
+            PipelineReport {
+                history,
+                terminal_at,
+            },
+        )
+    }
+}
+
+fn clients_saw_no_violation(history: &PipelineHistory) -> Verdict {
+    let detail = format!(
+        "{} enqueue calls, {} acknowledged, {} long-polls, {} results seen; {} claims ({} \
+         crashed on, {} stalled), {} steps; {} results re-read archived",
+        history.enqueue_calls,
+        history.enqueued.len(),
+        history.poll_calls,
+        history.polled.len(),
+        history.claims.len(),
+        history.crashed,
+        history.stalled,
+        history.steps.len(),
+        history.archived_reads
+    );
+    Verdict {
+        checker: "pipeline-clients".to_owned(),
+        passed: history.violations.is_empty(),
+        detail: if history.violations.is_empty() {
+            detail
+        } else {
+            history.violations.join("; ")
+        },
+    }
+}
+
+/// Waits (up to 10 s) until every running node has applied what the leader committed, then
+/// reads each caught-up node's copy of the acknowledged transactions.
+async fn settle(cluster: &SimCluster, ids: &BTreeSet<u64>) -> Finals {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut best = BTreeMap::new();
+    while tokio::time::Instant::now() < deadline {
+        let replicas = cluster.replicas();
+        let target = replicas
+            .iter()
+            .map(|(_, replica)| replica.commit_index())
+            .max()
+            .unwrap_or(0);
+        let mut finals = BTreeMap::new();
+        for (id, replica) in &replicas {
+            let applied = replica
+                .raft
+                .metrics()
+                .borrow()
+                .last_applied
+                .map_or(0, |log_id| log_id.index);
+            if applied >= target {
+                finals.insert(
+                    *id,
+                    replica
+                        .reader
+                        .read(|applied| read_transactions(&applied.state, ids)),
+                );
+            }
+        }
+        let complete = finals.len() == replicas.len() && !replicas.is_empty();
+        if finals.len() > best.len() {
+            best = finals;
+        }
+        if complete {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    best
+}
