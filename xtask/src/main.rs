@@ -23,7 +23,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "`bench raft|ct [--clients ...] [--seconds N] [--json]`: a 3-node loopback cluster, release build",
+        "`bench raft|ct|sessions [--clients ...] [--seconds N] [--json]`: a 3-node loopback cluster, release build",
     ),
     ("help", "this list"),
 ];
@@ -188,6 +188,11 @@ const BENCHMARKS: &[(&str, &str)] = &[
         "the CT log: add-chain/s and merge delay, get-sth and proof reads/s over HTTP and gRPC, \
          memory per million entries [--clients 64,256] [--seconds 10] [--entries 100000]",
     ),
+    (
+        "sessions",
+        "CA issuance sessions end to end (create, HTTP-01, issue, check, acknowledge): sessions/s, \
+         create->done p50/p99, failures [--clients 1,16,64] [--seconds 10] [--challenges-at clients|nodes]",
+    ),
 ];
 
 /// `cargo xtask bench <what> [options]`: benchmarks run on a release build; without a name it
@@ -206,7 +211,7 @@ fn bench(args: &[String]) -> Result<(), String> {
         None => {
             println!("usage: cargo xtask bench <benchmark> [options] [--json]\n\nbenchmarks:");
             for (name, what) in BENCHMARKS {
-                println!("  {name:<6} {what}");
+                println!("  {name:<8} {what}");
             }
             return Ok(());
         }

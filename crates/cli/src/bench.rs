@@ -5,12 +5,15 @@
 //! - `raft` ([`raft`]): durable writes and linearizable reads through Raft.
 //! - `ct` ([`ct`]): the CT log — add-chain throughput and merge delay, proof and STH reads over
 //!   RFC 6962 HTTP and gRPC, and memory per logged entry.
+//! - `sessions` ([`sessions`]): CA issuance sessions driven end to end (create, HTTP-01, issue,
+//!   check the certificate, acknowledge) per second, with create→done latency.
 
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 mod ct;
 mod raft;
+mod sessions;
 
 /// Options of `certus bench`.
 #[derive(Debug, clap::Args)]
@@ -26,12 +29,15 @@ enum Benchmark {
     Raft(raft::RaftArgs),
     /// The CT log: add-chain/s with merge delay, proof and STH reads/s, memory per entry.
     Ct(ct::CtArgs),
+    /// CA issuance sessions end to end: sessions/s, create→done latency, failures.
+    Sessions(sessions::SessionsArgs),
 }
 
 pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
     match args.what {
         Benchmark::Raft(args) => raft::run(args).await,
         Benchmark::Ct(args) => ct::run(args).await,
+        Benchmark::Sessions(args) => sessions::run(args).await,
     }
 }
 
@@ -99,6 +105,45 @@ mod tests {
         );
         assert!(
             Cli::try_parse_from(["bench", "raft", "--entries", "5"]).is_err(),
+            "--entries is ct's"
+        );
+    }
+
+    #[test]
+    fn the_sessions_benchmark_parses_with_its_own_defaults() {
+        use clap::Parser as _;
+        #[derive(Debug, clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let defaults = Cli::try_parse_from(["bench", "sessions"]).expect("sessions parses");
+        assert!(
+            matches!(defaults.bench.what, Benchmark::Sessions(_)),
+            "{defaults:?}"
+        );
+        let chosen = Cli::try_parse_from([
+            "bench",
+            "sessions",
+            "--clients",
+            "1,16,64",
+            "--seconds",
+            "3",
+            "--challenges-at",
+            "nodes",
+            "--json",
+        ])
+        .expect("sessions parses its options");
+        assert!(
+            matches!(chosen.bench.what, Benchmark::Sessions(_)),
+            "{chosen:?}"
+        );
+        assert!(
+            Cli::try_parse_from(["bench", "sessions", "--challenges-at", "dns"]).is_err(),
+            "only clients or nodes"
+        );
+        assert!(
+            Cli::try_parse_from(["bench", "sessions", "--entries", "5"]).is_err(),
             "--entries is ct's"
         );
     }
