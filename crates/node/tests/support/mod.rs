@@ -25,9 +25,22 @@ const POISON: &[u64] = &[1, 3, 6, 1, 4, 1, 11129, 2, 4, 3];
 
 /// A loopback address with a port that was free a moment ago.
 pub fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("an ephemeral port")
+    // The port is free when asked but released at once, so the kernel may hand it out again to
+    // another call in this process (tests run in parallel): never hand out a port twice.
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("an ephemeral port");
+        if HANDED_OUT
+            .lock()
+            .expect("handed-out ports")
+            .insert(addr.port())
+        {
+            return addr;
+        }
+    }
 }
 
 /// A root CA that issues test leaves and precertificates.
