@@ -6,14 +6,13 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use certus_ca::csr::CheckedCsr;
 use certus_ca::issuer::{CaIdentity, LEAF_VALIDITY_DEFAULT, SerialNumber};
-use certus_node::{CertusNode, Node, NodeConfig};
+use certus_node::{Node, NodeConfig};
 use certus_proto::v1;
 use certus_proto::v1::complete_request::{Challenges, Issued, Outcome, Tested};
 use certus_proto::v1::sessions_client::SessionsClient;
@@ -21,7 +20,7 @@ use rcgen::{CertificateParams, KeyPair};
 use tonic::transport::Channel;
 use tonic::{Code, Response, Status};
 
-use support::{free_addr, leader_index, shutdown};
+use support::{roles, shutdown, start_plain_cluster};
 
 /// How long anything that should happen at once may take on a slow machine.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -32,38 +31,11 @@ const REASON_KEY: &str = "certus-error";
 
 /// A three-node cluster without a CT log, data under `dir`, once every node knows the leader.
 async fn start_cluster(dir: &Path) -> (Vec<NodeConfig>, Vec<Node>) {
-    let configs: Vec<NodeConfig> = (1..=3)
-        .map(|id| {
-            let mut config =
-                NodeConfig::new(id, free_addr(), free_addr(), dir.join(format!("node-{id}")));
-            // The test is the worker: the nodes' own daemons would race it for every claim.
-            config.sessions.daemons = false;
-            config
-        })
-        .collect();
-    let mut nodes = Vec::new();
-    for config in &configs {
-        nodes.push(Node::start(config.clone()).await.expect("node starts"));
-    }
-    let members: BTreeMap<u64, CertusNode> = configs.iter().map(|c| (c.id, c.member())).collect();
-    nodes[0].initialize(members).await.expect("initialize");
-    leader_index(&nodes).await;
-    let deadline = Instant::now() + PATIENCE;
-    while nodes.iter().any(|node| node.replica().leader().is_none()) {
-        assert!(Instant::now() < deadline, "not every node knows the leader");
-        tokio::time::sleep(POLL).await;
-    }
-    (configs, nodes)
-}
-
-/// The indexes of the leader and of the two followers.
-async fn roles(nodes: &[Node]) -> (usize, usize, usize) {
-    let leader = leader_index(nodes).await;
-    (
-        leader,
-        (leader + 1) % nodes.len(),
-        (leader + 2) % nodes.len(),
-    )
+    start_plain_cluster(dir, PATIENCE, |config| {
+        // The test is the worker: the nodes' own daemons would race it for every claim.
+        config.sessions.daemons = false;
+    })
+    .await
 }
 
 async fn client(node: &NodeConfig) -> SessionsClient<Channel> {

@@ -231,3 +231,43 @@ pub fn parse_sct(body: &str) -> SignedCertificateTimestamp {
     let json: AddChainResponse = serde_json::from_str(body).expect("add-chain JSON");
     SignedCertificateTimestamp::try_from(&json).expect("an SCT")
 }
+
+/// Three nodes without a CT log, data under `dir`, each configured by `tune`, founding one
+/// cluster; returned once every node knows the leader (within `patience`).
+pub async fn start_plain_cluster(
+    dir: &Path,
+    patience: Duration,
+    tune: impl Fn(&mut NodeConfig),
+) -> (Vec<NodeConfig>, Vec<Node>) {
+    let configs: Vec<NodeConfig> = (1..=3)
+        .map(|id| {
+            let mut config =
+                NodeConfig::new(id, free_addr(), free_addr(), dir.join(format!("node-{id}")));
+            tune(&mut config);
+            config
+        })
+        .collect();
+    let mut nodes = Vec::new();
+    for config in &configs {
+        nodes.push(Node::start(config.clone()).await.expect("node starts"));
+    }
+    let members: BTreeMap<u64, CertusNode> = configs.iter().map(|c| (c.id, c.member())).collect();
+    nodes[0].initialize(members).await.expect("initialize");
+    leader_index(&nodes).await;
+    let deadline = Instant::now() + patience;
+    while nodes.iter().any(|node| node.replica().leader().is_none()) {
+        assert!(Instant::now() < deadline, "not every node knows the leader");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (configs, nodes)
+}
+
+/// The indexes of the leader and of the two followers of a three-node cluster.
+pub async fn roles(nodes: &[Node]) -> (usize, usize, usize) {
+    let leader = leader_index(nodes).await;
+    (
+        leader,
+        (leader + 1) % nodes.len(),
+        (leader + 2) % nodes.len(),
+    )
+}
