@@ -71,8 +71,9 @@ pub struct TestPki {
     seed: u64,
 }
 
-/// An Ed25519 key pair from 32 seed bytes (RFC 8410 PKCS#8 v1).
-fn ed25519_key(seed: u64, purpose: &str) -> KeyPair {
+/// The Ed25519 key pair of `purpose` in the run of `seed`, for rcgen (RFC 8410 PKCS#8 v1 around
+/// [`crate::keys::ed25519_seed`]).
+pub(crate) fn ed25519_key(seed: u64, purpose: &str) -> KeyPair {
     let private = crate::keys::ed25519_seed(seed, purpose);
     let mut pkcs8 = vec![
         0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,

@@ -30,13 +30,13 @@ use madsim::net::Endpoint as NetEndpoint;
 use madsim::runtime::Handle;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose,
-    PKCS_ED25519,
 };
 use serde::Serialize;
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster::{elapsed_ms, endpoint};
+use crate::ct_workload::ed25519_key;
 use crate::schedule::SeedRng;
 use crate::session_checkers::{
     ClaimRecord, CreatedSession, LateCompletion, SeenCertificate, UpstreamOrder,
@@ -196,14 +196,7 @@ impl ChallengeTester for SimTester {
 /// The run's CA: an Ed25519 key from the seed (Ed25519 signs deterministically, so a replay
 /// issues identical certificates) with a self-signed CA certificate.
 pub fn sim_ca(seed: u64) -> CaIdentity {
-    let private = crate::keys::ed25519_seed(seed, "sessions-ca");
-    let mut pkcs8 = vec![
-        0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
-        0x20,
-    ];
-    pkcs8.extend_from_slice(&private);
-    let key = KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8.as_slice().into(), &PKCS_ED25519)
-        .expect("a valid Ed25519 PKCS#8 key");
+    let key = ed25519_key(seed, "sessions-ca");
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     params
@@ -729,14 +722,7 @@ async fn wait_for_newer_claim(
 /// The Ed25519 key of client `client`'s session `number`: from the seed, so replays send the
 /// same CSRs.
 fn client_key(seed: u64, client: u32, number: u64) -> KeyPair {
-    let private = crate::keys::ed25519_seed(seed, &format!("session-{client}-{number}"));
-    let mut pkcs8 = vec![
-        0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
-        0x20,
-    ];
-    pkcs8.extend_from_slice(&private);
-    KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8.as_slice().into(), &PKCS_ED25519)
-        .expect("a valid Ed25519 PKCS#8 key")
+    ed25519_key(seed, &format!("session-{client}-{number}"))
 }
 
 /// An external worker on the gRPC worker API: claims testchallenge sessions, tests them with
