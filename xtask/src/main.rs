@@ -23,7 +23,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "`bench raft|ct|sessions [--clients ...] [--seconds N] [--json]`: a 3-node loopback cluster, release build",
+        "`bench raft|ct|sessions|pipelines [--clients ...] [--seconds N] [--json]`: a 3-node loopback cluster, release build",
     ),
     ("help", "this list"),
 ];
@@ -192,6 +192,11 @@ const BENCHMARKS: &[(&str, &str)] = &[
         "sessions",
         "CA issuance sessions end to end (create, HTTP-01, issue, check, acknowledge): sessions/s, \
          create->done p50/p99, failures [--clients 1,16,64] [--seconds 10] [--challenges-at clients|nodes]",
+    ),
+    (
+        "pipelines",
+        "transaction pipelines: enqueue->dequeue->complete cycles/s, cycle and step p50/p99 \
+         [--clients 1,50] [--seconds 5]",
     ),
 ];
 

@@ -7,11 +7,14 @@
 //!   RFC 6962 HTTP and gRPC, and memory per logged entry.
 //! - `sessions` ([`sessions`]): CA issuance sessions driven end to end (create, HTTP-01, issue,
 //!   check the certificate, acknowledge) per second, with create→done latency.
+//! - `pipelines` ([`pipelines`]): transaction pipelines' enqueue → dequeue → complete cycles per
+//!   second, with each step's latency.
 
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 mod ct;
+mod pipelines;
 mod raft;
 mod sessions;
 
@@ -31,6 +34,8 @@ enum Benchmark {
     Ct(ct::CtArgs),
     /// CA issuance sessions end to end: sessions/s, create→done latency, failures.
     Sessions(sessions::SessionsArgs),
+    /// Transaction pipelines: enqueue → dequeue → complete cycles/s and their latency.
+    Pipelines(pipelines::PipelinesArgs),
 }
 
 pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
@@ -38,6 +43,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
         Benchmark::Raft(args) => raft::run(args).await,
         Benchmark::Ct(args) => ct::run(args).await,
         Benchmark::Sessions(args) => sessions::run(args).await,
+        Benchmark::Pipelines(args) => pipelines::run(args).await,
     }
 }
 
@@ -145,6 +151,39 @@ mod tests {
         assert!(
             Cli::try_parse_from(["bench", "sessions", "--entries", "5"]).is_err(),
             "--entries is ct's"
+        );
+    }
+
+    #[test]
+    fn the_pipelines_benchmark_parses_with_its_own_defaults() {
+        use clap::Parser as _;
+        #[derive(Debug, clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let defaults = Cli::try_parse_from(["bench", "pipelines"]).expect("pipelines parses");
+        assert!(
+            matches!(defaults.bench.what, Benchmark::Pipelines(_)),
+            "{defaults:?}"
+        );
+        let chosen = Cli::try_parse_from([
+            "bench",
+            "pipelines",
+            "--clients",
+            "1,50",
+            "--seconds",
+            "3",
+            "--json",
+        ])
+        .expect("pipelines parses its options");
+        assert!(
+            matches!(chosen.bench.what, Benchmark::Pipelines(_)),
+            "{chosen:?}"
+        );
+        assert!(
+            Cli::try_parse_from(["bench", "pipelines", "--challenges-at", "nodes"]).is_err(),
+            "--challenges-at is sessions'"
         );
     }
 }
