@@ -2,17 +2,24 @@
 //!
 //! Two kinds. Events are counted as they happen, in [`Metrics`] (one per node): HTTP requests by
 //! route and status, and the CT merge delay. Levels are read from the node when scraped, into a
-//! [`NodeSample`]: Raft's term and indexes, and — on a node that runs the CT log — the local tree,
-//! the serving STH and the sequencing backlog. Nothing has to remember to update a gauge, and a
-//! scrape never shows a level older than the scrape.
+//! [`NodeSample`]: Raft's term and indexes, the work queues (the pipelines' per node group and
+//! queue, the sessions' per stage: depth and the oldest waiter's age), and — on a node that runs
+//! the CT log — the local tree, the serving STH and the sequencing backlog. Nothing has to
+//! remember to update a gauge, and a scrape never shows a level older than the scrape.
 //!
 //! Label values are bounded: an HTTP request is labelled with the route *template* that matched
 //! (`/.well-known/acme-challenge/{token}`, never the token), or [`OTHER_PATH`] when no route
-//! matched, and with its status code.
+//! matched, and with its status code. Node groups are client-chosen names, so at most
+//! [`NODE_GROUPS_SAMPLED`] of them (the first in name order) get their own series, and
+//! `certus_pipeline_node_groups_omitted` says how many more there were.
 
+use certus_core::State;
+use certus_core::pipelines::{QueueType, TxStatus};
+use certus_core::sessions::Stage;
 use prometheus::proto::MetricFamily;
 use prometheus::{
-    Encoder as _, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    Encoder as _, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 
 use crate::ct_log::CtNode;
@@ -20,6 +27,9 @@ use crate::replica::Replica;
 
 /// The `path` label of a request no route matched (unknown paths must not grow the label set).
 pub const OTHER_PATH: &str = "other";
+
+/// Most node groups with series of their own in one scrape.
+pub const NODE_GROUPS_SAMPLED: usize = 100;
 
 /// The merge-delay histogram's buckets, in seconds: from well under the signing interval to the
 /// 24 h maximum merge delay logs usually promise.
@@ -207,13 +217,235 @@ pub struct ServingSample {
     pub age_ms: u64,
 }
 
-/// Everything the gauges show, read from one node at scrape time.
+/// One node group's queues at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeGroupSample {
+    /// Its name.
+    pub name: String,
+    /// Transactions waiting in each queue, in [`QueueType::PRIORITY`] order.
+    pub queued: [u64; 3],
+    /// How long the transaction at the head of each queue has waited (none when it is empty).
+    pub oldest_age_ms: [Option<u64>; 3],
+    /// Transactions running.
+    pub running: u64,
+    /// Transactions sleeping.
+    pub sleeping: u64,
+}
+
+/// One session stage's queue at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageSample {
+    /// The stage (`makechallenge`, `testchallenge`, `issue`, `done`).
+    pub stage: Stage,
+    /// Sessions waiting (for `done`: certificates not acknowledged by their clients).
+    pub waiting: u64,
+    /// Sessions claimed by workers.
+    pub claimed: u64,
+    /// How long the oldest visible waiter has waited (none when nothing waits).
+    pub oldest_age_ms: Option<u64>,
+}
+
+/// The work queues at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueuesSample {
+    /// The first [`NODE_GROUPS_SAMPLED`] node groups with transactions in play, by name.
+    pub node_groups: Vec<NodeGroupSample>,
+    /// Node groups in play beyond those.
+    pub node_groups_omitted: u64,
+    /// Stored transactions per status, in [`TxStatus::ALL`] order.
+    pub transactions: [u64; 8],
+    /// Webhook deliveries waiting to be made or retried.
+    pub webhooks_pending: u64,
+    /// Administrator notices not acknowledged yet.
+    pub notices: u64,
+    /// The sessions' queued stages and the done set.
+    pub session_stages: Vec<StageSample>,
+    /// Leases held.
+    pub leases: u64,
+}
+
+/// Everything the gauges show, read from one node at scrape time.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSample {
     /// Raft.
     pub raft: RaftSample,
+    /// The work queues, as this node's applied state has them.
+    pub queues: QueuesSample,
     /// The CT log, on a node that runs it.
     pub ct: Option<CtSample>,
+}
+
+impl QueuesSample {
+    /// Reads `state`'s queues at `now_ms`. Bounded work (it runs while `apply` waits): at most
+    /// [`NODE_GROUPS_SAMPLED`] node groups, one head lookup per queue.
+    pub fn of(state: &State, now_ms: u64) -> QueuesSample {
+        let pipelines = state.pipelines();
+        let mut node_groups = Vec::new();
+        let mut node_groups_omitted = 0u64;
+        for (group, counts) in pipelines.node_groups() {
+            if node_groups.len() == NODE_GROUPS_SAMPLED {
+                node_groups_omitted += 1;
+                continue;
+            }
+            let mut sample = NodeGroupSample {
+                name: group.as_str().to_owned(),
+                running: counts.running as u64,
+                sleeping: counts.sleeping as u64,
+                ..NodeGroupSample::default()
+            };
+            for (slot, queue) in QueueType::PRIORITY.into_iter().enumerate() {
+                sample.queued[slot] = counts.in_queue(queue) as u64;
+                sample.oldest_age_ms[slot] = pipelines
+                    .queue(group, queue, 1)
+                    .first()
+                    .and_then(|head| head.queued)
+                    .map(|entry| now_ms.saturating_sub(entry.at_ms));
+            }
+            node_groups.push(sample);
+        }
+        let mut transactions = [0u64; 8];
+        for (count, status) in transactions.iter_mut().zip(TxStatus::ALL) {
+            *count = pipelines.status_count(status) as u64;
+        }
+        let session_stages = [
+            Stage::MakeChallenge,
+            Stage::TestChallenge,
+            Stage::Issue,
+            Stage::Done,
+        ]
+        .into_iter()
+        .filter_map(|stage| {
+            state
+                .sessions_queue_stats(stage, now_ms)
+                .map(|stats| StageSample {
+                    stage,
+                    waiting: stats.waiting as u64,
+                    claimed: stats.claimed as u64,
+                    oldest_age_ms: stats.oldest_age_ms,
+                })
+        })
+        .collect();
+        QueuesSample {
+            node_groups,
+            node_groups_omitted,
+            transactions,
+            webhooks_pending: pipelines.webhooks_pending() as u64,
+            notices: pipelines.notices(None, usize::MAX).len() as u64,
+            session_stages,
+            leases: state.lease_count() as u64,
+        }
+    }
+
+    fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
+        let vec =
+            |name: &str, help: &str, labels: &[&str]| -> Result<IntGaugeVec, prometheus::Error> {
+                let gauge = IntGaugeVec::new(Opts::new(name, help), labels)?;
+                registry.register(Box::new(gauge.clone()))?;
+                Ok(gauge)
+            };
+        let ages =
+            |name: &str, help: &str, labels: &[&str]| -> Result<GaugeVec, prometheus::Error> {
+                let gauge = GaugeVec::new(Opts::new(name, help), labels)?;
+                registry.register(Box::new(gauge.clone()))?;
+                Ok(gauge)
+            };
+        let depth = vec(
+            "certus_pipeline_queue_depth",
+            "Transactions waiting in a node group's queue.",
+            &["node_group", "queue"],
+        )?;
+        let oldest = ages(
+            "certus_pipeline_queue_oldest_age_seconds",
+            "How long the transaction at the head of a node group's queue has waited (only \
+             for queues with one).",
+            &["node_group", "queue"],
+        )?;
+        let running = vec(
+            "certus_pipeline_running",
+            "Transactions of a node group held by workers.",
+            &["node_group"],
+        )?;
+        let sleeping = vec(
+            "certus_pipeline_sleeping",
+            "Transactions of a node group sleeping until a time or a switch.",
+            &["node_group"],
+        )?;
+        for group in &self.node_groups {
+            for (slot, queue) in QueueType::PRIORITY.into_iter().enumerate() {
+                let labels = [group.name.as_str(), &queue.to_string()];
+                depth
+                    .with_label_values(&labels)
+                    .set(level(group.queued[slot]));
+                if let Some(age_ms) = group.oldest_age_ms[slot] {
+                    oldest.with_label_values(&labels).set(seconds(age_ms));
+                }
+            }
+            running
+                .with_label_values(&[group.name.as_str()])
+                .set(level(group.running));
+            sleeping
+                .with_label_values(&[group.name.as_str()])
+                .set(level(group.sleeping));
+        }
+        let plain = |name: &str, help: &str, value: u64| -> Result<(), prometheus::Error> {
+            let gauge = IntGauge::new(name, help)?;
+            gauge.set(level(value));
+            registry.register(Box::new(gauge))
+        };
+        plain(
+            "certus_pipeline_node_groups_omitted",
+            "Node groups in play without series of their own (beyond the first 100 by name).",
+            self.node_groups_omitted,
+        )?;
+        let transactions = vec(
+            "certus_pipeline_transactions",
+            "Stored transactions by status (archived ones included).",
+            &["status"],
+        )?;
+        for (count, status) in self.transactions.iter().zip(TxStatus::ALL) {
+            transactions
+                .with_label_values(&[&status.to_string()])
+                .set(level(*count));
+        }
+        plain(
+            "certus_pipeline_webhooks_pending",
+            "Webhook deliveries waiting to be made or retried.",
+            self.webhooks_pending,
+        )?;
+        plain(
+            "certus_pipeline_notices",
+            "Administrator notices (retries exhausted, URL paused, delivery dropped) not \
+             acknowledged yet.",
+            self.notices,
+        )?;
+        let waiting = vec(
+            "certus_session_queue_depth",
+            "Sessions waiting in a stage's queue (for done: certificates not acknowledged).",
+            &["stage"],
+        )?;
+        let claimed = vec(
+            "certus_session_queue_claimed",
+            "Sessions of a stage claimed by workers.",
+            &["stage"],
+        )?;
+        let session_oldest = ages(
+            "certus_session_queue_oldest_age_seconds",
+            "How long the oldest visible session of a stage has waited (only when one waits).",
+            &["stage"],
+        )?;
+        for stage in &self.session_stages {
+            let label = [stage.stage.to_string()];
+            let label = [label[0].as_str()];
+            waiting.with_label_values(&label).set(level(stage.waiting));
+            claimed.with_label_values(&label).set(level(stage.claimed));
+            if let Some(age_ms) = stage.oldest_age_ms {
+                session_oldest
+                    .with_label_values(&label)
+                    .set(seconds(age_ms));
+            }
+        }
+        plain("certus_leases_held", "Leases held.", self.leases)
+    }
 }
 
 impl NodeSample {
@@ -230,8 +462,11 @@ impl NodeSample {
                 is_leader: metrics.state == openraft::ServerState::Leader,
             }
         };
+        let now_ms = replica.clock.now_ms();
+        let queues = replica
+            .reader
+            .read(|applied| QueuesSample::of(&applied.state, now_ms));
         let ct = ct.map(|ct| {
-            let now_ms = replica.clock.now_ms();
             let mut sample = replica.reader.read(|applied| {
                 let state = &applied.state;
                 CtSample {
@@ -251,7 +486,7 @@ impl NodeSample {
             sample.local_contiguous_size = ct.db().contiguous_size();
             sample
         });
-        NodeSample { raft, ct }
+        NodeSample { raft, queues, ct }
     }
 
     /// The gauges, as metric families.
@@ -291,6 +526,7 @@ impl NodeSample {
             "1 on the Raft leader, 0 elsewhere.",
             i64::from(raft.is_leader),
         )?;
+        self.queues.register(&registry)?;
         if let Some(ct) = &self.ct {
             gauge(
                 "certus_ct_local_tree_size",
@@ -438,6 +674,7 @@ pub(crate) mod tests {
         let text = metrics
             .render(&NodeSample {
                 raft: raft(),
+                queues: QueuesSample::default(),
                 ct: None,
             })
             .expect("renders");
@@ -477,6 +714,7 @@ pub(crate) mod tests {
                     is_leader: false,
                     ..raft()
                 },
+                queues: QueuesSample::default(),
                 ct: Some(ct),
             })
             .expect("renders");
@@ -503,6 +741,7 @@ pub(crate) mod tests {
         let text = metrics
             .render(&NodeSample {
                 raft: raft(),
+                queues: QueuesSample::default(),
                 ct: Some(CtSample {
                     serving: None,
                     ..ct
@@ -531,6 +770,7 @@ pub(crate) mod tests {
             &metrics
                 .render(&NodeSample {
                     raft: raft(),
+                    queues: QueuesSample::default(),
                     ct: None,
                 })
                 .expect("renders"),
@@ -553,6 +793,7 @@ pub(crate) mod tests {
         let metrics = Metrics::new();
         let sample = NodeSample {
             raft: raft(),
+            queues: QueuesSample::default(),
             ct: None,
         };
         let lines = parse(&metrics.render(&sample).expect("renders"));
@@ -584,5 +825,148 @@ pub(crate) mod tests {
         );
         let sum = value_of(&lines, "certus_ct_merge_delay_seconds_sum", &[]).expect("sum");
         assert!((sum - 91.58).abs() < 1e-9, "{sum}");
+    }
+
+    #[test]
+    fn queue_gauges_show_depths_and_the_head_of_each_queue_by_node_group() {
+        use certus_core::pipelines::{
+            JsonDocument, NewTransaction, NodeGroup, Owner, Route, TxMetadata,
+        };
+        use certus_core::{Command, PipelineCommand, Stamp, WorkerId, apply};
+
+        const T0: u64 = 1_700_000_000_000;
+        let mut state = State::default();
+        let mut index = 0;
+        let mut run = |state: &mut State, command: PipelineCommand, now_ms: u64| {
+            index += 1;
+            apply(state, Command::Pipeline(command), Stamp::new(index, now_ms))
+        };
+        let enqueue = |group: &str, queue: QueueType| {
+            PipelineCommand::Enqueue(NewTransaction {
+                owner: Owner::new("acme").unwrap(),
+                external_id: None,
+                route: Route::NodeGroup(NodeGroup::new(group).unwrap()),
+                queue,
+                state: JsonDocument::new("{}").unwrap(),
+                event: None,
+                metadata: TxMetadata::default(),
+            })
+        };
+        // Group a: two in `in` (the first queued at T0), one in `admin`, one taken by a worker.
+        run(&mut state, enqueue("a", QueueType::In), T0);
+        run(&mut state, enqueue("a", QueueType::In), T0 + 1_000);
+        run(&mut state, enqueue("a", QueueType::Admin), T0 + 2_000);
+        run(&mut state, enqueue("b", QueueType::Out), T0 + 3_000);
+        run(
+            &mut state,
+            PipelineCommand::Dequeue {
+                node_group: NodeGroup::new("a").unwrap(),
+                worker: WorkerId::new("w").unwrap(),
+                max: 1,
+            },
+            T0 + 4_000,
+        );
+
+        let queues = QueuesSample::of(&state, T0 + 10_000);
+        let sample = NodeSample {
+            raft: raft(),
+            queues,
+            ct: None,
+        };
+        let text = Metrics::new().render(&sample).expect("renders");
+        let lines = parse(&text);
+        let depth = |group, queue| {
+            value_of(
+                &lines,
+                "certus_pipeline_queue_depth",
+                &[("node_group", group), ("queue", queue)],
+            )
+        };
+        let age = |group, queue| {
+            value_of(
+                &lines,
+                "certus_pipeline_queue_oldest_age_seconds",
+                &[("node_group", group), ("queue", queue)],
+            )
+        };
+        // The dequeue took the admin one (served first).
+        assert_eq!(depth("a", "admin"), Some(0.0), "{text}");
+        assert_eq!(depth("a", "in"), Some(2.0), "{text}");
+        assert_eq!(depth("b", "out"), Some(1.0), "{text}");
+        assert_eq!(
+            age("a", "in"),
+            Some(10.0),
+            "the head waited since T0:\n{text}"
+        );
+        assert_eq!(age("b", "out"), Some(7.0), "{text}");
+        assert_eq!(
+            age("a", "admin"),
+            None,
+            "an empty queue has no head:\n{text}"
+        );
+        assert_eq!(
+            value_of(&lines, "certus_pipeline_running", &[("node_group", "a")]),
+            Some(1.0)
+        );
+        assert_eq!(
+            value_of(
+                &lines,
+                "certus_pipeline_transactions",
+                &[("status", "queued")]
+            ),
+            Some(3.0)
+        );
+        assert_eq!(
+            value_of(
+                &lines,
+                "certus_pipeline_transactions",
+                &[("status", "running")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value_of(&lines, "certus_pipeline_node_groups_omitted", &[]),
+            Some(0.0)
+        );
+        assert_eq!(
+            value_of(
+                &lines,
+                "certus_session_queue_depth",
+                &[("stage", "makechallenge")]
+            ),
+            Some(0.0),
+            "every session stage is shown, empty or not:\n{text}"
+        );
+    }
+
+    #[test]
+    fn node_groups_beyond_the_sampled_ones_are_counted_not_listed() {
+        use certus_core::pipelines::{
+            JsonDocument, NewTransaction, NodeGroup, Owner, Route, TxMetadata,
+        };
+        use certus_core::{Command, PipelineCommand, Stamp, apply};
+
+        let mut state = State::default();
+        for n in 0..NODE_GROUPS_SAMPLED + 3 {
+            let index = n as u64 + 1;
+            let command = PipelineCommand::Enqueue(NewTransaction {
+                owner: Owner::new("acme").unwrap(),
+                external_id: None,
+                route: Route::NodeGroup(NodeGroup::new(format!("g{n:04}")).unwrap()),
+                queue: QueueType::In,
+                state: JsonDocument::new("{}").unwrap(),
+                event: None,
+                metadata: TxMetadata::default(),
+            });
+            apply(
+                &mut state,
+                Command::Pipeline(command),
+                Stamp::new(index, 1_000),
+            );
+        }
+        let queues = QueuesSample::of(&state, 2_000);
+        assert_eq!(queues.node_groups.len(), NODE_GROUPS_SAMPLED);
+        assert_eq!(queues.node_groups_omitted, 3);
+        assert_eq!(queues.node_groups[0].name, "g0000", "the first by name");
     }
 }
