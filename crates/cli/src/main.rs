@@ -18,8 +18,27 @@ mod up;
 #[derive(Debug, Parser)]
 #[command(name = "certus", version, about)]
 struct Cli {
+    /// How log lines are written to stderr: `text` for people, `json` (one object per line,
+    /// with the span fields) for log collectors.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "CERTUS_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `fields`, `span`, `spans`.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -38,7 +57,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    init_tracing(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -68,11 +87,38 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to stderr, filtered by `RUST_LOG` (default: this project at info, openraft at warn).
-fn init_tracing() {
+fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,openraft=warn,sled=warn,h2=warn,hyper=warn"));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_format_is_text_unless_json_is_asked_for_before_or_after_the_command() {
+        let default = Cli::try_parse_from(["certus", "ctl", "status"]).expect("parses");
+        assert_eq!(default.log_format, LogFormat::Text);
+        let before = Cli::try_parse_from(["certus", "--log-format", "json", "ctl", "status"])
+            .expect("parses");
+        assert_eq!(before.log_format, LogFormat::Json);
+        let after = Cli::try_parse_from(["certus", "up", "--log-format", "json"]).expect("parses");
+        assert_eq!(after.log_format, LogFormat::Json);
+        assert!(
+            Cli::try_parse_from(["certus", "--log-format", "xml", "up"]).is_err(),
+            "only text or json"
+        );
+    }
 }
