@@ -21,6 +21,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut config = prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    // The compiled descriptors, for gRPC server reflection and the request metrics' method names.
+    config.file_descriptor_set_path(
+        PathBuf::from(std::env::var("OUT_DIR")?).join("certus_descriptor.bin"),
+    );
     tonic_build::configure().compile_protos_with_config(config, &files, &[root])?;
     Ok(())
 }

@@ -22,6 +22,8 @@ pub mod ct_peers;
 pub mod ct_source;
 pub mod errors;
 pub mod forward;
+#[cfg(not(madsim))]
+pub mod grpc_metrics;
 pub mod health;
 #[cfg(not(madsim))]
 pub mod http;

@@ -18,8 +18,8 @@ use certus_core::pipelines::{QueueType, TxStatus};
 use certus_core::sessions::Stage;
 use prometheus::proto::MetricFamily;
 use prometheus::{
-    Encoder as _, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry,
+    Encoder as _, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 use crate::ct_log::CtNode;
@@ -30,6 +30,40 @@ pub const OTHER_PATH: &str = "other";
 
 /// Most node groups with series of their own in one scrape.
 pub const NODE_GROUPS_SAMPLED: usize = 100;
+
+/// The gRPC duration histogram's buckets, in seconds: from a local read to a long-poll's limit.
+const GRPC_DURATION_BUCKETS_SECONDS: &[f64] = &[
+    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
+];
+
+/// The gRPC status code's name as the gRPC specification spells it; `UNKNOWN` for a number
+/// outside it (the label set stays bounded).
+fn grpc_code_name(code: i32) -> &'static str {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    usize::try_from(code)
+        .ok()
+        .and_then(|code| NAMES.get(code))
+        .copied()
+        .unwrap_or("UNKNOWN")
+}
 
 /// The merge-delay histogram's buckets, in seconds: from well under the signing interval to the
 /// 24 h maximum merge delay logs usually promise.
@@ -45,6 +79,8 @@ pub struct Metrics {
     merge_delay: Histogram,
     mirror_errors: IntCounter,
     pipeline_webhooks: IntCounterVec,
+    grpc_requests: IntCounterVec,
+    grpc_duration: HistogramVec,
 }
 
 /// What became of one webhook delivery attempt, for `certus_pipeline_webhooks_total{outcome}`.
@@ -106,7 +142,30 @@ impl Metrics {
             &["outcome"],
         )
         .expect("a valid metric definition");
+        let grpc_requests = IntCounterVec::new(
+            Opts::new(
+                "certus_grpc_requests_total",
+                "gRPC calls ended, by method (/package.Service/Method, or other) and status code.",
+            ),
+            &["method", "code"],
+        )
+        .expect("a valid metric definition");
+        let grpc_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "certus_grpc_request_duration_seconds",
+                "gRPC calls from arrival to the end of the answer (a stream's whole life), by method.",
+            )
+            .buckets(GRPC_DURATION_BUCKETS_SECONDS.to_vec()),
+            &["method"],
+        )
+        .expect("a valid metric definition");
         let registry = Registry::new();
+        registry
+            .register(Box::new(grpc_requests.clone()))
+            .expect("registered once");
+        registry
+            .register(Box::new(grpc_duration.clone()))
+            .expect("registered once");
         registry
             .register(Box::new(pipeline_webhooks.clone()))
             .expect("registered once");
@@ -125,7 +184,20 @@ impl Metrics {
             merge_delay,
             mirror_errors,
             pipeline_webhooks,
+            grpc_requests,
+            grpc_duration,
         }
+    }
+
+    /// Records one gRPC call of `method` (a label: see `grpc_metrics::KnownMethods`) that ended
+    /// with status `code` after `took`.
+    pub fn count_grpc_request(&self, method: &str, code: i32, took: std::time::Duration) {
+        self.grpc_requests
+            .with_label_values(&[method, grpc_code_name(code)])
+            .inc();
+        self.grpc_duration
+            .with_label_values(&[method])
+            .observe(took.as_secs_f64());
     }
 
     /// Counts one webhook delivery attempt.
@@ -968,5 +1040,53 @@ pub(crate) mod tests {
         assert_eq!(queues.node_groups.len(), NODE_GROUPS_SAMPLED);
         assert_eq!(queues.node_groups_omitted, 3);
         assert_eq!(queues.node_groups[0].name, "g0000", "the first by name");
+    }
+
+    #[test]
+    fn grpc_calls_are_counted_by_method_and_code_name_and_timed() {
+        let metrics = Metrics::new();
+        let took = std::time::Duration::from_millis(3);
+        metrics.count_grpc_request("/certus.v1.Leases/Acquire", 0, took);
+        metrics.count_grpc_request("/certus.v1.Leases/Acquire", 0, took);
+        metrics.count_grpc_request("/certus.v1.Leases/Acquire", 9, took);
+        metrics.count_grpc_request("other", 12, took);
+        metrics.count_grpc_request("other", 99, took);
+        let sample = NodeSample {
+            raft: raft(),
+            queues: QueuesSample::default(),
+            ct: None,
+        };
+        let lines = parse(&metrics.render(&sample).expect("renders"));
+        let count = |method, code| {
+            value_of(
+                &lines,
+                "certus_grpc_requests_total",
+                &[("method", method), ("code", code)],
+            )
+        };
+        assert_eq!(count("/certus.v1.Leases/Acquire", "OK"), Some(2.0));
+        assert_eq!(
+            count("/certus.v1.Leases/Acquire", "FAILED_PRECONDITION"),
+            Some(1.0)
+        );
+        assert_eq!(count("other", "UNIMPLEMENTED"), Some(1.0));
+        assert_eq!(count("other", "UNKNOWN"), Some(1.0), "out of range");
+        assert_eq!(
+            value_of(
+                &lines,
+                "certus_grpc_request_duration_seconds_count",
+                &[("method", "/certus.v1.Leases/Acquire")]
+            ),
+            Some(3.0)
+        );
+        assert_eq!(
+            value_of(
+                &lines,
+                "certus_grpc_request_duration_seconds_bucket",
+                &[("method", "/certus.v1.Leases/Acquire"), ("le", "0.0025")]
+            ),
+            Some(0.0),
+            "3 ms is above 2.5 ms"
+        );
     }
 }

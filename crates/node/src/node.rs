@@ -181,8 +181,17 @@ impl Node {
         .map_err(|fatal| StartError::Raft(fatal.to_string()))?;
         let replica = Replica::new(config.id, config.member(), raft, reader, clock, peers);
         let (stop, stopped) = watch::channel(false);
-        let mut servers =
-            vec![serve_grpc(&config, Arc::clone(&replica), ct.clone(), stopped.clone()).await?];
+        #[cfg(not(madsim))]
+        let grpc = serve_grpc(
+            &config,
+            Arc::clone(&replica),
+            ct.clone(),
+            Arc::clone(&metrics),
+            stopped.clone(),
+        );
+        #[cfg(madsim)]
+        let grpc = serve_grpc(&config, Arc::clone(&replica), ct.clone(), stopped.clone());
+        let mut servers = vec![grpc.await?];
         #[cfg(not(madsim))]
         servers.push(
             serve_http(
@@ -300,62 +309,70 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
     }
 }
 
-fn grpc_router(
-    replica: &Arc<Replica>,
-    ct: Option<&Arc<CtNode>>,
-    stop: &watch::Receiver<bool>,
-) -> tonic::transport::server::Router {
-    use certus_proto::health::health_server::HealthServer;
-    use certus_proto::v1::admin_server::AdminServer;
-    use certus_proto::v1::leases_server::LeasesServer;
-    use certus_proto::v1::log_server::LogServer;
-    use certus_proto::v1::pipelines_server::PipelinesServer;
-    use certus_proto::v1::raft_server::RaftServer;
-    use certus_proto::v1::sessions_server::SessionsServer;
+/// Every gRPC service of the node, added to `builder` (a `tonic::transport::Server`, with or
+/// without layers): a macro, because each layer stack is a different builder type.
+macro_rules! with_node_services {
+    ($builder:expr, $replica:expr, $ct:expr, $stop:expr) => {{
+        use certus_proto::health::health_server::HealthServer;
+        use certus_proto::v1::admin_server::AdminServer;
+        use certus_proto::v1::leases_server::LeasesServer;
+        use certus_proto::v1::log_server::LogServer;
+        use certus_proto::v1::pipelines_server::PipelinesServer;
+        use certus_proto::v1::raft_server::RaftServer;
+        use certus_proto::v1::sessions_server::SessionsServer;
 
-    use crate::pipelines_service::PipelinesService;
-    use crate::sessions_service::SessionsService;
-    tonic::transport::Server::builder()
-        .add_service(
-            RaftServer::new(RaftService::new(Arc::clone(replica)))
-                .max_decoding_message_size(RAFT_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(RAFT_MESSAGE_BYTES_MAX),
-        )
-        .add_service(
-            LeasesServer::new(LeasesService::new(Arc::clone(replica)))
-                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
-        )
-        .add_service(
-            AdminServer::new(AdminService::new(Arc::clone(replica)))
-                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
-        )
-        .add_service(HealthServer::new(HealthService::new(Arc::clone(replica))))
-        .add_service(
-            SessionsServer::new(SessionsService::new(Arc::clone(replica)))
-                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
-        )
-        .add_service(
-            PipelinesServer::new(PipelinesService::new(Arc::clone(replica), stop.clone()))
-                .max_decoding_message_size(PIPELINE_REQUEST_BYTES_MAX)
-                .max_encoding_message_size(PIPELINE_REPLY_BYTES_MAX),
-        )
-        .add_optional_service(ct.map(|ct| {
-            LogServer::new(LogService::new(Arc::clone(replica), Arc::clone(ct)))
-                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
-        }))
+        use crate::pipelines_service::PipelinesService;
+        use crate::sessions_service::SessionsService;
+        let replica: &Arc<Replica> = $replica;
+        let ct: Option<&Arc<CtNode>> = $ct;
+        let stop: &watch::Receiver<bool> = $stop;
+        $builder
+            .add_service(
+                RaftServer::new(RaftService::new(Arc::clone(replica)))
+                    .max_decoding_message_size(RAFT_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(RAFT_MESSAGE_BYTES_MAX),
+            )
+            .add_service(
+                LeasesServer::new(LeasesService::new(Arc::clone(replica)))
+                    .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+            )
+            .add_service(
+                AdminServer::new(AdminService::new(Arc::clone(replica)))
+                    .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+            )
+            .add_service(HealthServer::new(HealthService::new(Arc::clone(replica))))
+            .add_service(
+                SessionsServer::new(SessionsService::new(Arc::clone(replica)))
+                    .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+            )
+            .add_service(
+                PipelinesServer::new(PipelinesService::new(Arc::clone(replica), stop.clone()))
+                    .max_decoding_message_size(PIPELINE_REQUEST_BYTES_MAX)
+                    .max_encoding_message_size(PIPELINE_REPLY_BYTES_MAX),
+            )
+            .add_optional_service(ct.map(|ct| {
+                LogServer::new(LogService::new(Arc::clone(replica), Arc::clone(ct)))
+                    .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+            }))
+    }};
 }
 
+/// The gRPC server on real sockets: every call counted by method and status
+/// (`crate::grpc_metrics`), and server reflection (v1 and v1alpha) so that generic tools can
+/// list and call the API.
 #[cfg(not(madsim))]
 async fn serve_grpc(
     config: &NodeConfig,
     replica: Arc<Replica>,
     ct: Option<Arc<CtNode>>,
+    metrics: Arc<crate::metrics::Metrics>,
     stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, StartError> {
+    use crate::grpc_metrics::{GrpcMetricsLayer, KnownMethods};
     let listener = tokio::net::TcpListener::bind(config.grpc_addr)
         .await
         .map_err(|error| StartError::Bind {
@@ -363,7 +380,22 @@ async fn serve_grpc(
             reason: error.to_string(),
         })?;
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let router = grpc_router(&replica, ct.as_ref(), &stop);
+    let descriptors = certus_proto::FILE_DESCRIPTOR_SET;
+    let methods = KnownMethods::from_descriptors(descriptors)
+        .map_err(|error| StartError::Config(format!("the compiled gRPC descriptors: {error}")))?;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(descriptors)
+        .build_v1()
+        .map_err(|error| StartError::Config(format!("gRPC reflection: {error}")))?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(descriptors)
+        .build_v1alpha()
+        .map_err(|error| StartError::Config(format!("gRPC reflection: {error}")))?;
+    let mut builder =
+        tonic::transport::Server::builder().layer(GrpcMetricsLayer::new(metrics, methods));
+    let router = with_node_services!(builder, &replica, ct.as_ref(), &stop)
+        .add_service(reflection)
+        .add_service(reflection_v1alpha);
     let id = config.id;
     Ok(tokio::spawn(async move {
         if let Err(error) = router
@@ -382,7 +414,12 @@ async fn serve_grpc(
     ct: Option<Arc<CtNode>>,
     stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, StartError> {
-    let router = grpc_router(&replica, ct.as_ref(), &stop);
+    let router = with_node_services!(
+        tonic::transport::Server::builder(),
+        &replica,
+        ct.as_ref(),
+        &stop
+    );
     let addr = config.grpc_addr;
     let id = config.id;
     Ok(tokio::spawn(async move {

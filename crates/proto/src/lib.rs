@@ -17,6 +17,11 @@ pub mod v1 {
     tonic::include_proto!("certus.v1");
 }
 
+/// Every service and message above as a serialized `google.protobuf.FileDescriptorSet`: what gRPC
+/// server reflection serves, so generic tools (grpcurl, Postman, grpcui) can explore the API.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/certus_descriptor.bin"));
+
 /// `grpc.health.v1`: the standard gRPC health checking protocol.
 pub mod health {
     tonic::include_proto!("grpc.health.v1");
