@@ -454,7 +454,7 @@ impl Tamperer {
 
 async fn proxied(
     axum::extract::State(tamperer): axum::extract::State<Tamperer>,
-    uri: axum::http::Uri,
+    uri: http::Uri,
 ) -> axum::response::Response {
     use axum::response::IntoResponse as _;
     let path_and_query = uri
@@ -462,8 +462,8 @@ async fn proxied(
         .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned());
     let (status, body) = blocking(move || tamperer.forward(&path_and_query)).await;
     (
-        axum::http::StatusCode::from_u16(status).expect("a status"),
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        http::StatusCode::from_u16(status).expect("a status"),
+        [(http::header::CONTENT_TYPE, "application/json")],
         body,
     )
         .into_response()

@@ -1,6 +1,7 @@
 //! What an operator's tools see of a running cluster: gRPC calls counted on `/metrics` by method
 //! and status code, and gRPC server reflection answering a generic client (tonic-reflection's
 //! own client, as grpcurl would ask).
+#![cfg(not(madsim))]
 
 mod support;
 
