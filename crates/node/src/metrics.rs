@@ -31,6 +31,11 @@ pub const OTHER_PATH: &str = "other";
 /// Most node groups with series of their own in one scrape.
 pub const NODE_GROUPS_SAMPLED: usize = 100;
 
+/// The storage histograms' buckets, in seconds: from a page-cache write to a stalled disk.
+const STORAGE_BUCKETS_SECONDS: &[f64] = &[
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
 /// The gRPC duration histogram's buckets, in seconds: from a local read to a long-poll's limit.
 const GRPC_DURATION_BUCKETS_SECONDS: &[f64] = &[
     0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
@@ -81,6 +86,10 @@ pub struct Metrics {
     pipeline_webhooks: IntCounterVec,
     grpc_requests: IntCounterVec,
     grpc_duration: HistogramVec,
+    leader_changes: IntCounter,
+    log_append: Histogram,
+    log_flush: Histogram,
+    log_appended: IntCounter,
 }
 
 /// What became of one webhook delivery attempt, for `certus_pipeline_webhooks_total{outcome}`.
@@ -159,7 +168,42 @@ impl Metrics {
             &["method"],
         )
         .expect("a valid metric definition");
+        let leader_changes = IntCounter::new(
+            "certus_raft_leader_changes_total",
+            "Times this node saw a different node become leader (etcd's leader_changes_seen).",
+        )
+        .expect("a valid metric definition");
+        let log_append = Histogram::with_opts(
+            HistogramOpts::new(
+                "certus_raft_log_append_seconds",
+                "Writing appended Raft entries into the local store, before the flush.",
+            )
+            .buckets(STORAGE_BUCKETS_SECONDS.to_vec()),
+        )
+        .expect("a valid metric definition");
+        let log_flush = Histogram::with_opts(
+            HistogramOpts::new(
+                "certus_raft_log_flush_seconds",
+                "From an append's write to the flush that made it durable (fsync, shared by \
+                 concurrent appends).",
+            )
+            .buckets(STORAGE_BUCKETS_SECONDS.to_vec()),
+        )
+        .expect("a valid metric definition");
+        let log_appended = IntCounter::new(
+            "certus_raft_log_appended_entries_total",
+            "Raft entries appended to this node's log and flushed.",
+        )
+        .expect("a valid metric definition");
         let registry = Registry::new();
+        for counted in [
+            Box::new(leader_changes.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(log_append.clone()),
+            Box::new(log_flush.clone()),
+            Box::new(log_appended.clone()),
+        ] {
+            registry.register(counted).expect("registered once");
+        }
         registry
             .register(Box::new(grpc_requests.clone()))
             .expect("registered once");
@@ -186,7 +230,23 @@ impl Metrics {
             pipeline_webhooks,
             grpc_requests,
             grpc_duration,
+            leader_changes,
+            log_append,
+            log_flush,
+            log_appended,
         }
+    }
+
+    /// Counts a change of leader this node saw.
+    pub fn count_leader_change(&self) {
+        self.leader_changes.inc();
+    }
+
+    /// Records one durable append to the Raft log.
+    pub fn observe_log_append(&self, timing: certus_store::AppendTiming) {
+        self.log_append.observe(timing.write.as_secs_f64());
+        self.log_flush.observe(timing.flush.as_secs_f64());
+        self.log_appended.inc_by(timing.entries as u64);
     }
 
     /// Records one gRPC call of `method` (a label: see `grpc_metrics::KnownMethods`) that ended
@@ -256,6 +316,12 @@ pub struct RaftSample {
     pub commit_index: u64,
     /// The last applied log index.
     pub applied_index: u64,
+    /// The last index in this node's log.
+    pub last_log_index: u64,
+    /// The last index covered by this node's snapshot.
+    pub snapshot_index: u64,
+    /// Voting members of the cluster, as this node knows it.
+    pub voters: u64,
     /// Whether this node is the leader.
     pub is_leader: bool,
 }
@@ -531,6 +597,9 @@ impl NodeSample {
                 term: metrics.current_term,
                 commit_index,
                 applied_index: metrics.last_applied.map_or(0, |log_id| log_id.index),
+                last_log_index: metrics.last_log_index.unwrap_or(0),
+                snapshot_index: metrics.snapshot.map_or(0, |log_id| log_id.index),
+                voters: metrics.membership_config.membership().voter_ids().count() as u64,
                 is_leader: metrics.state == openraft::ServerState::Leader,
             }
         };
@@ -592,6 +661,21 @@ impl NodeSample {
             "certus_raft_applied_index",
             "The last log index this node applied to its state.",
             level(raft.applied_index),
+        )?;
+        gauge(
+            "certus_raft_last_log_index",
+            "The last index in this node's Raft log.",
+            level(raft.last_log_index),
+        )?;
+        gauge(
+            "certus_raft_snapshot_index",
+            "The last log index this node's snapshot covers.",
+            level(raft.snapshot_index),
+        )?;
+        gauge(
+            "certus_raft_voters",
+            "Voting members of the cluster, as this node knows it.",
+            level(raft.voters),
         )?;
         gauge(
             "certus_is_leader",
@@ -736,6 +820,9 @@ pub(crate) mod tests {
             term: 7,
             commit_index: 120,
             applied_index: 118,
+            last_log_index: 121,
+            snapshot_index: 100,
+            voters: 3,
             is_leader: true,
         }
     }
@@ -761,6 +848,15 @@ pub(crate) mod tests {
             Some(118.0)
         );
         assert_eq!(value_of(&lines, "certus_is_leader", &[]), Some(1.0));
+        assert_eq!(
+            value_of(&lines, "certus_raft_last_log_index", &[]),
+            Some(121.0)
+        );
+        assert_eq!(
+            value_of(&lines, "certus_raft_snapshot_index", &[]),
+            Some(100.0)
+        );
+        assert_eq!(value_of(&lines, "certus_raft_voters", &[]), Some(3.0));
         assert!(
             lines.iter().all(|line| !line.name.starts_with("certus_ct_")
                 || line.name.starts_with("certus_ct_merge_delay")

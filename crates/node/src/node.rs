@@ -2,11 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use certus_core::{ChallengeCommand, Command, Response};
 use certus_ct::chain::{AcceptedRoots, ChainLimits};
 use certus_ct::signer::EcdsaP256Signer;
-use certus_store::{CtDatabase, Disk, LogStore, SledDisk, StateMachineStore};
+use certus_store::{AppendObserver, CtDatabase, Disk, LogStore, SledDisk, StateMachineStore};
 use openraft::error::{InitializeError, RaftError};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -74,7 +75,7 @@ impl std::fmt::Debug for Node {
 }
 
 /// How long a stopping node waits for its storage to be released.
-const DISK_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const DISK_RELEASE_WAIT: Duration = Duration::from_secs(10);
 
 impl Node {
     /// Starts a node on sled in `config.data_dir`, with the system clock.
@@ -162,7 +163,10 @@ impl Node {
             None => None,
         };
         let openraft_config = Arc::new(config.openraft().map_err(StartError::Config)?);
-        let log_store = LogStore::new(Arc::clone(&disk));
+        let log_store = LogStore::new(Arc::clone(&disk)).with_observer(AppendObserver::new({
+            let metrics = Arc::clone(&metrics);
+            move |timing| metrics.observe_log_append(timing)
+        }));
         let state_machine =
             StateMachineStore::open(Arc::clone(&disk)).map_err(|error| StartError::Storage {
                 path: config.data_dir.display().to_string(),
@@ -219,7 +223,8 @@ impl Node {
             )));
         }
         // Pipelines' webhooks: every node competes for the role; one at a time sends. The
-        // simulation has no HTTP (its sender would be passed in, as the session parts are).
+        // simulation has no HTTP: its harness runs `pipeline_webhooks::run_with` on each node's
+        // machine with a sender over simulated links (sim/src/pipeline_webhooks.rs).
         #[cfg(not(madsim))]
         if config.pipelines.webhooks {
             let webhooks = crate::pipeline_webhooks::WebhookProcessor::http(config.id)
@@ -231,6 +236,17 @@ impl Node {
                 stopped.clone(),
             )));
         }
+        servers.push(tokio::spawn(count_leader_changes(
+            replica.raft.metrics(),
+            Arc::clone(&metrics),
+            stopped.clone(),
+        )));
+        servers.push(tokio::spawn(break_split_votes(
+            replica.raft.clone(),
+            config.raft.election_timeout_min_ms,
+            config.raft.election_timeout_max_ms,
+            stopped.clone(),
+        )));
         servers.push(tokio::spawn(run_ticks(
             Arc::clone(&replica),
             config.clone(),
@@ -289,7 +305,7 @@ impl Node {
         // as this returns.
         let deadline = tokio::time::Instant::now() + DISK_RELEASE_WAIT;
         while (self.disk_handles)() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         if (self.disk_handles)() > 0 {
             warn!(
@@ -453,6 +469,88 @@ async fn serve_http(
             warn!(id, %error, "HTTP server failed");
         }
     }))
+}
+
+/// Counts each time this node sees a different node become leader, the first one included (as
+/// etcd's `leader_changes_seen`): a leader lost and regained by the same node is not a change,
+/// and no leader is not one either.
+async fn count_leader_changes(
+    mut raft_metrics: watch::Receiver<openraft::RaftMetrics<NodeId, CertusNode>>,
+    metrics: Arc<crate::metrics::Metrics>,
+    stop: watch::Receiver<bool>,
+) {
+    let mut last_leader = None;
+    loop {
+        let leader = raft_metrics.borrow_and_update().current_leader;
+        if leader.is_some() && leader != last_leader {
+            metrics.count_leader_change();
+            last_leader = leader;
+        }
+        tokio::select! {
+            () = stopped(stop.clone()) => break,
+            changed = raft_metrics.changed() => if changed.is_err() { break },
+        }
+    }
+}
+
+/// Campaigns without a leader emerging, in a row, before this node shifts its own rhythm.
+const SPLIT_ROUNDS_BEFORE_SHIFT: u32 = 2;
+
+/// openraft 0.9 draws a node's election timeout once, when the node starts, where Raft's liveness
+/// argument wants a fresh draw for every election. Voters that drew nearly the same timeout and
+/// started together (a whole cluster restarting) would split every vote in lockstep, each voting
+/// for itself in the same term (one leader per term). So when this node has seen the term rise
+/// twice with no leader known, it waits a random part of the timeout range and campaigns again
+/// itself: its rhythm moves off the others', and the next request arrives before theirs fire.
+async fn break_split_votes(
+    raft: Raft,
+    election_timeout_min_ms: u64,
+    election_timeout_max_ms: u64,
+    stop: watch::Receiver<bool>,
+) {
+    let period = Duration::from_millis(election_timeout_max_ms);
+    let spread_ms = election_timeout_max_ms.saturating_sub(election_timeout_min_ms) + 1;
+    let campaigning = |raft: &Raft| {
+        let metrics = raft.metrics().borrow().clone();
+        let without_leader = metrics.current_leader.is_none()
+            && matches!(
+                metrics.state,
+                openraft::ServerState::Candidate | openraft::ServerState::Follower
+            );
+        (without_leader, metrics.current_term)
+    };
+    let mut last_term = 0;
+    let mut failed_rounds = 0;
+    loop {
+        tokio::select! {
+            () = stopped(stop.clone()) => break,
+            () = tokio::time::sleep(period) => {}
+        }
+        let (without_leader, term) = campaigning(&raft);
+        if !without_leader {
+            failed_rounds = 0;
+        } else if term > last_term {
+            failed_rounds += 1;
+        }
+        last_term = term;
+        if failed_rounds < SPLIT_ROUNDS_BEFORE_SHIFT {
+            continue;
+        }
+        failed_rounds = 0;
+        let pause = Duration::from_millis(crate::session_daemons::random_below(spread_ms));
+        tokio::select! {
+            () = stopped(stop.clone()) => break,
+            () = tokio::time::sleep(pause) => {}
+        }
+        if campaigning(&raft).0 {
+            debug!(
+                term,
+                "elections keep splitting: campaigning off the others' rhythm"
+            );
+            // A leader ignores the trigger; a stopping node's error ends nothing here.
+            let _ = raft.trigger().elect().await;
+        }
+    }
 }
 
 /// The leader's clock drives expiry: it proposes a tick, and purges old challenge tokens, every

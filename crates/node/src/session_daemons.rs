@@ -678,6 +678,13 @@ async fn write(replica: &Replica, commands: Vec<Command>) -> Result<SessionReply
     }
 }
 
+/// A number in [0, bound) from the runtime's randomness (`bound` > 0).
+pub(crate) fn random_below(bound: u64) -> u64 {
+    let mut bytes = [0u8; 8];
+    fill_random(&mut bytes);
+    u64::from_le_bytes(bytes) % bound
+}
+
 /// 32 random bytes from the runtime (madsim's seeded generator in the simulation).
 fn random_bytes() -> [u8; 32] {
     let mut bytes = [0u8; 32];

@@ -1,6 +1,7 @@
 //! What an operator's tools see of a running cluster: gRPC calls counted on `/metrics` by method
 //! and status code, and gRPC server reflection answering a generic client (tonic-reflection's
 //! own client, as grpcurl would ask).
+
 #![cfg(not(madsim))]
 
 mod support;
@@ -39,6 +40,62 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .and_then(|value| value.parse().ok())
 }
 
+/// `/metrics` of `node`.
+async fn scrape(node: &certus_node::NodeConfig) -> String {
+    let node = node.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut response = agent()
+            .get(format!("{}/metrics", base_url(&node)))
+            .call()
+            .expect("request");
+        assert_eq!(response.status().as_u16(), 200);
+        response.body_mut().read_to_string().expect("body")
+    })
+    .await
+    .expect("scrape")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_shows_its_raft_log_appends_and_the_leader_it_saw_elected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (configs, nodes) = start_plain_cluster(dir.path(), Duration::from_secs(20), |_| {}).await;
+    let mut leases = LeasesClient::connect(grpc_url(&configs[0]))
+        .await
+        .expect("connect");
+    leases
+        .put_challenge(PutChallengeRequest {
+            token: "token".into(),
+            key_authorization: "token.thumbprint".into(),
+        })
+        .await
+        .expect("a write");
+    // Followers learn of the commit, and append, within a heartbeat or two.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for config in &configs {
+        let text = scrape(config).await;
+        let value = |name| sample(&text, name, &[]).unwrap_or_else(|| panic!("{name}:\n{text}"));
+        assert!(
+            value("certus_raft_log_append_seconds_count") >= 1.0,
+            "node {}: {text}",
+            config.id
+        );
+        assert_eq!(
+            value("certus_raft_log_append_seconds_count"),
+            value("certus_raft_log_flush_seconds_count"),
+            "every append is flushed once"
+        );
+        // The membership entry, the leader's blank entry and the write, at least.
+        assert!(
+            value("certus_raft_log_appended_entries_total") >= 3.0,
+            "{text}"
+        );
+        assert!(value("certus_raft_leader_changes_total") >= 1.0, "{text}");
+        assert_eq!(value("certus_raft_voters"), 3.0);
+        assert!(value("certus_raft_last_log_index") >= 2.0, "{text}");
+    }
+    shutdown(nodes).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_calls_are_counted_by_method_and_code_and_the_api_is_reflected() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -73,21 +130,7 @@ async fn grpc_calls_are_counted_by_method_and_code_and_the_api_is_reflected() {
         .expect_err("a malformed token");
     assert_eq!(malformed.code(), tonic::Code::InvalidArgument);
 
-    let metrics = tokio::task::spawn_blocking({
-        let node = node.clone();
-        move || {
-            let mut response = agent()
-                .get(format!("{}/metrics", base_url(&node)))
-                .call()
-                .expect("request");
-            let status = response.status().as_u16();
-            (status, response.body_mut().read_to_string().expect("body"))
-        }
-    })
-    .await
-    .expect("scrape");
-    assert_eq!(metrics.0, 200);
-    let text = metrics.1;
+    let text = scrape(node).await;
     let put = "/certus.v1.Leases/PutChallenge";
     let get_challenge = "/certus.v1.Leases/GetChallenge";
     assert_eq!(

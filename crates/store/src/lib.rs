@@ -21,7 +21,7 @@ mod state_machine;
 pub use config::{CertusConfig, Proposal, Responses};
 pub use ct_db::{CtDatabase, CtDbError, LocalEntry};
 pub use disk::{Disk, DiskError, FlushDone, Pairs, WriteBatch};
-pub use log_store::{LogStore, REPLICATION_READ_BYTES_MAX};
+pub use log_store::{AppendObserver, AppendTiming, LogStore, REPLICATION_READ_BYTES_MAX};
 pub use sim_disk::SimDisk;
 pub use sled_disk::SledDisk;
 pub use state_machine::{Applied, SnapshotBuilder, StateMachineStore, StateReader};

@@ -9,6 +9,7 @@ use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote};
@@ -25,10 +26,40 @@ const REPLICATION_READ_ENTRIES_MAX: u64 = 4096;
 /// read): keeps an append well under the transport's message limit however large entries are.
 pub const REPLICATION_READ_BYTES_MAX: usize = 8 * 1024 * 1024;
 
+/// How one append went, for the node's metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendTiming {
+    /// Entries appended.
+    pub entries: usize,
+    /// Writing them into the store (visible, not yet durable).
+    pub write: Duration,
+    /// From the write's end until the flush that made them durable completed (shared with
+    /// other appends when the disk groups flushes).
+    pub flush: Duration,
+}
+
+/// Told of every successful append once it is durable. Runs on the disk's flusher: keep it short.
+#[derive(Clone)]
+pub struct AppendObserver(Arc<dyn Fn(AppendTiming) + Send + Sync>);
+
+impl AppendObserver {
+    /// An observer calling `observe`.
+    pub fn new(observe: impl Fn(AppendTiming) + Send + Sync + 'static) -> AppendObserver {
+        AppendObserver(Arc::new(observe))
+    }
+}
+
+impl Debug for AppendObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AppendObserver")
+    }
+}
+
 /// The log store; clones share the disk and serve as log readers.
 #[derive(Debug)]
 pub struct LogStore<C, D> {
     disk: Arc<D>,
+    observer: Option<AppendObserver>,
     _config: PhantomData<C>,
 }
 
@@ -36,6 +67,7 @@ impl<C, D> Clone for LogStore<C, D> {
     fn clone(&self) -> Self {
         LogStore {
             disk: Arc::clone(&self.disk),
+            observer: self.observer.clone(),
             _config: PhantomData,
         }
     }
@@ -46,8 +78,15 @@ impl<C: CertusConfig, D: Disk> LogStore<C, D> {
     pub fn new(disk: Arc<D>) -> LogStore<C, D> {
         LogStore {
             disk,
+            observer: None,
             _config: PhantomData,
         }
+    }
+
+    /// The same store, telling `observer` how each append went.
+    pub fn with_observer(mut self, observer: AppendObserver) -> LogStore<C, D> {
+        self.observer = Some(observer);
+        self
     }
 
     fn read_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, DiskError> {
@@ -196,11 +235,16 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
         &mut self,
         committed: Option<LogId<C::NodeId>>,
     ) -> Result<(), StorageError<C::NodeId>> {
-        // Not flushed: a committed pointer that rolls back only means re-applying from an older
-        // point, which openraft does from the log.
+        // Flushed before openraft applies (and so before any client hears of) what it commits:
+        // a leader that restarts resumes leading at once and serves linearizable reads at
+        // max(committed, its first entry of the term); a committed pointer that rolled back
+        // would let such a read miss writes that were acknowledged.
         let mut batch = WriteBatch::new();
         batch.put(COMMITTED, encode(&committed));
-        self.disk.write(batch).map_err(write_err::<C>)
+        self.disk
+            .write(batch)
+            .and_then(|()| self.disk.flush())
+            .map_err(write_err::<C>)
     }
 
     async fn read_committed(
@@ -224,15 +268,28 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
         // Acknowledged only once on disk: a vote for this log, or a commit counting this node,
         // must survive a crash. The write is visible at once; the callback fires after the flush,
         // which the disk may run elsewhere and share with other appends.
+        // Timed for the metrics only: nothing decides by these clocks.
+        let started = Instant::now();
         let mut batch = WriteBatch::new();
+        let mut count = 0;
         for entry in entries {
             batch.put(log_key(entry.log_id.index), encode(&entry));
+            count += 1;
         }
         if let Err(error) = self.disk.write(batch) {
             callback.log_io_completed(Err(std::io::Error::other(error.clone())));
             return Err(write_err::<C>(error));
         }
+        let written = Instant::now();
+        let observer = self.observer.clone();
         self.disk.flush_then(Box::new(move |flushed| {
+            if let (Ok(()), Some(observer)) = (&flushed, observer) {
+                (observer.0)(AppendTiming {
+                    entries: count,
+                    write: written.duration_since(started),
+                    flush: written.elapsed(),
+                });
+            }
             callback.log_io_completed(flushed.map_err(std::io::Error::other));
         }));
         Ok(())
