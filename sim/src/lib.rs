@@ -17,6 +17,7 @@ pub mod lease_model;
 pub mod linearizability;
 pub mod observe;
 pub mod pipeline_checkers;
+pub mod pipeline_webhook_checkers;
 pub mod schedule;
 pub mod session_checkers;
 pub mod timeline;
@@ -31,6 +32,8 @@ pub mod ct_workload;
 pub mod faults;
 #[cfg(madsim)]
 pub mod pipeline_run;
+#[cfg(madsim)]
+pub mod pipeline_webhooks;
 #[cfg(madsim)]
 pub mod pipeline_workload;
 #[cfg(madsim)]

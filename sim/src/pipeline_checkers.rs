@@ -1,8 +1,10 @@
 //! The **pipeline** checkers, over what a pipelines run recorded: every enqueue a producer saw
 //! acknowledged, the result each producer's long-poll returned, every claim a worker got from a
-//! dequeue and every step (complete, requeue) it sent with the answer, when the observer first
-//! saw each transaction finished, and each caught-up node's final state of every acknowledged
-//! transaction.
+//! dequeue and every step (complete, requeue, sleep) it sent with the answer, every progress
+//! reply, every cancel a producer sent and every switch the switcher set with their answers,
+//! when the observer first saw each transaction finished, and each caught-up node's final state
+//! of every acknowledged transaction. The webhook checkers are in
+//! [`pipeline_webhook_checkers`](crate::pipeline_webhook_checkers).
 //!
 //! Times named `*_ms` without `machine` are simulated milliseconds since the run began (the
 //! global clock); `machine` times are the replicated state machine's clock (the leaders' skewed
@@ -72,12 +74,14 @@ pub struct ClaimRecord {
 }
 
 /// What a step did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum StepKind {
     /// A completion.
     Complete,
     /// A hand-on to another queue.
     Requeue,
+    /// To sleep until a time or a switch.
+    Sleep,
 }
 
 /// One step call a worker made under a claim.
@@ -89,12 +93,99 @@ pub struct StepRecord {
     pub transaction: u64,
     /// The claim token it carried.
     pub token: u64,
-    /// Complete or requeue.
+    /// Complete, requeue or sleep.
     pub kind: StepKind,
     /// When it was sent.
     pub sent_ms: u64,
-    /// Accepted, refused (stale claim), or `None` when no answer came.
+    /// Accepted, refused (stale claim, or a cancel was asked for), or `None` when no answer
+    /// came.
     pub accepted: Option<bool>,
+    /// For a completion: the status it sent.
+    pub status: Option<String>,
+    /// Whether the worker knew a cancel had been asked for when it sent the step.
+    pub cancel_known: bool,
+}
+
+/// A progress report a worker saw accepted (workers send one before every step, to learn of
+/// cancels).
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgressRecord {
+    /// The worker.
+    pub worker: String,
+    /// The transaction.
+    pub transaction: u64,
+    /// The claim token it carried.
+    pub token: u64,
+    /// When it was sent.
+    pub sent_ms: u64,
+    /// Whether the reply said a cancel was asked for.
+    pub cancel_requested: bool,
+}
+
+/// A sleep a worker saw accepted.
+#[derive(Clone, Debug, Serialize)]
+pub struct SleepRecord {
+    /// The worker.
+    pub worker: String,
+    /// The transaction.
+    pub transaction: u64,
+    /// The claim token the sleep ended.
+    pub token: u64,
+    /// When it was sent.
+    pub sent_ms: u64,
+    /// When the worker had the answer.
+    pub acknowledged_ms: u64,
+    /// How long it was to sleep (from the answering node's clock).
+    pub for_ms: u64,
+    /// When the tick wakes it (machine time, from the answer).
+    pub until_machine_ms: u64,
+    /// The switch whose change wakes it earlier, if any.
+    pub switch: Option<String>,
+}
+
+/// One `SetSwitch` call.
+#[derive(Clone, Debug, Serialize)]
+pub struct SwitchRecord {
+    /// The switch.
+    pub name: String,
+    /// The value set.
+    pub value: u64,
+    /// When the call was made.
+    pub invoked_ms: u64,
+    /// When the answer came, if it did.
+    pub acknowledged_ms: Option<u64>,
+    /// Whether the answer said the value changed.
+    pub changed: Option<bool>,
+    /// The transactions the answer said were woken.
+    pub woken: Vec<u64>,
+}
+
+/// What a `Cancel` answered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum CancelSeen {
+    /// It was queued or sleeping and is now aborted.
+    Aborted,
+    /// It is running; its worker is asked to complete it as aborted.
+    Requested,
+    /// It is running and had been asked already.
+    AlreadyRequested,
+    /// It had finished already, with this status.
+    Finished(String),
+}
+
+/// One `Cancel` call (a producer's, or the switcher's on a sleeper).
+#[derive(Clone, Debug, Serialize)]
+pub struct CancelRecord {
+    /// Who sent it.
+    pub by: String,
+    /// The transaction.
+    pub transaction: u64,
+    /// When the call was made.
+    pub invoked_ms: u64,
+    /// When the answer came, if it did.
+    pub acknowledged_ms: Option<u64>,
+    /// The answer, if one came.
+    pub outcome: Option<CancelSeen>,
 }
 
 /// A transaction as one node's final state holds it.
@@ -253,7 +344,8 @@ pub fn transactions_terminal(
 /// **Steps only from the current claim**: (a) no claim on a transaction was granted while an
 /// earlier claim on it was still live — before that claim's deadline (machine time, as its
 /// worker was last told), unless a step under it had been sent; (b) no step was accepted after
-/// a newer claim on its transaction had been granted; (c) no transaction had completions with
+/// a newer claim on its transaction had been granted (a retried step counts from its first
+/// attempt); (c) no transaction had completions with
 /// two different tokens accepted.
 pub fn steps_from_current_claim(claims: &[ClaimRecord], steps: &[StepRecord]) -> Verdict {
     const NAME: &str = "steps-current-claim";
@@ -301,20 +393,31 @@ pub fn steps_from_current_claim(claims: &[ClaimRecord], steps: &[StepRecord]) ->
             }
         }
     }
+    // A step is retried under its token until it is answered, and the node answers a retry of
+    // a step it already applied as accepted: the attempt that was applied may be any of them,
+    // so the step counts as sent at its first attempt.
+    let mut first_sent: BTreeMap<(u64, u64, StepKind), u64> = BTreeMap::new();
+    for step in steps {
+        let sent = first_sent
+            .entry((step.transaction, step.token, step.kind))
+            .or_insert(step.sent_ms);
+        *sent = (*sent).min(step.sent_ms);
+    }
     for step in steps.iter().filter(|step| step.accepted == Some(true)) {
+        let sent_ms = first_sent[&(step.transaction, step.token, step.kind)];
         if let Some(newer) = claims.iter().find(|claim| {
             claim.transaction == step.transaction
                 && claim.token > step.token
-                && claim.granted_ms < step.sent_ms
+                && claim.granted_ms < sent_ms
         }) {
             problems.push(format!(
-                "transaction {}: {}'s {:?} with token {} sent at {} ms was accepted, though {} \
-                 had been granted token {} at {} ms",
+                "transaction {}: {}'s {:?} with token {} first sent at {} ms was accepted, \
+                 though {} had been granted token {} at {} ms",
                 step.transaction,
                 step.worker,
                 step.kind,
                 step.token,
-                step.sent_ms,
+                sent_ms,
                 newer.worker,
                 newer.token,
                 newer.granted_ms
@@ -444,6 +547,206 @@ pub fn long_poll_final(polled: &[Polled], finals: &Finals) -> Verdict {
             "{} long-poll results equal the final state on {} nodes",
             polled.len(),
             finals.len()
+        ),
+    )
+}
+
+/// **Cancels are honoured**: a cancel answered `aborted` (the transaction was queued or
+/// sleeping) leaves it aborted; one answered `finished` leaves the status it named; after a
+/// cancel answered `requested` (it was running), every progress reply sent later says a cancel
+/// was asked for, no requeue or sleep sent later is accepted, and the transaction ends aborted
+/// — or with the status of a completion its worker sent without knowing of the cancel.
+pub fn cancels_honoured(
+    cancels: &[CancelRecord],
+    steps: &[StepRecord],
+    progress: &[ProgressRecord],
+    terminal_at: &BTreeMap<u64, (u64, TxResult)>,
+) -> Verdict {
+    const NAME: &str = "cancels-honoured";
+    let mut problems = Vec::new();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for cancel in cancels {
+        let tx = cancel.transaction;
+        let (Some(acked_ms), Some(outcome)) = (cancel.acknowledged_ms, &cancel.outcome) else {
+            *counts.entry("unanswered").or_default() += 1;
+            continue;
+        };
+        let final_status = terminal_at
+            .get(&tx)
+            .map(|(_, result)| result.status.as_str());
+        match outcome {
+            CancelSeen::Aborted => {
+                *counts.entry("aborted at once").or_default() += 1;
+                if let Some(status) = final_status.filter(|status| *status != "aborted") {
+                    problems.push(format!(
+                        "transaction {tx}: cancelled at {acked_ms} ms as aborted, but it \
+                         finished {status}"
+                    ));
+                }
+            }
+            CancelSeen::Finished(was) => {
+                *counts.entry("finished already").or_default() += 1;
+                if let Some(status) = final_status.filter(|status| status != was) {
+                    problems.push(format!(
+                        "transaction {tx}: a cancel at {acked_ms} ms found it finished {was}, \
+                         but it finished {status}"
+                    ));
+                }
+            }
+            CancelSeen::Requested | CancelSeen::AlreadyRequested => {
+                *counts.entry("requested while running").or_default() += 1;
+                for report in progress.iter().filter(|report| {
+                    report.transaction == tx
+                        && report.sent_ms > acked_ms
+                        && !report.cancel_requested
+                }) {
+                    problems.push(format!(
+                        "transaction {tx}: cancel requested at {acked_ms} ms, but {}'s progress \
+                         report (token {}) sent at {} ms was answered without it",
+                        report.worker, report.token, report.sent_ms
+                    ));
+                }
+                for step in steps.iter().filter(|step| {
+                    step.transaction == tx
+                        && step.kind != StepKind::Complete
+                        && step.sent_ms > acked_ms
+                        && step.accepted == Some(true)
+                }) {
+                    problems.push(format!(
+                        "transaction {tx}: cancel requested at {acked_ms} ms, but {}'s {:?} \
+                         (token {}) sent at {} ms was accepted",
+                        step.worker, step.kind, step.token, step.sent_ms
+                    ));
+                }
+                if let Some(status) = final_status.filter(|status| *status != "aborted") {
+                    let unknowing = steps.iter().any(|step| {
+                        step.transaction == tx
+                            && step.kind == StepKind::Complete
+                            && step.accepted == Some(true)
+                            && !step.cancel_known
+                            && step.status.as_deref() == Some(status)
+                    });
+                    if !unknowing {
+                        problems.push(format!(
+                            "transaction {tx}: cancel requested at {acked_ms} ms while it ran, \
+                             but it finished {status}, not by a completion from a worker that \
+                             had not heard of the cancel"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let counted: Vec<String> = counts
+        .iter()
+        .map(|(what, count)| format!("{count} {what}"))
+        .collect();
+    verdict(
+        NAME,
+        problems,
+        format!(
+            "{} cancels: {}",
+            cancels.len(),
+            if counted.is_empty() {
+                "none".to_owned()
+            } else {
+                counted.join(", ")
+            }
+        ),
+    )
+}
+
+/// **Sleepers wake and are dequeued again**: (a) a change of a switch (acknowledged, invoked
+/// after a sleep on it was acknowledged) wakes that sleeper — its answer lists it, unless
+/// another change of the switch (listing it, or unanswered) may have woken it first, its time
+/// may have come (within `skew_ms`), or a cancel may have aborted it; (b) every sleeper is
+/// claimed again later, or ends aborted (cancelled while asleep), or has not finished by the end
+/// (which `transactions-terminal` judges); (c) a sleeper without a switch is not claimed again
+/// before its time (machine clocks, within `skew_ms`).
+pub fn sleepers_woken(
+    sleeps: &[SleepRecord],
+    switches: &[SwitchRecord],
+    cancels: &[CancelRecord],
+    claims: &[ClaimRecord],
+    terminal_at: &BTreeMap<u64, (u64, TxResult)>,
+    skew_ms: u64,
+) -> Verdict {
+    const NAME: &str = "sleepers-woken";
+    let mut problems = Vec::new();
+    let (mut by_switch, mut claimed_again, mut by_time) = (0, 0, 0);
+    for sleep in sleeps {
+        let tx = sleep.transaction;
+        if let Some(switch) = &sleep.switch {
+            let on_switch = || switches.iter().filter(move |set| set.name == *switch);
+            let change = on_switch()
+                .filter(|set| set.changed == Some(true) && set.invoked_ms > sleep.acknowledged_ms)
+                .min_by_key(|set| set.invoked_ms);
+            if let Some(change) = change {
+                let change_ms = change.acknowledged_ms.unwrap_or(change.invoked_ms);
+                let woken_here = change.woken.contains(&tx);
+                let woken_before = on_switch().any(|set| {
+                    !std::ptr::eq(set, change)
+                        && set.invoked_ms < change_ms
+                        && (set.woken.contains(&tx) || set.acknowledged_ms.is_none())
+                });
+                let time_came = change_ms + skew_ms >= sleep.sent_ms + sleep.for_ms;
+                let cancelled = cancels.iter().any(|cancel| {
+                    cancel.transaction == tx
+                        && cancel.invoked_ms < change_ms
+                        && matches!(cancel.outcome, None | Some(CancelSeen::Aborted))
+                });
+                if woken_here {
+                    by_switch += 1;
+                } else if !(woken_before || time_came || cancelled) {
+                    problems.push(format!(
+                        "transaction {tx} slept on switch {switch} (acknowledged at {} ms, for \
+                         {} ms); setting it to {} (acknowledged at {change_ms} ms) woke {:?}, \
+                         not it",
+                        sleep.acknowledged_ms, sleep.for_ms, change.value, change.woken
+                    ));
+                }
+            }
+        }
+        let next = claims
+            .iter()
+            .filter(|claim| claim.transaction == tx && claim.token > sleep.token)
+            .min_by_key(|claim| claim.token);
+        match (next, terminal_at.get(&tx)) {
+            (Some(claim), _) => {
+                claimed_again += 1;
+                if sleep.switch.is_none() {
+                    by_time += 1;
+                    if claim.started_machine_ms + skew_ms < sleep.until_machine_ms {
+                        problems.push(format!(
+                            "transaction {tx} slept until machine {} ms, but {} claimed it at \
+                             machine {} ms",
+                            sleep.until_machine_ms, claim.worker, claim.started_machine_ms
+                        ));
+                    }
+                }
+            }
+            (None, Some((_, result))) if result.status != "aborted" => problems.push(format!(
+                "transaction {tx} slept (acknowledged at {} ms) and finished {} without being \
+                 dequeued again",
+                sleep.acknowledged_ms, result.status
+            )),
+            (None, _) => {}
+        }
+    }
+    let changes = switches
+        .iter()
+        .filter(|set| set.changed == Some(true))
+        .count();
+    verdict(
+        NAME,
+        problems,
+        format!(
+            "{} sleeps ({} on a switch), {by_switch} woken by a switch change, {claimed_again} \
+             dequeued again ({by_time} after sleeping until a time); {} switch sets, {changes} \
+             changes",
+            sleeps.len(),
+            sleeps.iter().filter(|sleep| sleep.switch.is_some()).count(),
+            switches.len()
         ),
     )
 }

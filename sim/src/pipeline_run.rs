@@ -1,29 +1,37 @@
-//! Transaction pipelines in a simulated run: the configuration (short reaper timeout and
-//! archive delay, so reaping and archiving happen within the run; no webhooks, whose processor
-//! is not under madsim), the workload, an observer of when each transaction finishes, and the
-//! verdicts at the end.
+//! Transaction pipelines in a simulated run: the configuration (short reaper timeout, archive
+//! delay and webhook backoff, so reaping, archiving and webhook retries happen within the run),
+//! the workload, the webhook receivers and processors ([`pipeline_webhooks`]), an observer of
+//! when each transaction finishes, and the verdicts at the end.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use certus_core::pipelines::{NodeGroup, PipelineName, TransactionId};
+use certus_core::pipelines::{NodeGroup, PipelineName, TransactionId, WebhookKind};
 use certus_core::{Command, PipelineCommand, PipelineConfig, Response};
 use certus_node::NodeConfig;
+use certus_proto::v1;
+use certus_proto::v1::pipelines_client::PipelinesClient;
+use madsim::runtime::Handle;
 use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::checkers::Verdict;
-use crate::cluster::{SimCluster, elapsed_ms};
+use crate::cluster::{SimCluster, elapsed_ms, endpoint};
 use crate::pipeline_checkers::{self, FinalTx, Finals, TxResult};
+use crate::pipeline_webhook_checkers::{self, HookedTx, NoticeKind, NoticeRecord, WebhookReceived};
+use crate::pipeline_webhooks::{self, RunningWebhooks};
 use crate::pipeline_workload::{
     self, FIRST_GROUP, PIPELINE, PipelineHistory, PipelineWorkload, RunningPipelines, Shared,
     Timing,
 };
 
-/// How soon after the faults heal (or after its enqueue, if later) every transaction must end.
-pub const TERMINAL_BOUND_MS: u64 = 20_000;
+/// How soon after the faults heal (or after its enqueue, if later) every transaction must end:
+/// room for a sleep, a hand-on, and a few claims lost to workers that crashed or stalled before
+/// the healing, or to answers lost on a link kept cut (each costs the reaper's timeout and
+/// more).
+pub const TERMINAL_BOUND_MS: u64 = 25_000;
 /// Producers stop enqueuing this long after the faults heal, so the last transactions can end
 /// within the bound before the run does.
 const ENQUEUE_AFTER_HEAL_MS: u64 = 3_000;
@@ -31,6 +39,9 @@ const ENQUEUE_AFTER_HEAL_MS: u64 = 3_000;
 const OBSERVE_EVERY: Duration = Duration::from_millis(100);
 /// The slack on external-id windows for the machine clocks (skew and the stamp's delay).
 const WINDOW_SLACK_MS: u64 = 1_000;
+/// How long, after the workload stops, the pending webhook deliveries have to drain (every one
+/// delivered or given up): enough for a whole retry schedule behind a URL pause.
+const WEBHOOK_SETTLE_MS: u64 = 15_000;
 
 /// The pipelines' configuration for the run: a short reaper timeout and archive delay, so both
 /// happen within the run; a window that ends within the run too; a retention past its end, so
@@ -42,12 +53,19 @@ pub fn pipeline_config() -> PipelineConfig {
         max_attempts: 5,
         archive_delay_ms: 2_000,
         archive_retention_ms: 600_000,
+        webhook_backoff_base_ms: 250,
+        webhook_backoff_cap_ms: 1_000,
+        webhook_attempts_max: 5,
+        url_failure_limit: 8,
+        url_failure_window_ms: 2_000,
+        url_pause_ms: 1_000,
         ..PipelineConfig::default()
     }
 }
 
-/// Node settings for a pipelines scenario: no webhook processor (it is not under madsim, and
-/// the workload enqueues without webhook URLs).
+/// Node settings for a pipelines scenario: the node does not start a webhook processor of its
+/// own (it would send over HTTP); the harness runs one on every node's machine with the
+/// simulated sender ([`pipeline_webhooks`]).
 pub fn tune(config: &mut NodeConfig) {
     config.pipelines.webhooks = false;
 }
@@ -63,6 +81,7 @@ pub struct PipelineRun {
     observer: tokio::task::JoinHandle<()>,
     terminal_at: Arc<Mutex<BTreeMap<u64, (u64, TxResult)>>>,
     max_skew_ms: u64,
+    webhooks: RunningWebhooks,
 }
 
 /// What the pipelines part of a run reports.
@@ -72,6 +91,14 @@ pub struct PipelineReport {
     pub history: PipelineHistory,
     /// When the observer first saw each transaction finished, and how.
     pub terminal_at: BTreeMap<u64, (u64, TxResult)>,
+    /// Every request the webhook receivers read.
+    pub webhooks_received: Vec<WebhookReceived>,
+    /// The administrator notices listed at the end.
+    pub notices: Vec<NoticeRecord>,
+    /// The transactions enqueued with a webhook, as the end found them.
+    pub hooked: BTreeMap<u64, HookedTx>,
+    /// The receiver that failed through the whole run, if any.
+    pub receiver_failing_for_good: Option<u32>,
 }
 
 /// Configures the pipelines through Raft, then starts the workload (which waits for the
@@ -104,6 +131,8 @@ pub fn start(
     );
     let terminal_at: Arc<Mutex<BTreeMap<u64, (u64, TxResult)>>> = Arc::default();
     let (stop_observer, stopped) = watch::channel(false);
+    let webhooks =
+        pipeline_webhooks::start(cluster, workload.receivers, seed, max_skew_ms, started);
     let observer = tokio::spawn(observe(
         Arc::clone(cluster),
         shared.clone(),
@@ -120,6 +149,7 @@ pub fn start(
         observer,
         terminal_at,
         max_skew_ms,
+        webhooks,
     }
 }
 
@@ -225,6 +255,7 @@ impl PipelineRun {
     pub fn healed(&self, heal_ms: u64) {
         self.enqueue_until_ms
             .store(heal_ms + ENQUEUE_AFTER_HEAL_MS, Ordering::SeqCst);
+        self.webhooks.healed();
     }
 
     /// Waits (up to the bound) for every acknowledged transaction to finish, stops the
@@ -254,6 +285,11 @@ impl PipelineRun {
         let end_ms = elapsed_ms(self.started);
         let terminal_at = std::mem::take(&mut *self.terminal_at.lock().expect("terminal"));
         let history = self.shared.with(|history| history.clone());
+        let drained = drain_webhooks(cluster).await;
+        let receiver_failing_for_good = self.webhooks.failing_for_good();
+        let webhooks_received = self.webhooks.stop().await;
+        let notices = list_notices(cluster.ids().len() as u64).await;
+        let hooked = read_hooked(cluster, &history.webhooks);
         let finals = settle(cluster, &acknowledged(&self.shared)).await;
         let window_ms = pipeline_config().external_id_window_ms;
         let verdicts = vec![
@@ -273,6 +309,42 @@ impl PipelineRun {
             pipeline_checkers::steps_from_current_claim(&history.claims, &history.steps),
             pipeline_checkers::archive_faithful(&history.polled, &terminal_at, &finals),
             pipeline_checkers::long_poll_final(&history.polled, &finals),
+            pipeline_checkers::cancels_honoured(
+                &history.cancels,
+                &history.steps,
+                &history.progress,
+                &terminal_at,
+            ),
+            pipeline_checkers::sleepers_woken(
+                &history.sleeps,
+                &history.switches,
+                &history.cancels,
+                &history.claims,
+                &terminal_at,
+                self.max_skew_ms + WINDOW_SLACK_MS,
+            ),
+            match &notices {
+                Some(notices) => {
+                    let mut verdict = pipeline_webhook_checkers::webhooks_delivered(
+                        &hooked,
+                        &webhooks_received,
+                        notices,
+                    );
+                    if !drained {
+                        verdict.detail.push_str(&format!(
+                            " (deliveries still pending {WEBHOOK_SETTLE_MS} ms after the \
+                             workload stopped)"
+                        ));
+                    }
+                    verdict
+                }
+                None => Verdict {
+                    checker: "webhooks-delivered".to_owned(),
+                    passed: false,
+                    detail: "no node answered ListNotices at the end".to_owned(),
+                },
+            },
+            pipeline_webhook_checkers::webhook_event_ids(&webhooks_received),
             clients_saw_no_violation(&history),
         ];
         (
@@ -280,6 +352,10 @@ impl PipelineRun {
             PipelineReport {
                 history,
                 terminal_at,
+                webhooks_received,
+                notices: notices.unwrap_or_default(),
+                hooked,
+                receiver_failing_for_good,
             },
         )
     }
@@ -287,16 +363,21 @@ impl PipelineRun {
 
 fn clients_saw_no_violation(history: &PipelineHistory) -> Verdict {
     let detail = format!(
-        "{} enqueue calls, {} acknowledged, {} long-polls, {} results seen; {} claims ({} \
-         crashed on, {} stalled), {} steps; {} results re-read archived",
+        "{} enqueue calls, {} acknowledged ({} with a webhook), {} long-polls, {} results seen; \
+         {} claims ({} crashed on, {} stalled), {} steps, {} sleeps; {} cancel calls, {} switch \
+         sets; {} results re-read archived",
         history.enqueue_calls,
         history.enqueued.len(),
+        history.webhooks.len(),
         history.poll_calls,
         history.polled.len(),
         history.claims.len(),
         history.crashed,
         history.stalled,
         history.steps.len(),
+        history.sleeps.len(),
+        history.cancels.len(),
+        history.switches.len(),
         history.archived_reads
     );
     Verdict {
@@ -349,4 +430,141 @@ async fn settle(cluster: &SimCluster, ids: &BTreeSet<u64>) -> Finals {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     best
+}
+
+/// The running node that has applied the most.
+fn freshest(cluster: &SimCluster) -> Option<Arc<certus_node::Replica>> {
+    cluster
+        .replicas()
+        .into_iter()
+        .max_by_key(|(_, replica)| {
+            replica
+                .raft
+                .metrics()
+                .borrow()
+                .last_applied
+                .map_or(0, |log_id| log_id.index)
+        })
+        .map(|(_, replica)| replica)
+}
+
+/// Waits (up to [`WEBHOOK_SETTLE_MS`]) until the most advanced node holds no pending webhook
+/// delivery; whether it came to that.
+async fn drain_webhooks(cluster: &SimCluster) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(WEBHOOK_SETTLE_MS);
+    while tokio::time::Instant::now() < deadline {
+        let pending = freshest(cluster).map(|replica| {
+            replica
+                .reader
+                .read(|applied| applied.state.pipelines().webhooks_pending())
+        });
+        if pending == Some(0) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
+/// Every administrator notice, through `ListNotices` from a machine of its own (10.0.8.2),
+/// asking each node in turn until one answers every page; `None` if none did.
+async fn list_notices(nodes: u64) -> Option<Vec<NoticeRecord>> {
+    let machine = Handle::current()
+        .create_node()
+        .name("pipeline-admin")
+        .ip(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 8, 2)))
+        .build();
+    machine
+        .spawn(async move {
+            for round in 0..3 {
+                for node in 1..=nodes {
+                    if let Some(notices) = list_notices_from(node).await {
+                        return Some(notices);
+                    }
+                }
+                tracing::info!(round, "no node listed the notices");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+}
+
+async fn list_notices_from(node: u64) -> Option<Vec<NoticeRecord>> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", endpoint(node)))
+        .expect("a valid endpoint")
+        .connect_timeout(Duration::from_millis(500))
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .ok()?;
+    let mut client = PipelinesClient::new(channel);
+    let mut notices = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = client
+            .list_notices(v1::ListNoticesRequest { after, limit: 0 })
+            .await
+            .ok()?
+            .into_inner();
+        notices.extend(page.notices.into_iter().filter_map(notice_record));
+        if page.next_after == 0 {
+            return Some(notices);
+        }
+        after = page.next_after;
+    }
+}
+
+fn notice_record(notice: v1::Notice) -> Option<NoticeRecord> {
+    use v1::notice::Kind;
+    let kind = match notice.kind? {
+        Kind::RetriesExhausted(exhausted) => NoticeKind::RetriesExhausted {
+            event: exhausted.event_id,
+            transaction: exhausted.transaction_id,
+            url: exhausted.url,
+        },
+        Kind::UrlPaused(paused) => NoticeKind::UrlPaused { url: paused.url },
+        Kind::WebhookDropped(dropped) => NoticeKind::WebhookDropped {
+            transaction: dropped.transaction_id,
+            url: dropped.url,
+        },
+    };
+    Some(NoticeRecord {
+        id: notice.id,
+        at_machine_ms: notice.at_ms,
+        kind,
+    })
+}
+
+/// The transactions enqueued with a webhook as the most advanced node holds them: finished or
+/// not, when, and the completion delivery still pending.
+fn read_hooked(cluster: &SimCluster, urls: &BTreeMap<u64, String>) -> BTreeMap<u64, HookedTx> {
+    let Some(replica) = freshest(cluster) else {
+        return BTreeMap::new();
+    };
+    replica.reader.read(|applied| {
+        let reads = applied.state.pipelines();
+        urls.iter()
+            .map(|(id, url)| {
+                let tx = reads
+                    .transaction(TransactionId(*id))
+                    .filter(|tx| tx.status.is_terminal());
+                let pending_event = reads
+                    .webhook_for(TransactionId(*id))
+                    .filter(|hook| matches!(hook.kind, WebhookKind::Completed { .. }))
+                    .map(|hook| hook.event.0);
+                (
+                    *id,
+                    HookedTx {
+                        url: url.clone(),
+                        final_status: tx.map(|tx| tx.status.to_string()),
+                        completed_at_machine_ms: tx.and_then(|tx| tx.completed_at_ms),
+                        pending_event,
+                    },
+                )
+            })
+            .collect()
+    })
 }

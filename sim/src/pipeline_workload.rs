@@ -1,10 +1,15 @@
 //! The pipelines workload: producers that enqueue transactions with external ids (re-sending
-//! some, as a retrying producer would) and long-poll for their results, and workers that
-//! dequeue, work, report progress, hand transactions on to another node group, complete them
-//! with a result derived from their state — and now and then crash mid-transaction, or stall
-//! past the reaper's timeout and complete late. Every call is one gRPC attempt to a random node
-//! (`certus_proto::v1::PipelinesClient`), so the record says exactly what each call did.
+//! some, as a retrying producer would), many with a webhook to a simulated receiver, cancel
+//! some, and long-poll for their results; workers that dequeue, work, report progress, ask
+//! whether a cancel came before each step, hand transactions on to another node group, put some
+//! to sleep (until a time, or until a switch changes), complete them with a result derived from
+//! their state — and, while the faults are on, now and then crash mid-transaction, or stall
+//! past the reaper's timeout and complete late; and a switcher that changes the switches
+//! sleepers wait on (and cancels a sleeper now and then). Every call is one gRPC attempt
+//! (`certus_proto::v1::PipelinesClient`), so the record says exactly what each call did:
+//! producers ask a random node each time; a worker stays with a node while it answers.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,8 +24,10 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster::{elapsed_ms, endpoint};
 use crate::pipeline_checkers::{
-    ClaimRecord, Enqueued, Polled, StepKind, StepRecord, TxResult, is_terminal,
+    CancelRecord, CancelSeen, ClaimRecord, Enqueued, Polled, ProgressRecord, SleepRecord, StepKind,
+    StepRecord, SwitchRecord, TxResult, is_terminal,
 };
+use crate::pipeline_webhooks::receiver_url;
 use crate::schedule::SeedRng;
 
 /// The pipeline producers enqueue through (defined at the start, to [`FIRST_GROUP`]).
@@ -41,9 +48,11 @@ pub struct PipelineWorkload {
     pub in_flight: usize,
     /// Per mille of acknowledged enqueues a producer sends again with the same external id.
     pub resend_per_mille: u64,
-    /// Per mille of claims a worker crashes on (stops without a step; the reaper retries).
+    /// Per mille of claims a worker crashes on (stops without a step; the reaper retries),
+    /// while the faults are on.
     pub crash_per_mille: u64,
-    /// Per mille of claims a worker stalls on past the reaper's timeout, then completes.
+    /// Per mille of claims a worker stalls on past the reaper's timeout, then completes, while
+    /// the faults are on.
     pub stall_per_mille: u64,
     /// Per mille of first-group claims handed on to the second group.
     pub requeue_per_mille: u64,
@@ -53,6 +62,22 @@ pub struct PipelineWorkload {
     pub attempt_timeout: Duration,
     /// How long a long-poll waits for news.
     pub poll_wait_ms: u64,
+    /// Webhook receivers (each on its own machine).
+    pub receivers: u32,
+    /// Per mille of transactions enqueued with a webhook (to a random receiver).
+    pub webhook_per_mille: u64,
+    /// Per mille of those that ask for progress reports by webhook too.
+    pub progress_hooks_per_mille: u64,
+    /// Per mille of transactions a producer cancels (0–1.5 s after the enqueue).
+    pub cancel_per_mille: u64,
+    /// Per mille of claims (of transactions that never slept) a worker puts to sleep.
+    pub sleep_per_mille: u64,
+    /// Per mille of sleeps on a switch (the rest sleep until a time).
+    pub switch_sleep_per_mille: u64,
+    /// How long a sleeper on a switch sleeps at most (the switcher changes it sooner).
+    pub switch_sleep_ms: u64,
+    /// The switches sleepers wait on.
+    pub switches: u32,
 }
 
 impl Default for PipelineWorkload {
@@ -68,8 +93,25 @@ impl Default for PipelineWorkload {
             progress_per_mille: 300,
             attempt_timeout: Duration::from_millis(1_500),
             poll_wait_ms: 2_000,
+            receivers: 3,
+            webhook_per_mille: 600,
+            progress_hooks_per_mille: 300,
+            cancel_per_mille: 120,
+            sleep_per_mille: 150,
+            switch_sleep_per_mille: 500,
+            switch_sleep_ms: 10_000,
+            switches: 2,
         }
     }
+}
+
+/// A node other than `node`, at random.
+fn another_node(rng: &mut SeedRng, node: u64, nodes: u64) -> u64 {
+    if nodes < 2 {
+        return node;
+    }
+    let step = rng.between(1, nodes - 1);
+    (node - 1 + step) % nodes + 1
 }
 
 /// The simulated address of producer `index`.
@@ -84,6 +126,11 @@ fn worker_ip(index: u32) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 6, last))
 }
 
+/// The simulated address of the switcher.
+fn switcher_ip() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 8, 1))
+}
+
 /// Everything the pipelines part of a run recorded.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct PipelineHistory {
@@ -95,6 +142,16 @@ pub struct PipelineHistory {
     pub claims: Vec<ClaimRecord>,
     /// Every step a worker sent, with its answer.
     pub steps: Vec<StepRecord>,
+    /// Every progress report (and cancel check) a worker saw accepted.
+    pub progress: Vec<ProgressRecord>,
+    /// Every sleep a worker saw accepted.
+    pub sleeps: Vec<SleepRecord>,
+    /// Every switch the switcher set.
+    pub switches: Vec<SwitchRecord>,
+    /// Every cancel sent.
+    pub cancels: Vec<CancelRecord>,
+    /// The webhook URL of every acknowledged transaction enqueued with one.
+    pub webhooks: BTreeMap<u64, String>,
     /// What a producer or worker found wrong.
     pub violations: Vec<String>,
     /// Enqueue calls made, answered or not.
@@ -170,6 +227,13 @@ impl Context {
         elapsed_ms(self.started)
     }
 
+    /// Whether the run's faults are still on: workers crash and stall only then, like the
+    /// network and the nodes. The harness learns of the healing when it sets the end of
+    /// enqueuing (until then `u64::MAX`).
+    fn faults_on(&self) -> bool {
+        self.enqueue_until_ms.load(Ordering::SeqCst) == u64::MAX
+    }
+
     async fn connect(&self, node: u64, timeout: Duration) -> Option<PipelinesClient<Channel>> {
         let channel = Endpoint::from_shared(format!("http://{}", endpoint(node)))
             .expect("a valid endpoint")
@@ -237,6 +301,12 @@ pub fn start(
             .build();
         tasks.push(machine.spawn(work(index, context.clone())));
     }
+    let machine = handle
+        .create_node()
+        .name("pipeline-switcher")
+        .ip(switcher_ip())
+        .build();
+    tasks.push(machine.spawn(switch(context)));
     RunningPipelines { stop, tasks }
 }
 
@@ -309,14 +379,25 @@ async fn one_transaction(producer: u32, number: u64, context: Context, mut rng: 
         1 => v1::QueueType::Out,
         _ => v1::QueueType::In,
     };
+    let metadata = (context.workload.receivers > 0
+        && rng.chance(context.workload.webhook_per_mille))
+    .then(|| {
+        let receiver = u32::try_from(rng.between(0, u64::from(context.workload.receivers) - 1))
+            .expect("a receiver index");
+        v1::TxMetadata {
+            webhook_url: receiver_url(receiver),
+            progress_reports: rng.chance(context.workload.progress_hooks_per_mille),
+            cancel_webhook_on_longpoll: false,
+        }
+    });
     let request = v1::EnqueueRequest {
         owner: format!("producer-{producer}"),
         external_id: external_id.clone(),
         route: Some(route),
         queue: queue.into(),
-        state: format!(r#"{{"p":{producer},"n":{number},"v":{value},"hops":0}}"#),
+        state: format!(r#"{{"p":{producer},"n":{number},"v":{value},"hops":0,"slept":0}}"#),
         event: r#"{"do":"work"}"#.to_owned(),
-        metadata: None,
+        metadata: metadata.clone(),
     };
     let mut transaction = None;
     while transaction.is_none() && !context.stopping() {
@@ -325,6 +406,13 @@ async fn one_transaction(producer: u32, number: u64, context: Context, mut rng: 
             Ok(reply) => {
                 transaction = Some(reply.transaction_id);
                 record_enqueue(&context, producer, &external_id, &reply, invoked_ms);
+                if let Some(metadata) = &metadata {
+                    context.shared.with(|history| {
+                        history
+                            .webhooks
+                            .insert(reply.transaction_id, metadata.webhook_url.clone());
+                    });
+                }
             }
             Err(true) => return,
             Err(false) => {
@@ -353,12 +441,151 @@ async fn one_transaction(producer: u32, number: u64, context: Context, mut rng: 
             }
         }
     }
+    if rng.chance(context.workload.cancel_per_mille) {
+        tokio::time::sleep(Duration::from_millis(rng.between(0, 1_500))).await;
+        cancel(
+            &context,
+            &mut rng,
+            &format!("producer-{producer}"),
+            transaction,
+        )
+        .await;
+    }
     let Some(result) = long_poll(&context, &mut rng, producer, transaction).await else {
         return;
     };
     if rng.chance(300) {
         reread_archived(&context, &mut rng, transaction, &result).await;
     }
+}
+
+/// One cancel of `transaction` (sent again through another node while unanswered, three times
+/// at most); records every call.
+async fn cancel(context: &Context, rng: &mut SeedRng, by: &str, transaction: u64) {
+    for _ in 0..3 {
+        if context.stopping() {
+            return;
+        }
+        let invoked_ms = context.now_ms();
+        let node = rng.between(1, context.nodes);
+        let answer = match context
+            .connect(node, context.workload.attempt_timeout)
+            .await
+        {
+            Some(mut client) => client
+                .cancel(v1::CancelRequest {
+                    transaction_id: transaction,
+                })
+                .await
+                .map(tonic::Response::into_inner)
+                .ok(),
+            None => None,
+        };
+        let outcome = answer.map(|reply| {
+            match v1::CancelOutcome::try_from(reply.outcome).unwrap_or_default() {
+                v1::CancelOutcome::Aborted => CancelSeen::Aborted,
+                v1::CancelOutcome::Requested => CancelSeen::Requested,
+                v1::CancelOutcome::AlreadyRequested => CancelSeen::AlreadyRequested,
+                v1::CancelOutcome::Finished | v1::CancelOutcome::Unspecified => {
+                    CancelSeen::Finished(status_text(reply.status))
+                }
+            }
+        });
+        let answered = outcome.is_some();
+        let acknowledged_ms = answered.then(|| context.now_ms());
+        tracing::info!(%by, transaction, ?outcome, "pipeline cancel");
+        context.shared.with(|history| {
+            history.cancels.push(CancelRecord {
+                by: by.to_owned(),
+                transaction,
+                invoked_ms,
+                acknowledged_ms,
+                outcome,
+            });
+        });
+        if answered {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.between(100, 300))).await;
+    }
+}
+
+/// A terminal status as the origin spells it.
+fn status_text(status: i32) -> String {
+    match v1::TxStatus::try_from(status).unwrap_or_default() {
+        v1::TxStatus::Success => "success",
+        v1::TxStatus::Failed => "failed",
+        v1::TxStatus::Aborted => "aborted",
+        v1::TxStatus::Timeout => "timeout",
+        v1::TxStatus::InternalError => "internal-error",
+        _ => "not-terminal",
+    }
+    .to_owned()
+}
+
+/// The switcher: every 0.8–2 s sets one of the switches to a value never set before (so every
+/// answered call is a change), and now and then first cancels a recent sleeper.
+async fn switch(context: Context) {
+    context.wait_configured().await;
+    let mut rng = SeedRng::new(context.seed, 990);
+    let mut value = 0u64;
+    while !context.stopping() {
+        tokio::time::sleep(Duration::from_millis(rng.between(800, 2_000))).await;
+        if context.stopping() || context.workload.switches == 0 {
+            return;
+        }
+        if rng.chance(250) {
+            let now_ms = context.now_ms();
+            let recent: Vec<u64> = context.shared.with(|history| {
+                history
+                    .sleeps
+                    .iter()
+                    .filter(|sleep| sleep.acknowledged_ms + 1_500 > now_ms)
+                    .map(|sleep| sleep.transaction)
+                    .collect()
+            });
+            if !recent.is_empty() {
+                let last = u64::try_from(recent.len() - 1).expect("a short list");
+                let pick = recent[usize::try_from(rng.between(0, last)).expect("an index")];
+                cancel(&context, &mut rng, "switcher", pick).await;
+            }
+        }
+        value += 1;
+        let name = switch_name(rng.between(0, u64::from(context.workload.switches) - 1));
+        let invoked_ms = context.now_ms();
+        let node = rng.between(1, context.nodes);
+        let answer = match context
+            .connect(node, context.workload.attempt_timeout)
+            .await
+        {
+            Some(mut client) => client
+                .set_switch(v1::SetSwitchRequest {
+                    name: name.clone(),
+                    value,
+                })
+                .await
+                .map(tonic::Response::into_inner)
+                .ok(),
+            None => None,
+        };
+        let acknowledged_ms = answer.as_ref().map(|_| context.now_ms());
+        tracing::info!(%name, value, woken = ?answer.as_ref().map(|reply| &reply.woken), "switch set");
+        context.shared.with(|history| {
+            history.switches.push(SwitchRecord {
+                name,
+                value,
+                invoked_ms,
+                acknowledged_ms,
+                changed: answer.as_ref().map(|reply| reply.changed),
+                woken: answer.map(|reply| reply.woken).unwrap_or_default(),
+            });
+        });
+    }
+}
+
+/// The name of switch `index`.
+fn switch_name(index: u64) -> String {
+    format!("sim-switch-{index}")
 }
 
 fn record_enqueue(
@@ -512,6 +739,8 @@ struct TxState {
     n: u64,
     v: u64,
     hops: u64,
+    #[serde(default)]
+    slept: u64,
 }
 
 /// The result a worker derives from a transaction's state: the same whoever computes it.
@@ -525,8 +754,8 @@ fn outcome_for(state: &TxState) -> (v1::TxStatus, String) {
     (
         status,
         format!(
-            r#"{{"p":{},"n":{},"v":{},"hops":{},"result":{result}}}"#,
-            state.p, state.n, state.v, state.hops
+            r#"{{"p":{},"n":{},"v":{},"hops":{},"slept":{},"result":{result}}}"#,
+            state.p, state.n, state.v, state.hops, state.slept
         ),
     )
 }
@@ -548,6 +777,11 @@ async fn work(index: u32, context: Context) {
     let mut rng = SeedRng::new(context.seed, 900 + u64::from(index));
     let mut incarnation = 0u64;
     let timeout = context.workload.attempt_timeout;
+    // A worker stays with a node that answers and moves on when one does not, as client
+    // libraries do: a dequeue whose answer is lost still claims (the reaper frees it), so a
+    // worker that kept asking a node cut off from the leader's answers would keep transactions
+    // claimed by nobody.
+    let mut node = rng.between(1, context.nodes);
     while !context.stopping() {
         let worker = format!("w{index}-{incarnation}");
         let group = if rng.chance(500) {
@@ -555,8 +789,8 @@ async fn work(index: u32, context: Context) {
         } else {
             SECOND_GROUP
         };
-        let node = rng.between(1, context.nodes);
         let Some(mut client) = context.connect(node, timeout).await else {
+            node = another_node(&mut rng, node, context.nodes);
             tokio::time::sleep(Duration::from_millis(300)).await;
             continue;
         };
@@ -577,6 +811,7 @@ async fn work(index: u32, context: Context) {
                         status.message()
                     ));
                 }
+                node = another_node(&mut rng, node, context.nodes);
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 continue;
             }
@@ -608,7 +843,7 @@ async fn work(index: u32, context: Context) {
         });
         for tx in taken {
             tokio::time::sleep(Duration::from_millis(rng.between(50, 300))).await;
-            if rng.chance(context.workload.crash_per_mille) {
+            if rng.chance(context.workload.crash_per_mille) && context.faults_on() {
                 tracing::info!(%worker, transaction = tx.id, "pipeline worker crashes mid-transaction");
                 context.shared.with(|history| history.crashed += 1);
                 incarnation += 1;
@@ -634,7 +869,7 @@ async fn work(index: u32, context: Context) {
                     });
                 }
             }
-            if rng.chance(context.workload.stall_per_mille) {
+            if rng.chance(context.workload.stall_per_mille) && context.faults_on() {
                 tracing::info!(%worker, transaction = tx.id, "pipeline worker stalls past its claim");
                 context.shared.with(|history| history.stalled += 1);
                 tokio::time::sleep(Duration::from_millis(
@@ -652,67 +887,194 @@ async fn work(index: u32, context: Context) {
             let requeue = tx.node_group == FIRST_GROUP
                 && state.hops == 0
                 && rng.chance(context.workload.requeue_per_mille);
-            for _ in 0..3 {
+            let mut cancel_known = check_cancel(&context, &mut client, &worker, &tx).await;
+            let mut plan = if cancel_known {
+                Plan::Complete
+            } else if requeue {
+                Plan::Requeue
+            } else if state.slept == 0 && rng.chance(context.workload.sleep_per_mille) {
+                if rng.chance(context.workload.switch_sleep_per_mille) {
+                    let switch =
+                        switch_name(rng.between(0, u64::from(context.workload.switches) - 1));
+                    Plan::Sleep {
+                        for_ms: context.workload.switch_sleep_ms,
+                        switch: Some(switch),
+                    }
+                } else {
+                    Plan::Sleep {
+                        for_ms: rng.between(300, 1_500),
+                        switch: None,
+                    }
+                }
+            } else {
+                Plan::Complete
+            };
+            let first_sent_ms = context.now_ms();
+            for _ in 0..4 {
                 if context.stopping() {
                     break;
                 }
                 let sent_ms = context.now_ms();
-                let accepted = if requeue {
-                    let answer = client
-                        .requeue(v1::RequeueRequest {
-                            transaction_id: tx.id,
-                            claim_token: tx.claim_token,
-                            route: Some(v1::requeue_request::Route::NodeGroup(
-                                SECOND_GROUP.to_owned(),
-                            )),
-                            queue: v1::QueueType::In.into(),
-                            state: format!(
-                                r#"{{"p":{},"n":{},"v":{},"hops":{}}}"#,
-                                state.p,
-                                state.n,
-                                state.v,
-                                state.hops + 1
-                            ),
-                            event: r#"{"do":"more"}"#.to_owned(),
-                        })
-                        .await;
-                    step_answer(&answer)
-                } else {
-                    let (status, result) = outcome_for(&state);
-                    let answer = client
-                        .complete(v1::CompleteTransactionRequest {
-                            transaction_id: tx.id,
-                            claim_token: tx.claim_token,
-                            status: status.into(),
-                            state: result,
-                        })
-                        .await;
-                    step_answer(&answer)
+                let (kind, answer, completed_as, slept_until) = match &plan {
+                    Plan::Requeue => {
+                        let answer = client
+                            .requeue(v1::RequeueRequest {
+                                transaction_id: tx.id,
+                                claim_token: tx.claim_token,
+                                route: Some(v1::requeue_request::Route::NodeGroup(
+                                    SECOND_GROUP.to_owned(),
+                                )),
+                                queue: v1::QueueType::In.into(),
+                                state: state_text(&state, state.hops + 1, state.slept),
+                                event: r#"{"do":"more"}"#.to_owned(),
+                            })
+                            .await
+                            .map(|_| ());
+                        (StepKind::Requeue, answer, None, None)
+                    }
+                    Plan::Sleep { for_ms, switch } => {
+                        let answer = client
+                            .sleep(v1::SleepRequest {
+                                transaction_id: tx.id,
+                                claim_token: tx.claim_token,
+                                switch: switch.clone().unwrap_or_default(),
+                                queue: v1::QueueType::In.into(),
+                                state: state_text(&state, state.hops, 1),
+                                wake: Some(v1::sleep_request::Wake::ForMs(*for_ms)),
+                            })
+                            .await
+                            .map(|reply| reply.into_inner().until_ms);
+                        let until = answer.as_ref().ok().copied();
+                        (StepKind::Sleep, answer.map(|_| ()), None, until)
+                    }
+                    Plan::Complete => {
+                        let (status, result) = outcome_for(&state);
+                        let status = if cancel_known {
+                            v1::TxStatus::Aborted
+                        } else {
+                            status
+                        };
+                        let answer = client
+                            .complete(v1::CompleteTransactionRequest {
+                                transaction_id: tx.id,
+                                claim_token: tx.claim_token,
+                                status: status.into(),
+                                state: result,
+                            })
+                            .await
+                            .map(|_| ());
+                        (
+                            StepKind::Complete,
+                            answer,
+                            Some(status_text(status.into())),
+                            None,
+                        )
+                    }
                 };
+                let accepted = step_answer(&answer);
+                let refused_for_cancel = answer.as_ref().is_err_and(|status| {
+                    status
+                        .metadata()
+                        .get("certus-error")
+                        .is_some_and(|reason| reason == "cancel-requested")
+                });
                 context.shared.with(|history| {
                     history.steps.push(StepRecord {
                         worker: worker.clone(),
                         transaction: tx.id,
                         token: tx.claim_token,
-                        kind: if requeue {
-                            StepKind::Requeue
-                        } else {
-                            StepKind::Complete
-                        },
+                        kind,
                         sent_ms,
                         accepted,
+                        status: completed_as,
+                        cancel_known,
                     });
+                    if let (Plan::Sleep { for_ms, switch }, Some(until_machine_ms)) =
+                        (&plan, slept_until)
+                    {
+                        history.sleeps.push(SleepRecord {
+                            worker: worker.clone(),
+                            transaction: tx.id,
+                            token: tx.claim_token,
+                            sent_ms: first_sent_ms,
+                            acknowledged_ms: context.now_ms(),
+                            for_ms: *for_ms,
+                            until_machine_ms,
+                            switch: switch.clone(),
+                        });
+                    }
                 });
+                if refused_for_cancel && kind != StepKind::Complete {
+                    // A cancel was asked for: the only step left is to complete it as aborted.
+                    cancel_known = true;
+                    plan = Plan::Complete;
+                    continue;
+                }
                 if accepted.is_some() {
                     break;
                 }
                 // No answer: the same step again, under the same token, through another node.
                 tokio::time::sleep(Duration::from_millis(rng.between(100, 300))).await;
-                let node = rng.between(1, context.nodes);
+                node = another_node(&mut rng, node, context.nodes);
                 if let Some(other) = context.connect(node, timeout).await {
                     client = other;
                 }
             }
         }
     }
+}
+
+/// What a worker does with a claimed transaction once its work is done.
+enum Plan {
+    Complete,
+    Requeue,
+    Sleep { for_ms: u64, switch: Option<String> },
+}
+
+/// A transaction's state as the producer wrote it, with `hops` and `slept` set.
+fn state_text(state: &TxState, hops: u64, slept: u64) -> String {
+    format!(
+        r#"{{"p":{},"n":{},"v":{},"hops":{hops},"slept":{slept}}}"#,
+        state.p, state.n, state.v
+    )
+}
+
+/// Reports progress right before a step, as a worker that wants to know whether a cancel came
+/// would; records the reply (and the deadline it moved). Whether it said a cancel was asked for.
+async fn check_cancel(
+    context: &Context,
+    client: &mut PipelinesClient<Channel>,
+    worker: &str,
+    tx: &v1::Transaction,
+) -> bool {
+    let sent_ms = context.now_ms();
+    let Ok(reply) = client
+        .progress(v1::ProgressRequest {
+            transaction_id: tx.id,
+            claim_token: tx.claim_token,
+            report: r#"{"check":1}"#.to_owned(),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+    else {
+        return false;
+    };
+    context.shared.with(|history| {
+        history.progress.push(ProgressRecord {
+            worker: worker.to_owned(),
+            transaction: tx.id,
+            token: tx.claim_token,
+            sent_ms,
+            cancel_requested: reply.cancel_requested,
+        });
+        if let Some(claim) = history
+            .claims
+            .iter_mut()
+            .rev()
+            .find(|claim| claim.transaction == tx.id && claim.token == tx.claim_token)
+        {
+            claim.deadline_machine_ms = claim.deadline_machine_ms.max(reply.claim_deadline_ms);
+        }
+    });
+    reply.cancel_requested
 }

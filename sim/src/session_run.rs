@@ -31,8 +31,12 @@ const CREATE_AFTER_HEAL_MS: u64 = 3_000;
 /// How often the observer looks at the leader's sessions.
 const OBSERVE_EVERY: Duration = Duration::from_millis(50);
 /// How long after the faults heal a leader has had time to settle (a fault kept on may have
-/// just taken the old one away) and tick.
-const LEADER_SETTLE_MS: u64 = 5_000;
+/// just taken the old one away) and tick. openraft's own timers, with the simulation's
+/// election timeout of 0.5–1 s: the followers honour the old leader's lease (1 s), wait their
+/// election timeout (≤ 1 s), and a node that saw a longer log waits 2 s more before it
+/// campaigns; a round lost to a split vote (one leader per term) costs ≤ 1 s, and the winning
+/// round ≤ 1 s: 6 s, and a tick.
+const LEADER_SETTLE_MS: u64 = 6_500;
 /// How far past its deadline a claim may be seen before a tick returns it (a tick, its
 /// proposal and its application).
 const OVERDUE_SLACK_MS: u64 = 2_500;

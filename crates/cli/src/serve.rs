@@ -76,6 +76,9 @@ struct ServeFile {
     /// `http01_timeout_ms`.
     #[serde(default)]
     sessions: certus_node::SessionsSetup,
+    /// The `[pipelines]` table: `webhooks`.
+    #[serde(default)]
+    pipelines: certus_node::PipelinesSetup,
 }
 
 /// The CT files of the config file, each overridden by its flag (or environment variable).
@@ -130,6 +133,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     }
     config.ct = ct_files(file.ct, args.ct_key_file, args.ct_roots_file);
     config.sessions = file.sessions;
+    config.pipelines = file.pipelines;
     let join = if args.join.is_empty() {
         file.join
     } else {
@@ -308,6 +312,18 @@ mod tests {
 
         let error = toml::from_str::<ServeFile>("[ct]\nkey = \"x.pem\"\n").expect_err("unknown");
         assert!(error.to_string().contains("key"), "{error}");
+    }
+
+    #[test]
+    fn the_config_file_takes_a_pipelines_table() {
+        let file: ServeFile =
+            toml::from_str("id = 1\n[pipelines]\nwebhooks = false\n").expect("parses");
+        assert!(!file.pipelines.webhooks);
+        let file: ServeFile = toml::from_str("id = 1\n").expect("parses");
+        assert!(file.pipelines.webhooks, "every node competes by default");
+        let error =
+            toml::from_str::<ServeFile>("[pipelines]\nwebhook = false\n").expect_err("unknown");
+        assert!(error.to_string().contains("webhook"), "{error}");
     }
 
     #[test]

@@ -13,15 +13,16 @@ use certus_proto::v1::log_client::LogClient;
 use certus_proto::v1::pipelines_client::PipelinesClient;
 use certus_proto::v1::sessions_client::SessionsClient;
 use certus_proto::v1::{
-    AcknowledgeNoticesReply, AcknowledgeNoticesRequest, CancelReply, CancelRequest,
-    CompleteTransactionReply, CompleteTransactionRequest, DefinePipelineReply,
-    DefinePipelineRequest, DeletePipelineReply, DeletePipelineRequest, DequeueReply,
-    DequeueRequest, EnqueueReply, EnqueueRequest, GetPipelineConfigRequest, GetStateReply,
-    GetStateRequest, GetSwitchRequest, ListInPlayRequest, ListNoticesReply, ListNoticesRequest,
-    ListPipelinesReply, ListPipelinesRequest, ListStuckRequest, ListTransactionsReply,
-    PipelineConfig, PipelineNotification, PipelinesStatus, PipelinesStatusRequest, ProgressReply,
-    ProgressRequest, RequeueReply, RequeueRequest, SetPipelineConfigRequest, SetSwitchReply,
-    SetSwitchRequest, SleepReply, SleepRequest, TxStatus, WatchCompletionsRequest,
+    AcknowledgeNoticesReply, AcknowledgeNoticesRequest, ArchiveCursor, ArchivedTransaction,
+    CancelReply, CancelRequest, CompleteTransactionReply, CompleteTransactionRequest,
+    DefinePipelineReply, DefinePipelineRequest, DeletePipelineReply, DeletePipelineRequest,
+    DequeueReply, DequeueRequest, EnqueueReply, EnqueueRequest, ExportArchiveRequest,
+    GetPipelineConfigRequest, GetStateReply, GetStateRequest, GetSwitchRequest, ListInPlayRequest,
+    ListNoticesReply, ListNoticesRequest, ListPipelinesReply, ListPipelinesRequest,
+    ListStuckRequest, ListTransactionsReply, PipelineConfig, PipelineNotification, PipelinesStatus,
+    PipelinesStatusRequest, ProgressReply, ProgressRequest, RequeueReply, RequeueRequest,
+    SetPipelineConfigRequest, SetSwitchReply, SetSwitchRequest, SleepReply, SleepRequest, TxStatus,
+    WatchCompletionsRequest,
 };
 use certus_proto::v1::{
     AcknowledgeSessionRequest, AcquireReply, AcquireRequest, AddChainReply, AddChainRequest,
@@ -1267,6 +1268,28 @@ impl Client {
             "Pipelines/AcknowledgeNotices",
             self.budget(),
             move |channel| async move { pipelines(channel).acknowledge_notices(request).await },
+        )
+        .await
+    }
+
+    /// The archive, for external systems: archived transactions in archive order
+    /// (`archived_at_ms`, then id) after `after` (`None`: from the oldest kept), at most
+    /// `limit` (1 to 1 000 000), as a stream that ends after `limit` items or at the end of
+    /// the archive. Resume with the `cursor` of the last item received: paging from cursor to
+    /// cursor never skips or repeats a transaction, unless retention deleted it first.
+    ///
+    /// Opening the stream is retried like any read; the stream itself is not: when it ends
+    /// with an error, open it again after the cursor of the last item received.
+    pub async fn export_archive(
+        &self,
+        after: Option<ArchiveCursor>,
+        limit: u32,
+    ) -> Result<Streaming<ArchivedTransaction>, ClientError> {
+        let request = ExportArchiveRequest { after, limit };
+        self.call(
+            "Pipelines/ExportArchive",
+            self.budget(),
+            move |channel| async move { pipelines(channel).export_archive(request).await },
         )
         .await
     }

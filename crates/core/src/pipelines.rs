@@ -197,6 +197,44 @@ impl fmt::Display for TransactionId {
     }
 }
 
+/// A position in the archive, which is read in `(archived_at_ms, id)` order: just after the
+/// archived transaction `transaction`, archived at `archived_at_ms`. An export resumes from the
+/// cursor of the last transaction it received.
+///
+/// A cursor names a position, not an entry, so it stays valid when retention deletes the
+/// transaction it came from (or every older one). Reads of the archive stop before the machine
+/// clock (see [`PipelineReads::archived`]), so no transaction can later be archived before a
+/// cursor handed out: paging never skips one. `transaction: 0` (no id is 0) starts at
+/// `archived_at_ms` itself. Displayed `ARCHIVED_AT_MS:ID`, as `certus ctl pipeline export`
+/// takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ArchiveCursor {
+    /// When the transaction moved to the archive (machine time).
+    pub archived_at_ms: u64,
+    /// Its id.
+    pub transaction: TransactionId,
+}
+
+impl ArchiveCursor {
+    /// The cursor just after `tx`, if it is archived.
+    pub fn after(tx: &Transaction) -> Option<ArchiveCursor> {
+        tx.archived_at_ms.map(|archived_at_ms| ArchiveCursor {
+            archived_at_ms,
+            transaction: tx.id,
+        })
+    }
+
+    fn key(self) -> (u64, TransactionId) {
+        (self.archived_at_ms, self.transaction)
+    }
+}
+
+impl fmt::Display for ArchiveCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.archived_at_ms, self.transaction)
+    }
+}
+
 /// One of a node group's three queues, in dequeue priority order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum QueueType {
@@ -2001,6 +2039,35 @@ impl Pipelines {
         self.status_counts[status.slot()]
     }
 
+    /// Up to `limit` (at most [`LIST_PAGE_MAX`]) archived transactions after `after` (`None`:
+    /// from the oldest kept) in `(archived_at_ms, id)` order, only those archived before
+    /// `settled_before_ms`.
+    pub(crate) fn archived(
+        &self,
+        after: Option<ArchiveCursor>,
+        settled_before_ms: u64,
+        limit: usize,
+    ) -> Vec<&Transaction> {
+        let end = (settled_before_ms, TransactionId(0));
+        let from = match after {
+            // `range` panics on an empty range whose ends cross or are both excluded.
+            Some(cursor) if cursor.key() >= end => return Vec::new(),
+            Some(cursor) => Bound::Excluded(cursor.key()),
+            None => Bound::Unbounded,
+        };
+        let page: Vec<&Transaction> = self
+            .archived
+            .range((from, Bound::Excluded(end)))
+            .take(limit.min(LIST_PAGE_MAX))
+            .map(|(_, id)| &self.table[id])
+            .collect();
+        assert!(page.iter().all(|tx| {
+            let cursor = ArchiveCursor::after(tx).expect("the archive holds archived transactions");
+            after.is_none_or(|after| cursor > after) && cursor.archived_at_ms < settled_before_ms
+        }));
+        page
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.table.len()
     }
@@ -2544,6 +2611,23 @@ impl<'a> PipelineReads<'a> {
     /// Every node group with transactions in play, in name order, with its counts.
     pub fn node_groups(&self) -> impl Iterator<Item = (&'a NodeGroup, &'a GroupCounts)> + 'a {
         self.pipelines.node_groups()
+    }
+
+    /// Up to `limit` (at most [`LIST_PAGE_MAX`]) archived transactions after `after` (`None`:
+    /// from the oldest kept), in `(archived_at_ms, id)` order: a page of the archive export.
+    ///
+    /// Only transactions archived before the machine clock are read. The tick archives at the
+    /// machine clock, which never runs backwards, so every transaction archived later sorts
+    /// after every one read here — even one archived in the same millisecond by a later tick
+    /// (one with a smaller id, say) — and paging with [`ArchiveCursor`]s never skips one. What
+    /// was archived at the current clock is read once the clock moves on (the next tick).
+    pub fn archived(&self, after: Option<ArchiveCursor>, limit: usize) -> Vec<&'a Transaction> {
+        self.pipelines.archived(after, self.clock_ms, limit)
+    }
+
+    /// The machine clock these reads were made at: the largest time of any applied command.
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms
     }
 
     /// How many stored transactions have `status`.

@@ -19,12 +19,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use certus_core::limits::{LIST_PAGE_MAX, PIPELINE_DEQUEUE_BATCH_MAX, PIPELINE_SLEEP_MS_MAX};
+use certus_core::limits::{
+    LIST_PAGE_MAX, PIPELINE_DEQUEUE_BATCH_MAX, PIPELINE_SLEEP_MS_MAX, PIPELINE_TRANSACTIONS_MAX,
+};
 use certus_core::pipelines::{
-    CancelOutcome, ExternalId, GroupCounts, JsonDocument, NewTransaction, NodeGroup, Notice,
-    NoticeId, NoticeKind, Notification, NotificationKind, Owner, Pipeline, PipelineName, QueueType,
-    Route, SwitchName, Transaction, TransactionId, TxMetadata, TxStatus, Webhook, WebhookKind,
-    WebhookUrl,
+    ArchiveCursor, CancelOutcome, ExternalId, GroupCounts, JsonDocument, NewTransaction, NodeGroup,
+    Notice, NoticeId, NoticeKind, Notification, NotificationKind, Owner, Pipeline, PipelineName,
+    QueueType, Route, SwitchName, Transaction, TransactionId, TxMetadata, TxStatus, Webhook,
+    WebhookKind, WebhookUrl,
 };
 use certus_core::{
     Command, PipelineCommand, PipelineConfig, PipelineError, PipelineReads, PipelineReply,
@@ -94,6 +96,8 @@ impl PipelinesService {
 
 type NotificationStream =
     Pin<Box<dyn Stream<Item = Result<v1::PipelineNotification, Status>> + Send>>;
+
+type ArchiveStream = Pin<Box<dyn Stream<Item = Result<v1::ArchivedTransaction, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Pipelines for PipelinesService {
@@ -647,6 +651,37 @@ impl Pipelines for PipelinesService {
         }
     }
 
+    type ExportArchiveStream = ArchiveStream;
+
+    async fn export_archive(
+        &self,
+        request: Request<v1::ExportArchiveRequest>,
+    ) -> Result<Response<Self::ExportArchiveStream>, Status> {
+        let request = request.into_inner();
+        in_range(
+            "limit",
+            request.limit.into(),
+            1,
+            PIPELINE_TRANSACTIONS_MAX as u64,
+        )?;
+        let after = request.after.map(|cursor| ArchiveCursor {
+            archived_at_ms: cursor.archived_at_ms,
+            transaction: TransactionId(cursor.transaction_id),
+        });
+        let mut export = Export {
+            service: self.clone(),
+            after,
+            left: request.limit as usize,
+            buffer: VecDeque::new(),
+            ended: false,
+        };
+        // The first page is read before the stream starts, so a cursor from nowhere or a
+        // cluster that cannot answer is the call's error, not the stream's.
+        export.fill(true).await?;
+        let stream = futures_util::stream::unfold(export, Export::next);
+        Ok(Response::new(Box::pin(stream)))
+    }
+
     async fn get_config(
         &self,
         _request: Request<v1::GetPipelineConfigRequest>,
@@ -977,6 +1012,115 @@ fn stream_page(
             .map(notification_to_proto),
     );
     (cursor, items)
+}
+
+/// An archive export's state between two items: what it has read but not sent (at most one
+/// page), where it goes on reading, and how many it may still send.
+struct Export {
+    service: PipelinesService,
+    /// The cursor of the last transaction read (`None`: none read yet, from the oldest).
+    after: Option<ArchiveCursor>,
+    /// How many more it may read.
+    left: usize,
+    buffer: VecDeque<v1::ArchivedTransaction>,
+    /// The end of the archive was read, or an error sent: nothing more is read.
+    ended: bool,
+}
+
+impl Export {
+    async fn next(mut self) -> Option<(Result<v1::ArchivedTransaction, Status>, Export)> {
+        if self.buffer.is_empty()
+            && !self.ended
+            && self.left > 0
+            && let Err(status) = self.fill(false).await
+        {
+            self.ended = true;
+            return Some((Err(status), self));
+        }
+        let item = self.buffer.pop_front()?;
+        Some((Ok(item), self))
+    }
+
+    /// Reads the next page with a linearizable read. The `first` read also checks the cursor
+    /// against the cluster clock.
+    async fn fill(&mut self, first: bool) -> Result<(), Status> {
+        if *self.service.stop.borrow() {
+            return Err(stopping());
+        }
+        let after = self.after;
+        let want = self.left.min(PIPELINE_STREAM_PAGE_MAX);
+        let (items, end) = self
+            .service
+            .read(|reads, _| {
+                if first {
+                    check_cursor(after, reads.clock_ms())?;
+                }
+                Ok::<_, Status>(export_page(reads, after, want))
+            })
+            .await??;
+        assert!(
+            items.len() <= want && (end || !items.is_empty()),
+            "an export page is bounded and only an empty one ends the export"
+        );
+        self.left -= items.len();
+        self.ended = end;
+        if let Some(last) = items.last() {
+            self.after = last.cursor.map(|cursor| ArchiveCursor {
+                archived_at_ms: cursor.archived_at_ms,
+                transaction: TransactionId(cursor.transaction_id),
+            });
+        }
+        self.buffer.extend(items);
+        Ok(())
+    }
+}
+
+/// An export cursor must lie before the cluster clock `clock_ms`: every cursor an export hands
+/// out does, and the clock only grows.
+fn check_cursor(after: Option<ArchiveCursor>, clock_ms: u64) -> Result<(), Status> {
+    match after {
+        Some(cursor) if cursor.archived_at_ms >= clock_ms => {
+            Err(pipeline_status(&PipelineError::OutOfRange {
+                field: "after.archived_at_ms".to_owned(),
+                got: cursor.archived_at_ms,
+                min: 0,
+                max: clock_ms.saturating_sub(1),
+            }))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Up to `want` archived transactions after `after`, in archive order, cut earlier (after at
+/// least one) once they would pass [`PIPELINE_LIST_REPLY_BYTES_MAX`]; and whether the end of
+/// the archive was read (fewer than `want` found, all taken). Converts only what is sent: this
+/// runs under the state's read lock.
+fn export_page(
+    reads: PipelineReads<'_>,
+    after: Option<ArchiveCursor>,
+    want: usize,
+) -> (Vec<v1::ArchivedTransaction>, bool) {
+    let found = reads.archived(after, want);
+    let mut items = Vec::new();
+    let mut bytes = 0usize;
+    for tx in &found {
+        let cursor = ArchiveCursor::after(tx).expect("the archive holds archived transactions");
+        let item = v1::ArchivedTransaction {
+            transaction: Some(transaction_to_proto(tx)),
+            cursor: Some(v1::ArchiveCursor {
+                archived_at_ms: cursor.archived_at_ms,
+                transaction_id: cursor.transaction.0,
+            }),
+        };
+        let len = item.encoded_len();
+        if !items.is_empty() && bytes + len > PIPELINE_LIST_REPLY_BYTES_MAX {
+            return (items, false);
+        }
+        bytes += len;
+        items.push(item);
+    }
+    let end = found.len() < want;
+    (items, end)
 }
 
 // ---- requests -----------------------------------------------------------------------------
@@ -1404,6 +1548,12 @@ mod tests {
             }
         }
 
+        fn tick(&mut self) {
+            self.index += 1;
+            let stamp = Stamp::new(self.index, 1_000_000 + self.index);
+            apply(&mut self.state, Command::Tick, stamp);
+        }
+
         /// Enqueues a transaction for `group` and dequeues it; returns its id and token.
         fn running(&mut self, group: &str) -> (TransactionId, u64) {
             let group = NodeGroup::new(group).expect("group");
@@ -1618,5 +1768,87 @@ mod tests {
             short.next_after, 0,
             "all that was found fits: no next page is claimed"
         );
+    }
+
+    #[test]
+    fn an_export_page_is_in_archive_order_cut_by_size_and_says_when_it_read_the_end() {
+        let mut machine = Machine::new();
+        machine.run(PipelineCommand::Configure(PipelineConfig {
+            archive_delay_ms: 0,
+            ..PipelineConfig::default()
+        }));
+        let big = format!("\"{}\"", "x".repeat(60 * 1024));
+        for _ in 0..100 {
+            let (id, token) = machine.running("g");
+            machine.run(PipelineCommand::Complete {
+                transaction: id,
+                token,
+                status: TxStatus::Success,
+                state: Some(JsonDocument::new(big.clone()).expect("json")),
+            });
+        }
+        machine.tick(); // archives all 100
+        machine.tick(); // moves the clock past them
+        let reads = machine.state.pipelines();
+        let key = |item: &v1::ArchivedTransaction| {
+            let cursor = item.cursor.expect("a cursor");
+            let tx = item.transaction.as_ref().expect("a transaction");
+            assert_eq!(
+                (cursor.archived_at_ms, cursor.transaction_id),
+                (tx.archived_at_ms, tx.id)
+            );
+            (cursor.archived_at_ms, cursor.transaction_id)
+        };
+        let cursor_of = |item: &v1::ArchivedTransaction| {
+            let (archived_at_ms, id) = key(item);
+            ArchiveCursor {
+                archived_at_ms,
+                transaction: TransactionId(id),
+            }
+        };
+
+        let (page, end) = export_page(reads, None, PIPELINE_STREAM_PAGE_MAX);
+        let bytes: usize = page.iter().map(|item| item.encoded_len()).sum();
+        assert!(bytes <= PIPELINE_LIST_REPLY_BYTES_MAX, "{bytes}");
+        assert!(page.len() > 10 && page.len() < 100, "{}", page.len());
+        assert!(!end, "cut by size: more follow");
+        assert!(page.windows(2).all(|pair| key(&pair[0]) < key(&pair[1])));
+        let (rest, end) = export_page(reads, Some(cursor_of(&page[page.len() - 1])), 256);
+        assert_eq!(page.len() + rest.len(), 100);
+        assert!(end, "fewer than asked for: the end");
+        assert!(key(&page[page.len() - 1]) < key(&rest[0]));
+        let (short, end) = export_page(reads, None, 5);
+        assert_eq!(short, page[..5]);
+        assert!(!end, "as many as asked for: maybe more");
+        let (none, end) = export_page(reads, Some(cursor_of(&rest[rest.len() - 1])), 5);
+        assert!(none.is_empty() && end);
+    }
+
+    #[test]
+    fn an_export_cursor_must_lie_before_the_cluster_clock() {
+        let at = |archived_at_ms| {
+            Some(ArchiveCursor {
+                archived_at_ms,
+                transaction: TransactionId(1),
+            })
+        };
+        assert!(check_cursor(None, 0).is_ok());
+        assert!(check_cursor(at(99), 100).is_ok());
+        for (cursor, clock_ms) in [(at(100), 100), (at(u64::MAX), 100), (at(0), 0)] {
+            let refused = check_cursor(cursor, clock_ms).expect_err("refused");
+            assert_eq!(refused.code(), Code::InvalidArgument);
+            assert_eq!(
+                refused
+                    .metadata()
+                    .get("certus-error")
+                    .and_then(|value| value.to_str().ok()),
+                Some("out-of-range")
+            );
+            assert!(
+                refused.message().contains("after.archived_at_ms"),
+                "{}",
+                refused.message()
+            );
+        }
     }
 }

@@ -1395,3 +1395,208 @@ async fn completions_stream_in_order_and_resume_sleepers_wake_and_stopping_ends_
     assert_eq!(reason(&cut).as_deref(), Some("node-stopping"));
     shutdown(nodes).await;
 }
+
+/// Every item of an archive export, or its refusal.
+async fn export(
+    client: &mut PipelinesClient<Channel>,
+    after: Option<v1::ArchiveCursor>,
+    limit: u32,
+) -> Vec<v1::ArchivedTransaction> {
+    let mut stream = client
+        .export_archive(v1::ExportArchiveRequest { after, limit })
+        .await
+        .expect("Pipelines/ExportArchive")
+        .into_inner();
+    let mut items = Vec::new();
+    while let Some(item) = tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .expect("the export sends within its patience")
+        .expect("the export is healthy")
+    {
+        items.push(item);
+    }
+    items
+}
+
+fn ids_of(items: &[v1::ArchivedTransaction]) -> Vec<u64> {
+    items
+        .iter()
+        .map(|item| item.transaction.as_ref().expect("a transaction").id)
+        .collect()
+}
+
+/// Exports from the oldest until `count` transactions come back.
+async fn exported(
+    client: &mut PipelinesClient<Channel>,
+    count: usize,
+) -> Vec<v1::ArchivedTransaction> {
+    let started = Instant::now();
+    loop {
+        let items = export(client, None, 1_000).await;
+        if items.len() >= count {
+            return items;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "{count} archived in time; got {}",
+            items.len()
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_transactions_are_archived_and_exported_in_order_from_a_cursor() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut on_follower = client(&configs[follower]).await;
+    let mut on_other = client(&configs[other]).await;
+    let config = on_leader
+        .get_config(v1::GetPipelineConfigRequest {})
+        .await
+        .expect("Pipelines/GetConfig")
+        .into_inner();
+    on_leader
+        .set_config(v1::SetPipelineConfigRequest {
+            config: Some(v1::PipelineConfig {
+                archive_delay_ms: 0,
+                ..config
+            }),
+        })
+        .await
+        .expect("Pipelines/SetConfig");
+
+    // Three finish with a status and state each; one is cancelled while queued.
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let mut request = enqueue_request(group("a"), QueueType::In, &format!("{{\"n\":{n}}}"));
+        request.external_id = format!("order-{n}");
+        ids.push(enqueue(&mut on_follower, request).await);
+    }
+    let cancelled = enqueue(
+        &mut on_follower,
+        enqueue_request(group("b"), QueueType::In, "[]"),
+    )
+    .await;
+    on_other
+        .cancel(v1::CancelRequest {
+            transaction_id: cancelled,
+        })
+        .await
+        .expect("Pipelines/Cancel");
+    let taken = dequeue(&mut on_other, "a", "w", 3).await;
+    for (tx, status) in
+        taken
+            .iter()
+            .zip([TxStatus::Success, TxStatus::Failed, TxStatus::InternalError])
+    {
+        complete(
+            &mut on_other,
+            tx,
+            status,
+            &format!("{{\"done\":{}}}", tx.id),
+        )
+        .await
+        .expect("Pipelines/Complete");
+    }
+
+    // Archived by the tick, exported from any node once the clock has moved past it.
+    let all = exported(&mut on_follower, 4).await;
+    assert_eq!(all.len(), 4, "{all:?}");
+    let mut expected: Vec<u64> = ids.iter().copied().chain([cancelled]).collect();
+    expected.sort_unstable();
+    let mut got = ids_of(&all);
+    got.sort_unstable();
+    assert_eq!(got, expected, "each archived transaction once");
+    let key = |item: &v1::ArchivedTransaction| {
+        let cursor = item.cursor.expect("a cursor");
+        (cursor.archived_at_ms, cursor.transaction_id)
+    };
+    for pair in all.windows(2) {
+        assert!(key(&pair[0]) < key(&pair[1]), "archive order: {pair:?}");
+    }
+    for item in &all {
+        let tx = item.transaction.as_ref().expect("a transaction");
+        assert_eq!(key(item), (tx.archived_at_ms, tx.id));
+        assert!(tx.archived_at_ms >= tx.completed_at_ms && tx.completed_at_ms > 0);
+        if tx.id == cancelled {
+            assert_eq!((tx.status(), tx.state.as_str()), (TxStatus::Aborted, "[]"));
+        } else {
+            let n = ids.iter().position(|id| *id == tx.id).expect("one of ours");
+            assert_eq!(tx.external_id, format!("order-{n}"));
+            assert_eq!(tx.state, format!("{{\"done\":{}}}", tx.id));
+            assert_eq!(tx.attempts, 1);
+            assert!(tx.status_text != "running" && !tx.status_text.is_empty());
+        }
+    }
+    assert_eq!(
+        ids_of(&export(&mut on_leader, None, 1_000).await),
+        ids_of(&all),
+        "every node exports the same"
+    );
+
+    // Paging with a cursor: each page resumes after the last item of the one before.
+    let first = export(&mut on_other, None, 3).await;
+    assert_eq!(ids_of(&first), ids_of(&all[..3]));
+    let rest = export(&mut on_leader, first[2].cursor, 3).await;
+    assert_eq!(ids_of(&rest), ids_of(&all[3..]), "the rest, nothing twice");
+    let last = all[3].cursor;
+    assert!(
+        export(&mut on_follower, last, 3).await.is_empty(),
+        "caught up"
+    );
+    // A cursor at a time with id 0 starts at that time.
+    let from_time = v1::ArchiveCursor {
+        archived_at_ms: all[1].cursor.expect("a cursor").archived_at_ms,
+        transaction_id: 0,
+    };
+    let from_second = export(&mut on_follower, Some(from_time), 1_000).await;
+    assert!(ids_of(&from_second).ends_with(&ids_of(&all[1..])));
+
+    // What is archived later comes after the cursor handed out.
+    let late = enqueue(
+        &mut on_follower,
+        enqueue_request(group("a"), QueueType::Out, "{}"),
+    )
+    .await;
+    let taken = dequeue(&mut on_other, "a", "w", 1).await;
+    complete(&mut on_other, &taken[0], TxStatus::Success, "")
+        .await
+        .expect("Pipelines/Complete");
+    let started = Instant::now();
+    let news = loop {
+        let news = export(&mut on_other, last, 1_000).await;
+        if !news.is_empty() || started.elapsed() > PATIENCE {
+            break news;
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    assert_eq!(ids_of(&news), [late]);
+
+    // Bad input: the limit and a cursor no export handed out.
+    for limit in [0, 1_000_001] {
+        invalid(
+            on_follower
+                .export_archive(v1::ExportArchiveRequest { after: None, limit })
+                .await,
+            "out-of-range",
+            "limit",
+        );
+    }
+    invalid(
+        on_other
+            .export_archive(v1::ExportArchiveRequest {
+                after: Some(v1::ArchiveCursor {
+                    archived_at_ms: u64::MAX,
+                    transaction_id: 1,
+                }),
+                limit: 10,
+            })
+            .await,
+        "out-of-range",
+        "after.archived_at_ms",
+    );
+    shutdown(nodes).await;
+}

@@ -81,6 +81,8 @@ fn step(
         kind: StepKind::Complete,
         sent_ms,
         accepted,
+        status: Some("success".to_owned()),
+        cancel_known: false,
     }
 }
 
@@ -263,8 +265,40 @@ fn steps_fail_when_a_superseded_completion_is_accepted() {
     let steps = [step("w0-0", 41, 100, 6_000, Some(true))];
     assert_fails(
         &steps_from_current_claim(&claims, &steps),
-        "transaction 41: w0-0's Complete with token 100 sent at 6000 ms was accepted, though \
-         w1-0 had been granted token 200 at 4500 ms",
+        "transaction 41: w0-0's Complete with token 100 first sent at 6000 ms was accepted, \
+         though w1-0 had been granted token 200 at 4500 ms",
+    );
+}
+
+#[test]
+fn steps_pass_when_a_retry_of_an_applied_requeue_is_answered_after_the_next_claim() {
+    // The first attempt was applied but its answer lost; the transaction moved on and was
+    // claimed again; the retry under the old token is answered as the step already done.
+    let claims = [claim("w0-0", 41, 100, 1_000), claim("w1-0", 41, 200, 1_800)];
+    let mut first = step("w0-0", 41, 100, 1_200, None);
+    first.kind = StepKind::Requeue;
+    let mut retry = step("w0-0", 41, 100, 2_400, Some(true));
+    retry.kind = StepKind::Requeue;
+    assert_passes(
+        &steps_from_current_claim(&claims, &[first, retry]),
+        "2 claims, 2 steps sent (0 refused as stale)",
+    );
+}
+
+#[test]
+fn steps_fail_when_a_step_first_sent_after_the_next_claim_is_accepted() {
+    let claims = [claim("w0-0", 41, 100, 1_000), claim("w1-0", 41, 200, 1_800)];
+    // An earlier attempt of another kind does not count for this one.
+    let mut progress_like = step("w0-0", 41, 100, 1_200, None);
+    progress_like.kind = StepKind::Sleep;
+    let mut requeue = step("w0-0", 41, 100, 2_000, None);
+    requeue.kind = StepKind::Requeue;
+    let mut retry = step("w0-0", 41, 100, 2_400, Some(true));
+    retry.kind = StepKind::Requeue;
+    assert_fails(
+        &steps_from_current_claim(&claims, &[progress_like, requeue, retry]),
+        "transaction 41: w0-0's Requeue with token 100 first sent at 2000 ms was accepted, \
+         though w1-0 had been granted token 200 at 1800 ms",
     );
 }
 
@@ -360,4 +394,210 @@ fn long_poll_fails_when_a_result_is_not_terminal_or_not_held() {
         "returned transaction 41 as finished with status running",
     );
     assert_fails(&verdict, "n1 does not hold it");
+}
+
+// cancels_honoured
+
+fn cancel(transaction: u64, acknowledged_ms: u64, outcome: Option<CancelSeen>) -> CancelRecord {
+    CancelRecord {
+        by: "producer-1".to_owned(),
+        transaction,
+        invoked_ms: acknowledged_ms - 100,
+        acknowledged_ms: outcome.as_ref().map(|_| acknowledged_ms),
+        outcome,
+    }
+}
+
+fn ended(txs: &[(u64, &str)]) -> BTreeMap<u64, (u64, TxResult)> {
+    txs.iter()
+        .map(|(id, status)| (*id, (20_000, result(status, "{}"))))
+        .collect()
+}
+
+fn progress(transaction: u64, sent_ms: u64, cancel_requested: bool) -> ProgressRecord {
+    ProgressRecord {
+        worker: "w0-0".to_owned(),
+        transaction,
+        token: 7,
+        sent_ms,
+        cancel_requested,
+    }
+}
+
+fn completed(transaction: u64, sent_ms: u64, status: &str, cancel_known: bool) -> StepRecord {
+    StepRecord {
+        status: Some(status.to_owned()),
+        cancel_known,
+        ..step("w0-0", transaction, 7, sent_ms, Some(true))
+    }
+}
+
+#[test]
+fn cancels_pass_when_each_ends_as_its_answer_says() {
+    let cancels = [
+        cancel(1, 1_000, Some(CancelSeen::Aborted)),
+        cancel(2, 1_000, Some(CancelSeen::Requested)),
+        cancel(3, 1_000, Some(CancelSeen::Requested)),
+        cancel(4, 1_000, Some(CancelSeen::Finished("success".to_owned()))),
+        cancel(5, 1_000, None),
+    ];
+    // 2: its worker heard of the cancel and completed it aborted; 3: its worker completed it
+    // before hearing of it.
+    let steps = [
+        completed(2, 1_300, "aborted", true),
+        completed(3, 1_100, "success", false),
+    ];
+    let reports = [progress(2, 1_200, true), progress(3, 900, false)];
+    let terminal = ended(&[
+        (1, "aborted"),
+        (2, "aborted"),
+        (3, "success"),
+        (4, "success"),
+        (5, "success"),
+    ]);
+    assert_passes(
+        &cancels_honoured(&cancels, &steps, &reports, &terminal),
+        "5 cancels: 1 aborted at once, 1 finished already, 2 requested while running, 1 unanswered",
+    );
+}
+
+#[test]
+fn cancels_fail_when_an_aborted_or_finished_one_ends_otherwise() {
+    let cancels = [
+        cancel(1, 1_000, Some(CancelSeen::Aborted)),
+        cancel(4, 1_000, Some(CancelSeen::Finished("failed".to_owned()))),
+    ];
+    let verdict = cancels_honoured(
+        &cancels,
+        &[],
+        &[],
+        &ended(&[(1, "success"), (4, "success")]),
+    );
+    assert_fails(
+        &verdict,
+        "transaction 1: cancelled at 1000 ms as aborted, but it finished success",
+    );
+    assert_fails(
+        &verdict,
+        "transaction 4: a cancel at 1000 ms found it finished failed",
+    );
+}
+
+#[test]
+fn cancels_fail_when_a_requested_cancel_is_not_seen_or_ignored() {
+    let cancels = [cancel(2, 1_000, Some(CancelSeen::Requested))];
+    // The progress reply after the cancel does not say so, a sleep after it is accepted, and it
+    // ends success with no unknowing completion.
+    let sleep = StepRecord {
+        kind: StepKind::Sleep,
+        ..step("w0-0", 2, 7, 1_500, Some(true))
+    };
+    let steps = [sleep, completed(2, 1_600, "success", true)];
+    let verdict = cancels_honoured(
+        &cancels,
+        &steps,
+        &[progress(2, 1_200, false)],
+        &ended(&[(2, "success")]),
+    );
+    assert_fails(
+        &verdict,
+        "w0-0's progress report (token 7) sent at 1200 ms was answered without it",
+    );
+    assert_fails(
+        &verdict,
+        "w0-0's Sleep (token 7) sent at 1500 ms was accepted",
+    );
+    assert_fails(
+        &verdict,
+        "transaction 2: cancel requested at 1000 ms while it ran, but it finished success",
+    );
+}
+
+// sleepers_woken
+
+fn sleep(transaction: u64, token: u64, acknowledged_ms: u64, switch: Option<&str>) -> SleepRecord {
+    SleepRecord {
+        worker: "w0-0".to_owned(),
+        transaction,
+        token,
+        sent_ms: acknowledged_ms - 100,
+        acknowledged_ms,
+        for_ms: if switch.is_some() { 10_000 } else { 1_000 },
+        until_machine_ms: acknowledged_ms + SKEW_MS + 1_000,
+        switch: switch.map(str::to_owned),
+    }
+}
+
+fn set(name: &str, invoked_ms: u64, answered: bool, woken: &[u64]) -> SwitchRecord {
+    SwitchRecord {
+        name: name.to_owned(),
+        value: invoked_ms,
+        invoked_ms,
+        acknowledged_ms: answered.then_some(invoked_ms + 100),
+        changed: answered.then_some(true),
+        woken: woken.to_vec(),
+    }
+}
+
+#[test]
+fn sleepers_pass_when_woken_by_their_switch_or_time_and_dequeued_again() {
+    let sleeps = [
+        sleep(1, 5, 1_000, Some("s")),
+        sleep(2, 6, 1_000, None),
+        sleep(3, 7, 1_000, Some("s")),
+    ];
+    // The first change after the sleeps wakes 1; 3 was woken by an unanswered change before it.
+    let switches = [
+        set("s", 1_500, false, &[]),
+        set("s", 2_000, true, &[1]),
+        set("t", 2_100, true, &[]),
+    ];
+    let claims = [
+        claim("w1-0", 1, 9, 2_200),
+        claim("w1-0", 2, 10, 2_000),
+        claim("w1-0", 3, 11, 2_300),
+    ];
+    assert_passes(
+        &sleepers_woken(&sleeps, &switches, &[], &claims, &BTreeMap::new(), 200),
+        "3 sleeps (2 on a switch), 1 woken by a switch change, 3 dequeued again (1 after sleeping until a time)",
+    );
+}
+
+#[test]
+fn sleepers_fail_when_a_switch_change_leaves_one_asleep() {
+    let sleeps = [sleep(1, 5, 1_000, Some("s"))];
+    let switches = [set("s", 2_000, true, &[])];
+    assert_fails(
+        &sleepers_woken(&sleeps, &switches, &[], &[], &BTreeMap::new(), 200),
+        "transaction 1 slept on switch s (acknowledged at 1000 ms, for 10000 ms); setting it to 2000 (acknowledged at 2100 ms) woke [], not it",
+    );
+    // A cancel that aborted it first excuses it.
+    let cancels = [cancel(1, 1_500, Some(CancelSeen::Aborted))];
+    assert_passes(
+        &sleepers_woken(
+            &sleeps,
+            &switches,
+            &cancels,
+            &[],
+            &ended(&[(1, "aborted")]),
+            200,
+        ),
+        "1 sleeps",
+    );
+}
+
+#[test]
+fn sleepers_fail_when_woken_early_or_finished_without_a_dequeue() {
+    let sleeps = [sleep(2, 6, 1_000, None), sleep(4, 8, 1_000, None)];
+    // 2 is claimed 500 ms into its 1 s sleep (machine time); 4 finishes without a claim.
+    let claims = [claim("w1-0", 2, 10, 1_500)];
+    let verdict = sleepers_woken(&sleeps, &[], &[], &claims, &ended(&[(4, "success")]), 200);
+    assert_fails(
+        &verdict,
+        "transaction 2 slept until machine 52000 ms, but w1-0 claimed it at machine 51500 ms",
+    );
+    assert_fails(
+        &verdict,
+        "transaction 4 slept (acknowledged at 1000 ms) and finished success without being dequeued again",
+    );
 }

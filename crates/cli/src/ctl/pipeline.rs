@@ -6,6 +6,7 @@
 //! byte for byte (in `--json` output too: `jq '.transaction.state | fromjson'`), so nothing is
 //! reformatted or loses precision on the way.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,7 @@ use certus_client::{
     Transaction, TxMetadata, TxStatus, WaitOutcome, enqueue_request, notice, requeue_request,
     sleep_request,
 };
+use certus_proto::v1::{ArchiveCursor, ArchivedTransaction};
 use clap::{Args, Subcommand, ValueEnum};
 use comfy_table::Table;
 use serde_json::{Value, json};
@@ -28,6 +30,18 @@ const WAIT_CHUNK: Duration = Duration::from_secs(30);
 /// How often in a row `pipeline watch` opens its stream again after it broke (a node stopped,
 /// a connection dropped) before it gives up; each reopening resumes after the last number seen.
 const WATCH_REOPENS_MAX: u32 = 5;
+
+/// How often in a row `pipeline export` opens its stream again after it broke; each reopening
+/// resumes after the last transaction written.
+const EXPORT_REOPENS_MAX: u32 = 5;
+
+/// The most transactions one `pipeline export` writes (and the node's bound on `limit`: the
+/// most that can be stored).
+const EXPORT_LIMIT_MAX: u32 = 1_000_000;
+
+/// How many lines `pipeline export` writes between flushes; the cursor it reports on a write
+/// error is the last one flushed.
+const EXPORT_FLUSH_LINES: u64 = 256;
 
 /// Transaction pipelines.
 #[derive(Debug, Subcommand)]
@@ -218,6 +232,22 @@ pub(super) enum PipelineCommand {
         /// Drop the notices up to and including this id instead of listing them.
         #[arg(long, value_name = "ID")]
         ack: Option<u64>,
+    },
+    /// Write the archive (finished transactions kept for the retention period) as JSON lines,
+    /// one archived transaction each in archive order, for external systems; print on stderr
+    /// the cursor to resume from (each line carries its own, too).
+    Export {
+        /// Resume after this cursor (ARCHIVED_AT_MS:ID, as an earlier export printed; TIME_MS:0
+        /// starts at a time); default: from the oldest archived transaction kept.
+        #[arg(long, value_name = "CURSOR", value_parser = parse_cursor)]
+        after: Option<ArchiveCursor>,
+        /// Write at most this many (default and most: 1 000 000).
+        #[arg(long, value_name = "N", default_value_t = EXPORT_LIMIT_MAX,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(EXPORT_LIMIT_MAX)))]
+        limit: u32,
+        /// Where the lines go: a file (created, or replaced) or - for stdout.
+        #[arg(long, value_name = "FILE|-", default_value = "-")]
+        output: PathBuf,
     },
     /// The pipelines' cluster-wide configuration, or change it.
     Config {
@@ -888,6 +918,18 @@ pub(super) async fn run(
                 }
             });
         }
+        PipelineCommand::Export {
+            after,
+            limit,
+            output,
+        } => {
+            let export = Export {
+                after,
+                limit,
+                output,
+            };
+            export.run(client).await?;
+        }
         PipelineCommand::Config { command: None } => {
             let config = client
                 .pipeline_config()
@@ -1152,6 +1194,224 @@ fn notification_line(notification: &PipelineNotification) -> String {
             notification_kind(notification.kind)
         ),
     }
+}
+
+// ---- export ------------------------------------------------------------------------------
+
+/// `pipeline export`: the archive as JSON lines, its stream opened again after it breaks.
+struct Export {
+    after: Option<ArchiveCursor>,
+    limit: u32,
+    /// `-` for stdout.
+    output: PathBuf,
+}
+
+impl Export {
+    async fn run(self, client: &Client) -> Result<(), String> {
+        let what = "pipeline export";
+        let to_stdout = self.output.as_os_str() == "-";
+        let sink: Box<dyn Write + Send> = if to_stdout {
+            Box::new(std::io::stdout())
+        } else {
+            let file = std::fs::File::create(&self.output).map_err(|error| {
+                format!("{what}: cannot create {}: {error}", self.output.display())
+            })?;
+            Box::new(file)
+        };
+        let mut out = std::io::BufWriter::new(sink);
+        let destination = if to_stdout {
+            "stdout".to_owned()
+        } else {
+            self.output.display().to_string()
+        };
+        // The cursor after the last line handed to `out`, and after the last one flushed.
+        let mut cursor = self.after;
+        let mut flushed = self.after;
+        let mut written: u64 = 0;
+        let mut reopens: u32 = 0;
+        let write_failed = |error: std::io::Error, flushed: Option<ArchiveCursor>| {
+            format!(
+                "{what}: cannot write to {destination}: {error}; {}",
+                resume_hint(flushed)
+            )
+        };
+        loop {
+            let left = u64::from(self.limit) - written;
+            if left == 0 {
+                break;
+            }
+            let opened = client
+                .export_archive(cursor, u32::try_from(left).unwrap_or(u32::MAX))
+                .await;
+            let mut stream = match opened {
+                Ok(stream) => stream,
+                Err(error) if written == 0 => return Err(failed(what, &error)),
+                Err(error) => {
+                    out.flush().map_err(|error| write_failed(error, flushed))?;
+                    return Err(format!("{}; {}", failed(what, &error), resume_hint(cursor)));
+                }
+            };
+            let broken = loop {
+                match stream.message().await {
+                    Ok(Some(item)) => {
+                        reopens = 0;
+                        let line = archive_line(&item)?;
+                        writeln!(out, "{line}").map_err(|error| write_failed(error, flushed))?;
+                        cursor = item.cursor;
+                        written += 1;
+                        if written.is_multiple_of(EXPORT_FLUSH_LINES) {
+                            out.flush().map_err(|error| write_failed(error, flushed))?;
+                            flushed = cursor;
+                        }
+                    }
+                    Ok(None) => break None,
+                    Err(status) => break Some(ClientError::from_status(&status).to_string()),
+                }
+            };
+            let Some(broken) = broken else {
+                break;
+            };
+            reopens += 1;
+            if reopens > EXPORT_REOPENS_MAX {
+                out.flush().map_err(|error| write_failed(error, flushed))?;
+                return Err(format!(
+                    "{what}: {broken} ({EXPORT_REOPENS_MAX} reopens failed); {}",
+                    resume_hint(cursor)
+                ));
+            }
+            eprintln!("{what}: {broken}; resuming {}", after_text(cursor));
+        }
+        out.flush().map_err(|error| write_failed(error, flushed))?;
+        eprintln!(
+            "{what}: wrote {written} archived transaction(s) to {destination}; {}",
+            resume_hint(cursor)
+        );
+        Ok(())
+    }
+}
+
+/// Parses `ARCHIVED_AT_MS:ID` (what the export prints and each line's `cursor` holds).
+fn parse_cursor(text: &str) -> Result<ArchiveCursor, String> {
+    let expected = "expected ARCHIVED_AT_MS:ID, two decimal numbers (the cursor an export \
+                    printed, or TIME_MS:0 to start at a time)";
+    let (at, id) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?}: {expected}"))?;
+    let number = |part: &str| {
+        // `u64::from_str` takes a leading `+`; a cursor is digits only.
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("{text:?}: {expected}"));
+        }
+        part.parse::<u64>()
+            .map_err(|error| format!("{text:?}: {error}; {expected}"))
+    };
+    Ok(ArchiveCursor {
+        archived_at_ms: number(at)?,
+        transaction_id: number(id)?,
+    })
+}
+
+fn cursor_text(cursor: &ArchiveCursor) -> String {
+    format!("{}:{}", cursor.archived_at_ms, cursor.transaction_id)
+}
+
+fn after_text(cursor: Option<ArchiveCursor>) -> String {
+    match cursor {
+        Some(cursor) => format!("after {}", cursor_text(&cursor)),
+        None => "from the oldest".to_owned(),
+    }
+}
+
+/// How to go on from `cursor`.
+fn resume_hint(cursor: Option<ArchiveCursor>) -> String {
+    match cursor {
+        Some(cursor) => format!("resume with --after {}", cursor_text(&cursor)),
+        None => "nothing was written; run it again without --after".to_owned(),
+    }
+}
+
+/// A stored JSON document on one line: its text with the whitespace between tokens removed.
+/// Strings, numbers and the order of keys stay as stored, so nothing is reformatted or loses
+/// precision (a JSON string holds no raw line break, so the result is one line).
+fn compact_json(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            in_string = c == '"';
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One line of `pipeline export` (docs/pipelines.md, "Archive export"): a JSON object with
+/// its fields in a fixed order, JSON documents embedded as JSON (compacted), absent values
+/// null.
+fn archive_line(item: &ArchivedTransaction) -> Result<String, String> {
+    let (Some(tx), Some(cursor)) = (&item.transaction, &item.cursor) else {
+        return Err(format!(
+            "pipeline export: the node sent an item without a transaction or cursor: {item:?}"
+        ));
+    };
+    let metadata = tx.metadata.clone().unwrap_or_default();
+    let document = |text: &str| {
+        if text.is_empty() {
+            "null".to_owned()
+        } else {
+            compact_json(text)
+        }
+    };
+    let fields: [(&str, String); 19] = [
+        ("cursor", json!(cursor_text(cursor)).to_string()),
+        ("id", tx.id.to_string()),
+        ("pipeline", text_or_null(&tx.pipeline).to_string()),
+        ("node_group", json!(tx.node_group).to_string()),
+        ("owner", json!(tx.owner).to_string()),
+        ("external_id", text_or_null(&tx.external_id).to_string()),
+        ("status", json!(status_text(tx.status)).to_string()),
+        ("state", document(&tx.state)),
+        ("event", document(&tx.event)),
+        ("progress", document(&tx.progress)),
+        (
+            "metadata",
+            format!(
+                r#"{{"webhook_url":{},"progress_reports":{},"cancel_webhook_on_longpoll":{}}}"#,
+                text_or_null(&metadata.webhook_url),
+                metadata.progress_reports,
+                metadata.cancel_webhook_on_longpoll,
+            ),
+        ),
+        ("cancel_requested", tx.cancel_requested.to_string()),
+        ("attempts", tx.attempts.to_string()),
+        ("created_at_ms", tx.created_at_ms.to_string()),
+        (
+            "last_started_at_ms",
+            ms_or_null(tx.last_started_at_ms).to_string(),
+        ),
+        (
+            "completed_at_ms",
+            ms_or_null(tx.completed_at_ms).to_string(),
+        ),
+        ("notified_at_ms", ms_or_null(tx.notified_at_ms).to_string()),
+        ("archived_at_ms", tx.archived_at_ms.to_string()),
+        ("version", tx.version.to_string()),
+    ];
+    let body: Vec<String> = fields
+        .iter()
+        .map(|(name, value)| format!("\"{name}\":{value}"))
+        .collect();
+    Ok(format!("{{{}}}", body.join(",")))
 }
 
 // ---- output ------------------------------------------------------------------------------
@@ -1872,6 +2132,16 @@ mod tests {
                 "--mark-replied",
             ],
             &["get", "--external-id", "order-1"],
+            &["export"],
+            &[
+                "export",
+                "--after",
+                "1700000000000:42",
+                "--limit",
+                "1000000",
+                "--output",
+                "archive.jsonl",
+            ],
             &["cancel", "17"],
             &["dequeue", "--node-group", "payments", "--worker", "w-1"],
             &[
@@ -2710,5 +2980,128 @@ mod tests {
         let table = notices_table(&[given_up, paused, dropped], Some(2_000)).to_string();
         assert!(table.contains("dropped: too many pending"), "{table}");
         assert!(table.contains("1.0 s ago"), "{table}");
+    }
+
+    #[test]
+    fn export_takes_a_cursor_a_bounded_limit_and_an_output() {
+        let PipelineCommand::Export {
+            after,
+            limit,
+            output,
+        } = parse(&["export"])
+        else {
+            panic!("export");
+        };
+        assert_eq!((after, limit), (None, 1_000_000));
+        assert_eq!(output, PathBuf::from("-"));
+        let PipelineCommand::Export { after, .. } = parse(&["export", "--after", "5:0"]) else {
+            panic!("export");
+        };
+        assert_eq!(
+            after,
+            Some(ArchiveCursor {
+                archived_at_ms: 5,
+                transaction_id: 0
+            })
+        );
+        for bad in [
+            "",
+            "5",
+            ":5",
+            "5:",
+            "a:1",
+            "1:+2",
+            "-1:2",
+            "1:2:3",
+            " 1:2",
+            "1:99999999999999999999",
+        ] {
+            let error = parse_cursor(bad).expect_err(bad);
+            assert!(error.contains("ARCHIVED_AT_MS:ID"), "{bad:?}: {error}");
+        }
+        assert!(parse_error(&["export", "--after", "x"]).contains("ARCHIVED_AT_MS:ID"));
+        assert!(parse_error(&["export", "--limit", "0"]).contains("--limit"));
+        assert!(parse_error(&["export", "--limit", "1000001"]).contains("--limit"));
+        let cursor = ArchiveCursor {
+            archived_at_ms: 1_700_000_000_000,
+            transaction_id: 42,
+        };
+        assert_eq!(parse_cursor(&cursor_text(&cursor)), Ok(cursor));
+        assert_eq!(
+            resume_hint(Some(cursor)),
+            "resume with --after 1700000000000:42"
+        );
+    }
+
+    #[test]
+    fn compacting_a_document_removes_only_whitespace_between_tokens() {
+        let stored = concat!(
+            "{\n  \"a b\" : [1, 2.50, 12345678901234567890],\r\n",
+            "\t\"q\\\"\\\\\": \" x \\n \",\"z\":{} }",
+        );
+        let compact = compact_json(stored);
+        assert_eq!(
+            compact,
+            r#"{"a b":[1,2.50,12345678901234567890],"q\"\\":" x \n ","z":{}}"#
+        );
+        assert!(!compact.contains('\n'));
+        let reparsed: Value = serde_json::from_str(&compact).expect("still JSON");
+        let original: Value = serde_json::from_str(stored).expect("JSON");
+        assert_eq!(reparsed, original);
+        assert_eq!(compact_json("  \"\\u00e9\"  "), r#""\u00e9""#);
+        assert_eq!(compact_json("true"), "true");
+    }
+
+    #[test]
+    fn an_export_line_has_every_field_in_a_fixed_order_with_documents_embedded() {
+        let tx = Transaction {
+            pipeline: "checkout".to_owned(),
+            external_id: "order-1".to_owned(),
+            state: "{ \"amount\": 12345678901234567890 }".to_owned(),
+            progress: r#"{"step":"charged"}"#.to_owned(),
+            metadata: Some(TxMetadata {
+                webhook_url: "https://example.com/hook".to_owned(),
+                progress_reports: true,
+                cancel_webhook_on_longpoll: false,
+            }),
+            attempts: 1,
+            last_started_at_ms: 1_500,
+            completed_at_ms: 2_000,
+            archived_at_ms: 62_000,
+            ..transaction(TxStatus::Success)
+        };
+        let item = ArchivedTransaction {
+            transaction: Some(tx),
+            cursor: Some(ArchiveCursor {
+                archived_at_ms: 62_000,
+                transaction_id: 17,
+            }),
+        };
+        let line = archive_line(&item).expect("a line");
+        assert_eq!(
+            line,
+            concat!(
+                r#"{"cursor":"62000:17","id":17,"pipeline":"checkout","node_group":"payments","#,
+                r#""owner":"shop","external_id":"order-1","status":"success","#,
+                r#""state":{"amount":12345678901234567890},"event":null,"#,
+                r#""progress":{"step":"charged"},"#,
+                r#""metadata":{"webhook_url":"https://example.com/hook","progress_reports":true,"#,
+                r#""cancel_webhook_on_longpoll":false},"#,
+                r#""cancel_requested":false,"attempts":1,"created_at_ms":1000,"#,
+                r#""last_started_at_ms":1500,"completed_at_ms":2000,"notified_at_ms":null,"#,
+                r#""archived_at_ms":62000,"version":3}"#,
+            )
+        );
+        let parsed: Value = serde_json::from_str(&line).expect("one JSON object");
+        assert_eq!(
+            parsed["state"]["amount"].to_string(),
+            "12345678901234567890"
+        );
+        assert_eq!(parsed["metadata"]["progress_reports"], true);
+        let bare = ArchivedTransaction {
+            transaction: None,
+            cursor: None,
+        };
+        assert!(archive_line(&bare).is_err());
     }
 }

@@ -1975,3 +1975,254 @@ fn refusals_read_as_sentences_that_say_what_to_do() {
         ["admin", "out", "in"]
     );
 }
+
+// ---- the archive export ----------------------------------------------------------------
+
+/// Reads the archive after `after`, `limit` at a time, as of the table's clock `m.now_ms`.
+fn archive_page(m: &Machine, after: Option<ArchiveCursor>, limit: usize) -> Vec<TransactionId> {
+    m.table
+        .archived(after, m.now_ms, limit)
+        .into_iter()
+        .map(|tx| tx.id)
+        .collect()
+}
+
+fn cursor_of(m: &Machine, id: TransactionId) -> ArchiveCursor {
+    ArchiveCursor::after(m.tx(id)).unwrap()
+}
+
+#[test]
+fn the_archive_is_read_in_archive_order_after_a_cursor_and_only_before_the_clock() {
+    let mut m = Machine::new();
+    m.configure(|c| {
+        c.archive_delay_ms = 0;
+        c.archive_retention_ms = 100 * SECOND_MS;
+    });
+    let first = m.finished(new_tx(), TxStatus::Success);
+    let second = m.finished(new_tx(), TxStatus::Failed);
+    m.advance(1);
+    let third = m.finished(new_tx(), TxStatus::Aborted);
+    // Finished but not archived: not in the archive.
+    assert_eq!(archive_page(&m, None, 10), []);
+    assert_eq!(m.tick().archived, [first, second, third]);
+    let archived_at_ms = m.now_ms;
+    assert_eq!(
+        archive_page(&m, None, 10),
+        [],
+        "archived at the clock: a later tick in the same millisecond could still archive one \
+         that sorts before them"
+    );
+    m.advance(1);
+    assert_eq!(archive_page(&m, None, 10), [first, second, third]);
+    assert_eq!(
+        cursor_of(&m, second),
+        ArchiveCursor {
+            archived_at_ms,
+            transaction: second
+        }
+    );
+    // Paging: a cursor resumes just after the transaction it came from.
+    assert_eq!(archive_page(&m, None, 2), [first, second]);
+    let after_second = Some(cursor_of(&m, second));
+    assert_eq!(archive_page(&m, after_second, 2), [third]);
+    assert_eq!(archive_page(&m, Some(cursor_of(&m, third)), 2), []);
+    // `transaction: 0` starts at a time; a time after everything reads nothing.
+    let at = |archived_at_ms, id| {
+        Some(ArchiveCursor {
+            archived_at_ms,
+            transaction: TransactionId(id),
+        })
+    };
+    assert_eq!(
+        archive_page(&m, at(archived_at_ms, 0), 10),
+        [first, second, third]
+    );
+    assert_eq!(archive_page(&m, at(archived_at_ms + 1, 0), 10), []);
+    assert_eq!(
+        archive_page(&m, at(u64::MAX, u64::MAX), 10),
+        [],
+        "no panic past the end"
+    );
+    assert_eq!(archive_page(&m, at(m.now_ms, 0), 10), [], "the end itself");
+    // A page is bounded.
+    assert!(m.table.archived(None, m.now_ms, usize::MAX).len() <= LIST_PAGE_MAX);
+
+    // Later archives come after; the cursor handed out stays valid when retention deletes
+    // the transaction it came from.
+    let fourth = m.finished(new_tx(), TxStatus::Success);
+    m.advance(100 * SECOND_MS - 2);
+    assert_eq!(m.tick().archived, [fourth]);
+    m.advance(1);
+    assert_eq!(m.tick().deleted, [first, second, third]);
+    assert!(m.table.get(second).is_none());
+    assert_eq!(archive_page(&m, after_second, 10), [fourth]);
+    assert_eq!(archive_page(&m, None, 10), [fourth]);
+}
+
+#[test]
+fn an_export_never_skips_a_transaction_archived_later_in_the_same_millisecond() {
+    let mut m = Machine::new();
+    m.configure(|c| c.archive_delay_ms = 10);
+    // `small` has the smaller id but finishes 5 ms after `big`.
+    let small = m.enqueue(QueueType::In);
+    let big = m.enqueue(QueueType::In);
+    let dequeued = m.dequeue("g", 2);
+    let token = dequeued[0].claim.as_ref().unwrap().token;
+    m.complete(big, token, TxStatus::Success).unwrap();
+    m.advance(5);
+    m.complete(small, token, TxStatus::Success).unwrap();
+    m.advance(5);
+    assert_eq!(m.tick().archived, [big]);
+    // A configuration change in the same millisecond makes `small` due: archived at the same
+    // time as `big`, it sorts before it.
+    m.configure(|c| c.archive_delay_ms = 5);
+    assert_eq!(m.tick().archived, [small]);
+    assert!(cursor_of(&m, small) < cursor_of(&m, big));
+    // Had the first read returned `big` (archived at the clock), its cursor would have skipped
+    // `small`. Reads stop before the clock, so both come once it moves on, in order.
+    assert_eq!(archive_page(&m, None, 10), []);
+    m.advance(1);
+    assert_eq!(archive_page(&m, None, 10), [small, big]);
+}
+
+#[test]
+fn archive_cursors_are_displayed_as_time_colon_id() {
+    let cursor = ArchiveCursor {
+        archived_at_ms: T0,
+        transaction: TransactionId(42),
+    };
+    assert_eq!(cursor.to_string(), "1700000000000:42");
+    let m = table_in_every_place();
+    let in_play = m.table.in_play(&group("g"), None, 1)[0];
+    assert_eq!(
+        ArchiveCursor::after(in_play),
+        None,
+        "not archived: no cursor"
+    );
+}
+
+mod archive_export_properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// Enqueue, dequeue and complete a transaction.
+        Finish,
+        /// Complete the running transaction of a dequeued pair (ids out of finishing order).
+        FinishPair,
+        Advance(u64),
+        Tick,
+        /// Change the archive delay and tick, in the same millisecond as the step before: a
+        /// shorter delay can archive a transaction with a smaller id at the same time as the
+        /// ones a tick just archived.
+        DelayAndTick(u64),
+        /// Read the next page of the export with this page size.
+        Export(usize),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            3 => Just(Step::Finish),
+            1 => Just(Step::FinishPair),
+            3 => (0u64..4).prop_map(Step::Advance),
+            3 => Just(Step::Tick),
+            2 => (0u64..6).prop_map(Step::DelayAndTick),
+            3 => (1usize..5).prop_map(Step::Export),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Paging through the archive with any page sizes, interleaved with archiving and
+        /// deleting, yields every transaction archived once, in `(archived_at_ms, id)` order:
+        /// none skipped (unless retention deleted it first), none twice.
+        #[test]
+        fn paging_yields_the_archive_in_order_without_gaps_or_repeats(
+            steps in proptest::collection::vec(step(), 1..60),
+            retention_ms in prop_oneof![Just(0u64), Just(3), Just(1_000_000)],
+            final_page in 1usize..7,
+        ) {
+            let mut m = Machine::new();
+            m.configure(|c| {
+                c.archive_delay_ms = 2;
+                c.archive_retention_ms = retention_ms;
+            });
+            let mut cursor: Option<ArchiveCursor> = None;
+            let mut exported: Vec<(ArchiveCursor, TransactionId)> = Vec::new();
+            let mut archived: Vec<TransactionId> = Vec::new();
+            let mut deleted: Vec<TransactionId> = Vec::new();
+            // Reads one page after `cursor`, moving it; answers how many were read.
+            let mut export = |m: &Machine, cursor: &mut Option<ArchiveCursor>, limit: usize| {
+                let page = m.table.archived(*cursor, m.now_ms, limit);
+                assert!(page.len() <= limit);
+                for tx in &page {
+                    let at = ArchiveCursor::after(tx).unwrap();
+                    exported.push((at, tx.id));
+                    *cursor = Some(at);
+                }
+                page.len()
+            };
+            for step in steps {
+                match step {
+                    Step::Finish => {
+                        m.finished(new_tx(), TxStatus::Success);
+                    }
+                    Step::FinishPair => {
+                        let first = m.enqueue(QueueType::In);
+                        let second = m.enqueue(QueueType::In);
+                        let token = m.dequeue("g", 2)[0].claim.as_ref().unwrap().token;
+                        m.complete(second, token, TxStatus::Success).unwrap();
+                        m.advance(1);
+                        m.complete(first, token, TxStatus::Failed).unwrap();
+                    }
+                    Step::Advance(ms) => m.advance(ms),
+                    Step::Tick => {
+                        let report = m.tick();
+                        archived.extend(report.archived);
+                        deleted.extend(report.deleted);
+                    }
+                    Step::DelayAndTick(ms) => {
+                        m.configure(|c| c.archive_delay_ms = ms);
+                        let report = m.tick();
+                        archived.extend(report.archived);
+                        deleted.extend(report.deleted);
+                    }
+                    Step::Export(limit) => {
+                        export(&m, &mut cursor, limit);
+                    }
+                }
+            }
+            // Archive everything finished, let the clock move past it, and read to the end.
+            m.advance(10);
+            let report = m.tick();
+            archived.extend(report.archived);
+            deleted.extend(report.deleted);
+            m.advance(1);
+            while export(&m, &mut cursor, final_page) > 0 {}
+            // In order, none twice, each at its own cursor.
+            for pair in exported.windows(2) {
+                prop_assert!(pair[0].0 < pair[1].0, "{:?}", pair);
+            }
+            for (at, id) in &exported {
+                prop_assert_eq!(at.transaction, *id);
+                prop_assert!(archived.contains(id));
+            }
+            // Every transaction archived was exported, unless retention deleted it first.
+            let exported_ids: BTreeSet<TransactionId> =
+                exported.iter().map(|(_, id)| *id).collect();
+            for id in &archived {
+                prop_assert!(
+                    exported_ids.contains(id) || deleted.contains(id),
+                    "transaction {} was archived, is not deleted, yet was skipped",
+                    id
+                );
+            }
+            if deleted.is_empty() {
+                prop_assert_eq!(exported_ids.len(), archived.len());
+            }
+        }
+    }
+}
