@@ -70,7 +70,7 @@ fn a_saved_committed_pointer_survives_a_crash() {
 #[test]
 fn appended_entries_survive_a_crash_and_unflushed_writes_do_not() {
     let disk = SimDisk::new();
-    let mut log = Log::new(Arc::new(disk.clone()));
+    let log = Log::new(Arc::new(disk.clone()));
     log.append_durably((1..=3).map(|i| entry(i, EntryPayload::Blank)))
         .unwrap();
     assert_eq!(
