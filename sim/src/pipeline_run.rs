@@ -221,15 +221,7 @@ async fn observe(
 ) {
     while !*stopped.borrow() {
         let now_ms = elapsed_ms(started);
-        let freshest = cluster.replicas().into_iter().max_by_key(|(_, replica)| {
-            replica
-                .raft
-                .metrics()
-                .borrow()
-                .last_applied
-                .map_or(0, |log_id| log_id.index)
-        });
-        if let Some((_, replica)) = freshest {
+        if let Some(replica) = freshest(&cluster) {
             let pending: BTreeSet<u64> = {
                 let seen = terminal_at.lock().expect("terminal transactions");
                 acknowledged(&shared)
