@@ -10,7 +10,7 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::errors::status;
 use crate::forward::MembershipView;
-use crate::limits::LEADER_WAIT;
+use crate::limits::{LEADER_WAIT, MEMBER_ADDR_BYTES_MAX};
 use crate::replica::Replica;
 use crate::types::CertusNode;
 
@@ -147,6 +147,16 @@ impl Admin for AdminService {
             ("grpc_addr", &request.grpc_addr),
             ("http_addr", &request.http_addr),
         ] {
+            if addr.len() > MEMBER_ADDR_BYTES_MAX {
+                return Err(status(
+                    Code::InvalidArgument,
+                    "invalid-argument",
+                    format!(
+                        "{field}: {} bytes; an ip:port address is at most {MEMBER_ADDR_BYTES_MAX}",
+                        addr.len()
+                    ),
+                ));
+            }
             if addr.parse::<std::net::SocketAddr>().is_err() {
                 return Err(status(
                     Code::InvalidArgument,

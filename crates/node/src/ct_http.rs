@@ -1,13 +1,17 @@
 //! RFC 6962 §4 over HTTP, under `/ct/v1/`: what existing CT clients and monitors speak.
 //!
 //! Reads are answered from this node's local tree at the serving STH (never past it); bad
-//! parameters get a 400 with a JSON body naming what was wrong. A node that has not integrated
+//! parameters get a 400 with a JSON body naming what was wrong, and so does a query string that
+//! does not parse; a body past [`ADD_CHAIN_BODY_BYTES_MAX`] gets a 413 with a JSON body. One
+//! get-entries answers at most [`GET_ENTRIES_MAX`](crate::ct_log::GET_ENTRIES_MAX) entries and
+//! [`CT_HTTP_GET_ENTRIES_BYTES_MAX`] bytes of them (after at least one). A node that has not integrated
 //! the serving tree answers 503 with a `Retry-After`, so a client (or a load balancer) moves on
 //! to a node that can serve.
 
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +27,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::ct_log::{CtNode, Read, ReadError, ReadReply, ServedEntry, SubmitError};
+use crate::limits::CT_HTTP_GET_ENTRIES_BYTES_MAX;
 use crate::replica::Replica;
 
 /// Largest add-chain body accepted, in bytes (ten 64 KiB certificates in base64, with room).
@@ -59,6 +64,26 @@ fn bad_request(message: impl Into<String>) -> Response {
     error_body(StatusCode::BAD_REQUEST, "bad-request", message)
 }
 
+/// A body that could not be read, as a JSON error: 413 past [`ADD_CHAIN_BODY_BYTES_MAX`].
+fn body_rejected(rejection: &BytesRejection) -> Response {
+    let code = rejection.status();
+    if code == StatusCode::PAYLOAD_TOO_LARGE {
+        error_body(
+            code,
+            "too-large",
+            format!("the body is larger than {ADD_CHAIN_BODY_BYTES_MAX} bytes, the most accepted"),
+        )
+    } else {
+        error_body(code, "bad-request", rejection.body_text())
+    }
+}
+
+/// A query string that does not parse (a parameter given twice, bad percent-encoding), as a JSON
+/// 400 like every other bad parameter.
+fn query_rejected(rejection: &QueryRejection) -> Response {
+    bad_request(rejection.body_text())
+}
+
 fn unavailable(message: impl Into<String>) -> Response {
     let mut response = error_body(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message);
     response
@@ -75,12 +100,24 @@ fn json_body<T: serde::Serialize>(value: &T) -> Response {
     axum::Json(value).into_response()
 }
 
-async fn add_chain(state: State<CtState>, body: axum::body::Bytes) -> Response {
-    submit(state, &body, false).await
+async fn add_chain(
+    state: State<CtState>,
+    body: Result<axum::body::Bytes, BytesRejection>,
+) -> Response {
+    match body {
+        Ok(body) => submit(state, &body, false).await,
+        Err(rejection) => body_rejected(&rejection),
+    }
 }
 
-async fn add_pre_chain(state: State<CtState>, body: axum::body::Bytes) -> Response {
-    submit(state, &body, true).await
+async fn add_pre_chain(
+    state: State<CtState>,
+    body: Result<axum::body::Bytes, BytesRejection>,
+) -> Response {
+    match body {
+        Ok(body) => submit(state, &body, true).await,
+        Err(rejection) => body_rejected(&rejection),
+    }
 }
 
 async fn submit(State((replica, ct)): State<CtState>, body: &[u8], precert: bool) -> Response {
@@ -97,14 +134,28 @@ async fn submit(State((replica, ct)): State<CtState>, body: &[u8], precert: bool
             Ok(response) => json_body(&response),
             Err(error) => internal(error.to_string()),
         },
-        Err(SubmitError::Chain(error)) => bad_request(error.to_string()),
+        Err(error) => submit_error(error),
+    }
+}
+
+/// A submission that was not logged: 400 for what the submitter must change (the chain, an
+/// entry past the state machine's size bounds), 403 for a mirror, 503 with `Retry-After` for
+/// what passes (back-pressure, a frozen log, no leader).
+fn submit_error(error: SubmitError) -> Response {
+    match error {
+        SubmitError::Chain(error) => bad_request(error.to_string()),
+        SubmitError::Refused(
+            error @ (CtError::TooLarge { .. }
+            | CtError::BatchTooLarge { .. }
+            | CtError::MalformedSubmission(_)),
+        ) => bad_request(error.to_string()),
         // A mirror takes no submissions, now or later: not a reason to retry.
-        Err(SubmitError::Refused(error @ CtError::IsMirror { .. })) => {
+        SubmitError::Refused(error @ CtError::IsMirror { .. }) => {
             error_body(StatusCode::FORBIDDEN, "mirror", error.to_string())
         }
-        Err(SubmitError::Refused(error)) => unavailable(error.to_string()),
-        Err(SubmitError::Service(error)) => unavailable(error.to_string()),
-        Err(SubmitError::Signing(error)) => internal(error),
+        SubmitError::Refused(error) => unavailable(error.to_string()),
+        SubmitError::Service(error) => unavailable(error.to_string()),
+        SubmitError::Signing(error) => internal(error),
     }
 }
 
@@ -150,8 +201,12 @@ fn number(name: &str, value: Option<&String>) -> Result<u64, Response> {
 
 async fn get_sth_consistency(
     State((replica, ct)): State<CtState>,
-    Query(query): Query<ConsistencyQuery>,
+    query: Result<Query<ConsistencyQuery>, QueryRejection>,
 ) -> Response {
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(rejection) => return query_rejected(&rejection),
+    };
     let (first, second) = match (
         number("first", query.first.as_ref()),
         number("second", query.second.as_ref()),
@@ -193,8 +248,12 @@ fn leaf_hash_param(value: Option<&String>) -> Result<Hash, Response> {
 
 async fn get_proof_by_hash(
     State((replica, ct)): State<CtState>,
-    Query(query): Query<ProofByHashQuery>,
+    query: Result<Query<ProofByHashQuery>, QueryRejection>,
 ) -> Response {
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(rejection) => return query_rejected(&rejection),
+    };
     let (hash, tree_size) = match (
         leaf_hash_param(query.hash.as_ref()),
         number("tree_size", query.tree_size.as_ref()),
@@ -234,8 +293,12 @@ fn leaf_entry((leaf_input, extra_data): &ServedEntry) -> Result<LeafEntry, Strin
 
 async fn get_entries(
     State((replica, ct)): State<CtState>,
-    Query(query): Query<EntriesQuery>,
+    query: Result<Query<EntriesQuery>, QueryRejection>,
 ) -> Response {
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(rejection) => return query_rejected(&rejection),
+    };
     let (start, end) = match (
         number("start", query.start.as_ref()),
         number("end", query.end.as_ref()),
@@ -248,10 +311,30 @@ async fn get_entries(
         Ok(other) => return mismatch(&other),
         Err(error) => return read_error(error),
     };
-    match stored.iter().map(leaf_entry).collect::<Result<Vec<_>, _>>() {
-        Ok(entries) => json_body(&GetEntriesResponse { entries }),
+    match entries_response(stored, CT_HTTP_GET_ENTRIES_BYTES_MAX) {
+        Ok(response) => json_body(&response),
         Err(error) => internal(error),
     }
+}
+
+/// get-entries' answer: the leading `stored` entries whose bytes (leaf input and extra data,
+/// before base64) stay within `bytes_max`, and always the first. Fewer entries than asked is
+/// what RFC 6962 §4.6 allows; the client asks again from where this answer stops.
+fn entries_response(
+    stored: Vec<ServedEntry>,
+    bytes_max: usize,
+) -> Result<GetEntriesResponse, String> {
+    let mut bytes = 0usize;
+    let entries = stored
+        .iter()
+        .enumerate()
+        .take_while(|(index, (leaf_input, extra_data))| {
+            bytes = bytes.saturating_add(leaf_input.len() + extra_data.len());
+            *index == 0 || bytes <= bytes_max
+        })
+        .map(|(_, entry)| leaf_entry(entry))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(GetEntriesResponse { entries })
 }
 
 async fn get_roots(State((_, ct)): State<CtState>) -> Response {
@@ -268,8 +351,12 @@ struct EntryAndProofQuery {
 
 async fn get_entry_and_proof(
     State((replica, ct)): State<CtState>,
-    Query(query): Query<EntryAndProofQuery>,
+    query: Result<Query<EntryAndProofQuery>, QueryRejection>,
 ) -> Response {
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(rejection) => return query_rejected(&rejection),
+    };
     let (index, tree_size) = match (
         number("leaf_index", query.leaf_index.as_ref()),
         number("tree_size", query.tree_size.as_ref()),
@@ -317,5 +404,52 @@ mod tests {
         assert_eq!(not_base64.status(), StatusCode::BAD_REQUEST);
         let hash = leaf_hash_param(Some(&format!("{}=", "A".repeat(43))));
         assert_eq!(hash.unwrap(), [0u8; 32]);
+    }
+
+    #[test]
+    fn a_submission_past_a_size_bound_is_a_400_and_back_pressure_a_503() {
+        let too_large = CtError::TooLarge {
+            field: "extra_data".to_owned(),
+            bytes: 800_000,
+            max: 720_896,
+        };
+        let response = submit_error(SubmitError::Refused(too_large));
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let backlog = CtError::Backlog {
+            unsequenced: 10,
+            watermark: 10,
+        };
+        let response = submit_error(SubmitError::Refused(backlog));
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(response.headers().contains_key(header::RETRY_AFTER));
+    }
+
+    fn served(certificate_bytes: usize) -> ServedEntry {
+        use certus_ct::LogEntry;
+        use certus_ct::structures::leaf_input;
+        let entry = LogEntry::X509 {
+            certificate: vec![0x30; certificate_bytes],
+        };
+        let extra = ExtraData::X509 {
+            certificate_chain: vec![vec![0x30; 100]],
+        };
+        (
+            leaf_input(1, &entry, &[]).expect("leaf"),
+            extra.encode().expect("extra data"),
+        )
+    }
+
+    #[test]
+    fn get_entries_is_cut_by_bytes_after_the_first_entry() {
+        let stored: Vec<ServedEntry> = (0..10).map(|_| served(1000)).collect();
+        let one = stored[0].0.len() + stored[0].1.len();
+        // Room for three and a half entries: three are answered.
+        let response = entries_response(stored.clone(), one * 7 / 2).expect("response");
+        assert_eq!(response.entries.len(), 3);
+        // The first entry is answered even when it alone is over.
+        let response = entries_response(stored.clone(), 1).expect("response");
+        assert_eq!(response.entries.len(), 1);
+        let response = entries_response(stored, one * 10).expect("response");
+        assert_eq!(response.entries.len(), 10, "all fit");
     }
 }

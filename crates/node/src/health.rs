@@ -14,7 +14,8 @@ use futures_util::Stream;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
-use crate::limits::READY_APPLY_LAG_MAX;
+use crate::errors::status;
+use crate::limits::{HEALTH_SERVICE_NAME_BYTES_MAX, READY_APPLY_LAG_MAX};
 use crate::replica::Replica;
 
 /// The services the health checker knows by name; "" is the whole node.
@@ -86,6 +87,23 @@ fn serving_status(replica: &Replica, service: &str) -> ServingStatus {
     }
 }
 
+/// The service name of a request, refused (INVALID_ARGUMENT) when longer than any name could be,
+/// rather than echoed back as unknown.
+fn service_name(request: Request<HealthCheckRequest>) -> Result<String, Status> {
+    let service = request.into_inner().service;
+    if service.len() > HEALTH_SERVICE_NAME_BYTES_MAX {
+        return Err(status(
+            tonic::Code::InvalidArgument,
+            "invalid-argument",
+            format!(
+                "service: {} bytes; a service name is at most {HEALTH_SERVICE_NAME_BYTES_MAX}",
+                service.len()
+            ),
+        ));
+    }
+    Ok(service)
+}
+
 /// How often a `Watch` stream re-checks readiness.
 const WATCH_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -97,7 +115,7 @@ impl Health for HealthService {
         &self,
         request: Request<HealthCheckRequest>,
     ) -> Result<Response<HealthCheckResponse>, Status> {
-        let service = request.into_inner().service;
+        let service = service_name(request)?;
         match serving_status(&self.replica, &service) {
             ServingStatus::ServiceUnknown => {
                 Err(Status::not_found(format!("unknown service {service:?}")))
@@ -114,7 +132,7 @@ impl Health for HealthService {
         &self,
         request: Request<HealthCheckRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let service = request.into_inner().service;
+        let service = service_name(request)?;
         let replica = Arc::clone(&self.replica);
         let (sender, receiver) = tokio::sync::mpsc::channel(4);
         tokio::spawn(async move {

@@ -8,6 +8,7 @@
 #![deny(missing_docs, unreachable_pub)]
 
 pub mod admin_service;
+pub mod client_limits;
 pub mod clock;
 pub mod codec;
 pub mod config;

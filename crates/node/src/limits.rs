@@ -45,3 +45,40 @@ pub const PIPELINE_WAIT_MAX: Duration = Duration::from_secs(60);
 pub const PIPELINE_STREAM_PAGE_MAX: usize = 256;
 /// Node groups a pipelines status lists at most.
 pub const PIPELINE_STATUS_GROUPS_MAX: usize = 1000;
+
+/// Longest service name a `grpc.health.v1.Health` request may carry, in bytes. The known names
+/// are far shorter (`certus.v1.Leases`); a longer one is refused (INVALID_ARGUMENT) rather than
+/// echoed back in an unknown-service message.
+pub const HEALTH_SERVICE_NAME_BYTES_MAX: usize = 256;
+/// Longest address an `Admin/AddLearner` request may carry (`grpc_addr`, `http_addr`), in bytes.
+/// An `ip:port` address is at most 47 bytes (a bracketed IPv6 address with a scope id and a
+/// port); anything longer cannot parse, and is refused without being echoed.
+pub const MEMBER_ADDR_BYTES_MAX: usize = 256;
+/// Most entry bytes (leaf inputs and extra data, before base64) one HTTP get-entries answers;
+/// the entries after the first that would pass it are left for the next request, as RFC 6962
+/// §4.6 allows. Keeps one reply in the low megabytes whatever the entries' sizes (an entry may
+/// be up to ~830 KiB; 1000 of them would be most of a gigabyte of JSON).
+pub const CT_HTTP_GET_ENTRIES_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// Requests one client (one peer IP address) may have in flight on the gRPC server: arrived and
+/// not yet answered (a long-poll counts while it waits). Past it: RESOURCE_EXHAUSTED,
+/// `too-many-requests-in-flight`. Room for a pool of workers behind one address (the bench runs
+/// 64 concurrent clients), while one client cannot take every proposer or read-barrier slot.
+pub const CLIENT_REQUESTS_IN_FLIGHT_MAX: usize = 512;
+/// Calls one client may have open on the gRPC server: from arrival until its response body ends,
+/// so a server stream (`WatchCompletions`, `ExportArchive`, `Health/Watch`) counts for its whole
+/// life. At least [`CLIENT_REQUESTS_IN_FLIGHT_MAX`]; the difference is what long-lived streams may
+/// hold. Past it: RESOURCE_EXHAUSTED, `too-many-streams`.
+pub const CLIENT_STREAMS_MAX: usize = 1024;
+/// Requests per second one client may make on the gRPC server, sustained (a token bucket's refill
+/// rate). A fifth of what a three-node cluster commits (~10k writes/s), so no single client can
+/// starve the others. Past it: RESOURCE_EXHAUSTED, `rate-limited`.
+pub const CLIENT_REQUESTS_PER_SECOND: u32 = 2000;
+/// Requests one client may make at once after being idle (the token bucket's size): two seconds
+/// at [`CLIENT_REQUESTS_PER_SECOND`], so a client that starts up or reconnects is not refused.
+pub const CLIENT_REQUEST_BURST: u32 = 4000;
+/// Clients (peer addresses) whose counts are kept at once. An idle client whose bucket is full
+/// is forgotten (it would behave the same as a new one); past this many busy ones, a new client
+/// is refused (RESOURCE_EXHAUSTED, `too-many-clients`). Bounds the layer's memory (~100 bytes a
+/// client) against a flood of source addresses.
+pub const CLIENTS_TRACKED_MAX: usize = 65_536;

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use certus_core::ct::{CtCommand, CtError, LogConfig};
+use certus_core::limits::{CT_MIRROR_URL_BYTES_MAX, CT_PUBLIC_KEY_BYTES_MAX};
 use certus_core::{Command, Response as CommandResponse};
 use certus_ct::Hash;
 use certus_ct::structures::SignedTreeHead;
@@ -418,6 +419,27 @@ impl Log for LogService {
         request: Request<v1::StartMirrorRequest>,
     ) -> Result<Response<v1::LogStatus>, Status> {
         let request = request.into_inner();
+        // The state machine's bounds, checked before anything is parsed, echoed or proposed.
+        for (field, len, max) in [
+            (
+                "source_url",
+                request.source_url.len(),
+                CT_MIRROR_URL_BYTES_MAX,
+            ),
+            (
+                "source_public_key",
+                request.source_public_key.len(),
+                CT_PUBLIC_KEY_BYTES_MAX,
+            ),
+        ] {
+            if len > max {
+                return Err(status(
+                    Code::InvalidArgument,
+                    "invalid-argument",
+                    format!("{field}: {len} bytes; at most {max} are accepted"),
+                ));
+            }
+        }
         // Refuse a key that cannot verify anything before it is replicated for good.
         certus_ct::signer::LogVerifier::from_public_key_der(&request.source_public_key).map_err(
             |error| {

@@ -2,13 +2,20 @@
 //!
 //! Requests are checked here before anything is proposed: a CSR that does not parse or whose
 //! signature fails, a name that is not a DNS name, names that differ from the CSR's, get a clear
-//! `INVALID_ARGUMENT` and change nothing. Every rule of the session table itself is the state
-//! machine's (`certus_core::sessions`).
+//! `INVALID_ARGUMENT` and change nothing. So do numbers and sizes past the state machine's bounds
+//! (names, challenges and test results per session, certificate bytes, claim batch, visibility,
+//! release delay): they are checked here too, so they are never proposed (nor echoed back in a
+//! long message), and the refusal reads as the state machine's would. Every rule of the session
+//! table itself is the state machine's (`certus_core::sessions`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use certus_ca::csr::CheckedCsr;
+use certus_core::limits::{
+    SESSION_CERT_BYTES_MAX, SESSION_CLAIM_BATCH_MAX, SESSION_DELAY_MS_MAX, SESSION_NAMES_MAX,
+    SESSION_VISIBILITY_MS_MAX, SESSION_VISIBILITY_MS_MIN,
+};
 use certus_core::{
     Command, DnsName, KillReason, NewChallenge, Reason, RequestKey, Response as CommandResponse,
     Session, SessionCommand, SessionConfig, SessionError, SessionId, SessionReply, Stage,
@@ -94,6 +101,12 @@ impl Sessions for SessionsService {
     ) -> Result<Response<v1::Session>, Status> {
         let request = request.into_inner();
         let csr = checked_csr(&request.csr)?;
+        in_range(
+            "number of names",
+            request.names.len() as u64,
+            0,
+            SESSION_NAMES_MAX as u64,
+        )?;
         let names = if request.names.is_empty() {
             csr.names().to_vec()
         } else {
@@ -102,6 +115,11 @@ impl Sessions for SessionsService {
                 .iter()
                 .map(|name| name.to_ascii_lowercase())
                 .collect();
+            // Each name is checked before they are compared with the CSR's, whose refusal lists
+            // the names that differ.
+            for name in &names {
+                DnsName::new(name.clone()).map_err(|error| invalid("names", error))?;
+            }
             names.sort();
             let before = names.len();
             names.dedup();
@@ -241,6 +259,8 @@ impl Sessions for SessionsService {
         request: Request<v1::ClaimRequest>,
     ) -> Result<Response<v1::ClaimReply>, Status> {
         let request = request.into_inner();
+        visibility(request.visibility_ms)?;
+        in_range("max", request.max.into(), 1, SESSION_CLAIM_BATCH_MAX.into())?;
         let command = SessionCommand::Claim {
             stage: stage_from_proto(request.stage)?,
             worker: WorkerId::new(request.worker).map_err(|error| invalid("worker", error))?,
@@ -260,6 +280,7 @@ impl Sessions for SessionsService {
         request: Request<v1::ExtendRequest>,
     ) -> Result<Response<v1::ExtendReply>, Status> {
         let request = request.into_inner();
+        visibility(request.visibility_ms)?;
         let command = SessionCommand::Extend {
             session: SessionId(request.id),
             token: request.claim_token,
@@ -295,6 +316,7 @@ impl Sessions for SessionsService {
     ) -> Result<Response<v1::Session>, Status> {
         let request = request.into_inner();
         let id = SessionId(request.id);
+        in_range("delay_ms", request.delay_ms, 0, SESSION_DELAY_MS_MAX)?;
         let command = SessionCommand::Release {
             session: id,
             token: request.claim_token,
@@ -394,6 +416,30 @@ pub fn session_status(error: &SessionError) -> Status {
     status(code, reason, error.to_string())
 }
 
+/// A number the state machine bounds, checked here so a bad one is never proposed; the refusal
+/// reads as the state machine's would.
+fn in_range(field: &str, got: u64, min: u64, max: u64) -> Result<(), Status> {
+    if (min..=max).contains(&got) {
+        return Ok(());
+    }
+    Err(session_status(&SessionError::OutOfRange {
+        field: field.to_owned(),
+        got,
+        min,
+        max,
+    }))
+}
+
+/// A claim's visibility, within the state machine's bounds.
+fn visibility(visibility_ms: u64) -> Result<(), Status> {
+    in_range(
+        "visibility_ms",
+        visibility_ms,
+        SESSION_VISIBILITY_MS_MIN,
+        SESSION_VISIBILITY_MS_MAX,
+    )
+}
+
 fn invalid(field: &str, error: impl std::fmt::Display) -> Status {
     status(
         Code::InvalidArgument,
@@ -478,37 +524,64 @@ fn outcome_from_proto(
             "outcome",
             "missing: send challenges, tested or issued for the claimed stage",
         )),
-        Some(Outcome::Challenges(challenges)) => Ok(StepOutcome::Challenges(
-            challenges
-                .challenges
-                .into_iter()
-                .map(|challenge| {
-                    Ok(NewChallenge {
-                        name: name(challenge.name)?,
-                        token: crate::convert::challenge_token(challenge.token)?,
-                        key_authorization: crate::convert::key_authorization(
-                            challenge.key_authorization,
-                        )?,
+        Some(Outcome::Challenges(challenges)) => {
+            // One per name, so no more than a session has names.
+            in_range(
+                "number of challenges",
+                challenges.challenges.len() as u64,
+                0,
+                SESSION_NAMES_MAX as u64,
+            )?;
+            Ok(StepOutcome::Challenges(
+                challenges
+                    .challenges
+                    .into_iter()
+                    .map(|challenge| {
+                        Ok(NewChallenge {
+                            name: name(challenge.name)?,
+                            token: crate::convert::challenge_token(challenge.token)?,
+                            key_authorization: crate::convert::key_authorization(
+                                challenge.key_authorization,
+                            )?,
+                        })
                     })
-                })
-                .collect::<Result<_, Status>>()?,
-        )),
-        Some(Outcome::Tested(tested)) => Ok(StepOutcome::Tested(
-            tested
-                .results
-                .into_iter()
-                .map(|result| {
-                    Ok(TestResult {
-                        name: name(result.name)?,
-                        satisfied: result.satisfied,
-                        error: optional(result.error, "error", Reason::new)?,
+                    .collect::<Result<_, Status>>()?,
+            ))
+        }
+        Some(Outcome::Tested(tested)) => {
+            in_range(
+                "number of test results",
+                tested.results.len() as u64,
+                0,
+                SESSION_NAMES_MAX as u64,
+            )?;
+            Ok(StepOutcome::Tested(
+                tested
+                    .results
+                    .into_iter()
+                    .map(|result| {
+                        Ok(TestResult {
+                            name: name(result.name)?,
+                            satisfied: result.satisfied,
+                            error: optional(result.error, "error", Reason::new)?,
+                        })
                     })
-                })
-                .collect::<Result<_, Status>>()?,
-        )),
-        Some(Outcome::Issued(issued)) => Ok(StepOutcome::Issued {
-            cert: issued.certificate.into_bytes(),
-        }),
+                    .collect::<Result<_, Status>>()?,
+            ))
+        }
+        Some(Outcome::Issued(issued)) => {
+            let bytes = issued.certificate.len();
+            if bytes > SESSION_CERT_BYTES_MAX {
+                return Err(session_status(&SessionError::TooLarge {
+                    field: "certificate".to_owned(),
+                    bytes,
+                    max: SESSION_CERT_BYTES_MAX,
+                }));
+            }
+            Ok(StepOutcome::Issued {
+                cert: issued.certificate.into_bytes(),
+            })
+        }
     }
 }
 

@@ -243,6 +243,32 @@ async fn precertificates_and_bad_input_are_handled_as_rfc_6962_says() {
                 "{text}"
             );
         }
+        // A body past the limit is a 413 and a query string that does not parse a 400, each
+        // with a JSON body, like every other refusal.
+        let oversized = vec![b' '; certus_node::ct_http::ADD_CHAIN_BODY_BYTES_MAX + 1];
+        let mut response = agent
+            .post(url(node, "add-chain"))
+            .header("content-type", "application/json")
+            .send(&oversized[..])
+            .expect("request");
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().expect("body");
+        assert_eq!(
+            status, 413,
+            "an oversized add-chain answered {status}: {text}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&text).expect("a JSON error");
+        assert_eq!(json["error"], "too-large", "{text}");
+        for query in [
+            "get-entries?start=0&start=1&end=0",
+            "get-sth-consistency?first=%FF&second=1",
+        ] {
+            let (status, text) = get(&agent, node, query);
+            assert_eq!(status, 400, "{query} answered {status}: {text}");
+            let json: serde_json::Value = serde_json::from_str(&text).expect("a JSON error");
+            assert_eq!(json["error"], "bad-request", "{query}: {text}");
+        }
+
         let unknown_root = Pki::new().leaf("stranger.example", false);
         let (status, body) = add(&agent, node, "add-chain", &[&unknown_root]);
         assert_eq!(status, 400, "{body}");

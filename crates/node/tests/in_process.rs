@@ -174,3 +174,210 @@ async fn a_restarted_cluster_recovers_its_state_from_disk() {
     }
     shutdown(nodes).await;
 }
+
+/// Asserts a refusal at the edge: INVALID_ARGUMENT, the `certus-error` reason, a message that
+/// mentions `mentions` and is short (the oversized input is not echoed back).
+fn assert_refused<T: std::fmt::Debug>(
+    what: &str,
+    answer: Result<T, tonic::Status>,
+    mentions: &str,
+) {
+    let status = answer.expect_err(what);
+    assert_eq!(
+        status.code(),
+        tonic::Code::InvalidArgument,
+        "{what}: {status:?}"
+    );
+    assert_eq!(
+        status
+            .metadata()
+            .get("certus-error")
+            .and_then(|value| value.to_str().ok()),
+        Some("invalid-argument"),
+        "{what}: {status:?}"
+    );
+    assert!(
+        status.message().contains(mentions) && status.message().len() < 300,
+        "{what}: {}",
+        status.message()
+    );
+}
+
+/// Input past a named limit is refused where it arrives, before any Raft work: this node is
+/// never initialized, so a request that got as far as proposing would wait for a leader and be
+/// refused with `no-leader` instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_past_a_limit_is_refused_before_anything_is_proposed() {
+    use certus_core::limits::{
+        CT_MIRROR_URL_BYTES_MAX, CT_PUBLIC_KEY_BYTES_MAX, SESSION_CERT_BYTES_MAX,
+        SESSION_CLAIM_BATCH_MAX, SESSION_DELAY_MS_MAX, SESSION_NAMES_MAX,
+        SESSION_VISIBILITY_MS_MAX,
+    };
+    use certus_node::limits::{HEALTH_SERVICE_NAME_BYTES_MAX, MEMBER_ADDR_BYTES_MAX};
+    use certus_proto::health::HealthCheckRequest;
+    use certus_proto::health::health_client::HealthClient;
+    use certus_proto::v1;
+    use certus_proto::v1::admin_client::AdminClient;
+    use certus_proto::v1::complete_request::{Challenges, Issued, Outcome, Tested};
+    use certus_proto::v1::log_client::LogClient;
+    use certus_proto::v1::sessions_client::SessionsClient;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key_file = dir.path().join("ct-log-key.pem");
+    std::fs::write(
+        &key_file,
+        certus_ct::signer::EcdsaP256Signer::generate_pkcs8_pem().expect("log key"),
+    )
+    .expect("write the log key");
+    let mut config = NodeConfig::new(1, free_addr(), free_addr(), dir.path().join("node-1"));
+    config.ct = certus_node::CtFiles {
+        key_file: Some(key_file),
+        roots_file: None,
+    };
+    config.sessions.daemons = false;
+    let node = Node::start(config.clone()).await.expect("node starts");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", config.grpc_addr))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("gRPC connection");
+
+    let long_name = "a".repeat(HEALTH_SERVICE_NAME_BYTES_MAX + 1);
+    let mut health = HealthClient::new(channel.clone());
+    let check = health
+        .check(HealthCheckRequest {
+            service: long_name.clone(),
+        })
+        .await;
+    assert_refused("Health/Check", check, "service");
+    let watch = health
+        .watch(HealthCheckRequest { service: long_name })
+        .await;
+    assert_refused("Health/Watch", watch, "service");
+
+    let add_learner = AdminClient::new(channel.clone())
+        .add_learner(v1::AddLearnerRequest {
+            id: 2,
+            grpc_addr: "1".repeat(MEMBER_ADDR_BYTES_MAX + 1),
+            http_addr: "127.0.0.1:7182".to_owned(),
+        })
+        .await;
+    assert_refused("Admin/AddLearner", add_learner, "grpc_addr");
+
+    let mut log = LogClient::new(channel.clone());
+    let long_url = format!("http://{}", "a".repeat(CT_MIRROR_URL_BYTES_MAX));
+    let mirror = log
+        .start_mirror(v1::StartMirrorRequest {
+            source_url: long_url,
+            source_public_key: vec![0x30; 91],
+        })
+        .await;
+    assert_refused("Log/StartMirror url", mirror, "source_url");
+    let mirror = log
+        .start_mirror(v1::StartMirrorRequest {
+            source_url: "http://127.0.0.1:1".to_owned(),
+            source_public_key: vec![0x30; CT_PUBLIC_KEY_BYTES_MAX + 1],
+        })
+        .await;
+    assert_refused(
+        "Log/StartMirror key",
+        mirror,
+        &format!("at most {CT_PUBLIC_KEY_BYTES_MAX}"),
+    );
+
+    let mut sessions = SessionsClient::new(channel);
+    let key = rcgen::KeyPair::generate().expect("key");
+    let csr = rcgen::CertificateParams::new(vec!["a.example.com".to_owned()])
+        .expect("CSR params")
+        .serialize_request(&key)
+        .expect("CSR")
+        .der()
+        .to_vec();
+    let too_many_names: Vec<String> = (0..=SESSION_NAMES_MAX)
+        .map(|n| format!("host-{n}.example.com"))
+        .collect();
+    let create = sessions
+        .create(v1::CreateSessionRequest {
+            csr,
+            names: too_many_names.clone(),
+            request_key: String::new(),
+        })
+        .await;
+    assert_refused("Sessions/Create", create, "number of names");
+    let claim = |max: u32, visibility_ms: u64| v1::ClaimRequest {
+        stage: v1::Stage::MakeChallenge.into(),
+        worker: "worker-1".to_owned(),
+        visibility_ms,
+        max,
+    };
+    let answer = sessions
+        .claim(claim(SESSION_CLAIM_BATCH_MAX + 1, 30_000))
+        .await;
+    assert_refused("Sessions/Claim max", answer, "max");
+    let answer = sessions
+        .claim(claim(1, SESSION_VISIBILITY_MS_MAX + 1))
+        .await;
+    assert_refused("Sessions/Claim visibility", answer, "visibility_ms");
+    let answer = sessions
+        .extend(v1::ExtendRequest {
+            id: 1,
+            claim_token: 1,
+            visibility_ms: 0,
+        })
+        .await;
+    assert_refused("Sessions/Extend", answer, "visibility_ms");
+    let answer = sessions
+        .release(v1::ReleaseClaimRequest {
+            id: 1,
+            claim_token: 1,
+            delay_ms: SESSION_DELAY_MS_MAX + 1,
+            note: String::new(),
+        })
+        .await;
+    assert_refused("Sessions/Release", answer, "delay_ms");
+    let complete = |outcome: Outcome| v1::CompleteRequest {
+        id: 1,
+        claim_token: 1,
+        outcome: Some(outcome),
+    };
+    let challenges = Outcome::Challenges(Challenges {
+        challenges: too_many_names
+            .iter()
+            .enumerate()
+            .map(|(n, name)| v1::NewChallenge {
+                name: name.clone(),
+                token: format!("token-{n}"),
+                key_authorization: format!("token-{n}.thumbprint"),
+            })
+            .collect(),
+    });
+    let answer = sessions.complete(complete(challenges)).await;
+    assert_refused(
+        "Sessions/Complete challenges",
+        answer,
+        "number of challenges",
+    );
+    let tested = Outcome::Tested(Tested {
+        results: too_many_names
+            .iter()
+            .map(|name| v1::TestResult {
+                name: name.clone(),
+                satisfied: true,
+                error: String::new(),
+            })
+            .collect(),
+    });
+    let answer = sessions.complete(complete(tested)).await;
+    assert_refused(
+        "Sessions/Complete results",
+        answer,
+        "number of test results",
+    );
+    let issued = Outcome::Issued(Issued {
+        certificate: "x".repeat(SESSION_CERT_BYTES_MAX + 1),
+    });
+    let answer = sessions.complete(complete(issued)).await;
+    assert_refused("Sessions/Complete certificate", answer, "certificate");
+
+    node.shutdown().await;
+}

@@ -1,0 +1,5 @@
+//! The `snapshot` fuzz target: a libFuzzer wrapper around `certus_fuzz_targets::snapshot::snapshot`
+//! (docs/fuzzing.md says what it covers).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| certus_fuzz_targets::snapshot::snapshot(data));
