@@ -65,7 +65,8 @@ pub enum SubmitError {
     /// The chain failed a check (HTTP 400).
     #[error(transparent)]
     Chain(#[from] ChainError),
-    /// The log refused it now: back-pressure or frozen (HTTP 503).
+    /// The log refused it: back-pressure or frozen (HTTP 503), a mirror (403), an entry past the
+    /// state machine's size bounds (400).
     #[error("{0}")]
     Refused(CtError),
     /// The cluster could not commit it (HTTP 503; nothing is promised).
