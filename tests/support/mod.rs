@@ -167,7 +167,7 @@ fn spec(dir: &Path, id: u64) -> NodeSpec {
 
 fn write_config(spec: &NodeSpec, tuning: &Tuning, members: &str) {
     let text = format!(
-        "id = {}\ngrpc_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"{}\"\ntick_interval_ms = {}\n{members}\n[raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
+        "plaintext = true\nid = {}\ngrpc_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"{}\"\ntick_interval_ms = {}\n{members}\n[raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
         spec.id,
         spec.grpc,
         spec.http,

@@ -395,6 +395,20 @@ impl CaIdentity {
         self.issuer.key().serialize_pem()
     }
 
+    /// Signs `params` for `public_key` as they are: the caller chooses names, usages and
+    /// validity (transport certificates; leaves for sessions go through [`Self::issue`]).
+    pub fn sign(
+        &self,
+        params: CertificateParams,
+        public_key: &impl PublicKeyData,
+    ) -> Result<rcgen::Certificate, CaError> {
+        params
+            .signed_by(public_key, &self.issuer)
+            .map_err(|e| CaError::Generation {
+                reason: e.to_string(),
+            })
+    }
+
     /// The CA certificate as PEM.
     pub fn certificate_pem(&self) -> &str {
         &self.certificate_pem

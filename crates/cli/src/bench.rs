@@ -51,6 +51,15 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
 /// the leader's pipeline fill.
 const WARM_UP: Duration = Duration::from_secs(1);
 
+/// `configs` without per-client limits: every benchmark client shares the loopback address, and
+/// the figures measure the cluster, not the limiter.
+fn unlimited(mut configs: Vec<certus_node::NodeConfig>) -> Vec<certus_node::NodeConfig> {
+    for config in &mut configs {
+        config.client_limits.enabled = false;
+    }
+    configs
+}
+
 fn free_addr() -> Result<SocketAddr, String> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|error| error.to_string())?;
     listener.local_addr().map_err(|error| error.to_string())

@@ -70,7 +70,7 @@ pub(crate) fn node_table(nodes: &[(&Node, String)]) -> Table {
             replica.id.to_string(),
             role.to_owned(),
             replica.node.grpc_addr.clone(),
-            format!("http://{}", replica.node.http_addr),
+            replica.node.http_addr.clone(),
             data_dir.clone(),
         ]);
     }

@@ -35,6 +35,8 @@ pub(crate) struct CtlArgs {
         default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
     )]
     endpoints: Vec<String>,
+    #[command(flatten)]
+    connect: crate::connect::ConnectArgs,
     /// Print one JSON document on stdout instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -203,7 +205,8 @@ enum TokensCommand {
 
 /// Runs `certus ctl`.
 pub(crate) async fn run(args: CtlArgs) -> Result<(), String> {
-    let client = Client::new(&args.endpoints).map_err(|error| error.to_string())?;
+    let client = Client::with_config(&args.endpoints, args.connect.client_config()?)
+        .map_err(|error| error.to_string())?;
     let out = Output { json: args.json };
     match args.command {
         CtlCommand::Status => status(&client, &out).await,

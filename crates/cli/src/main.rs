@@ -9,8 +9,10 @@ use tracing_subscriber::EnvFilter;
 mod bench;
 mod ca_files;
 mod cluster;
+mod connect;
 mod ct_key;
 mod ctl;
+mod pki;
 mod serve;
 mod up;
 
@@ -53,6 +55,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Generate a CT log signing key (ECDSA P-256, PKCS#8 PEM) and print its log id.
     CtKeygen(ct_key::KeygenArgs),
+    /// The cluster's transport PKI: a CA, node and client certificates, bearer tokens.
+    Pki(pki::PkiArgs),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
             Command::Ctl(args) => ctl::run(args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::CtKeygen(args) => ct_key::run(&args),
+            Command::Pki(args) => pki::run(args),
         }
     });
     match result {

@@ -49,6 +49,9 @@ pub(crate) struct ServeArgs {
     /// A PEM bundle of the root certificates the CT log accepts chains up to.
     #[arg(long, env = "CERTUS_CT_ROOTS_FILE")]
     ct_roots_file: Option<PathBuf>,
+    /// Serve plain text, without TLS or authorization (the config file's `plaintext = true`).
+    #[arg(long, env = "CERTUS_PLAINTEXT")]
+    plaintext: bool,
 }
 
 /// The config file.
@@ -79,6 +82,18 @@ struct ServeFile {
     /// The `[pipelines]` table: `webhooks`.
     #[serde(default)]
     pipelines: certus_node::PipelinesSetup,
+    /// The `[tls]` table: `ca_cert_file`, `cert_file`, `key_file`, `https`.
+    tls: Option<certus_node::TlsSetup>,
+    /// `[[tokens]]`: `name`, `roles`, `sha256`.
+    #[serde(default)]
+    tokens: Vec<certus_node::security::TokenEntry>,
+    /// Serve plain text: no TLS, no authorization. Must be said, never assumed.
+    #[serde(default)]
+    plaintext: bool,
+    /// The `[client_limits]` table: `enabled`, `requests_in_flight_max`, `streams_max`,
+    /// `requests_per_second`, `burst`, `clients_max`.
+    #[serde(default)]
+    client_limits: certus_node::client_limits::ClientLimits,
 }
 
 /// The CT files of the config file, each overridden by its flag (or environment variable).
@@ -134,6 +149,22 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     config.ct = ct_files(file.ct, args.ct_key_file, args.ct_roots_file);
     config.sessions = file.sessions;
     config.pipelines = file.pipelines;
+    let plaintext = args.plaintext || file.plaintext;
+    config.tls = match (file.tls, plaintext) {
+        (Some(_), true) => {
+            return Err("both [tls] and plaintext are set; choose one".into());
+        }
+        (None, false) => {
+            return Err(
+                "no [tls] table: give the node its certificates (see docs/security.md), \
+                 or set plaintext = true (or --plaintext) to run without TLS and authorization"
+                    .into(),
+            );
+        }
+        (tls, _) => tls,
+    };
+    config.tokens = file.tokens;
+    config.client_limits = file.client_limits;
     let join = if args.join.is_empty() {
         file.join
     } else {
@@ -168,8 +199,14 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         // The node loaded this key to start; this only shows who it is.
         match LogKey::of_file(key_file) {
             Ok(key) => println!(
-                "CT log: http://{}/ct/v1/ (log id {})",
-                config.http_addr, key.log_id
+                "CT log: {}://{}/ct/v1/ (log id {})",
+                if config.tls.as_ref().is_some_and(|tls| tls.https) {
+                    "https"
+                } else {
+                    "http"
+                },
+                config.http_addr,
+                key.log_id
             ),
             Err(error) => tracing::warn!(%error, "cannot show the CT log id"),
         }
@@ -230,7 +267,26 @@ async fn join_cluster(
         info!(id, "already a member; not joining again");
         return Ok(());
     }
-    let client = Client::new(join.iter().cloned()).map_err(|error| error.to_string())?;
+    // Joining asks a member to add this node: the node's own certificate is its identity.
+    let client_config = match &config.tls {
+        Some(tls) => {
+            let read = |path: &std::path::Path| {
+                std::fs::read_to_string(path)
+                    .map_err(|error| format!("cannot read {}: {error}", path.display()))
+            };
+            certus_client::ClientConfig {
+                tls: Some(certus_client::ClientTls {
+                    ca_pem: read(&tls.ca_cert_file)?,
+                    identity: Some((read(&tls.cert_file)?, read(&tls.key_file)?)),
+                    server_name: None,
+                }),
+                ..certus_client::ClientConfig::default()
+            }
+        }
+        None => certus_client::ClientConfig::default(),
+    };
+    let client = Client::with_config(join.iter().cloned(), client_config)
+        .map_err(|error| error.to_string())?;
     info!(id, "joining as a learner");
     client
         .add_learner(
@@ -293,6 +349,26 @@ async fn wait_for_stop() -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_documented_config_file_is_accepted() {
+        let doc = include_str!("../../../docs/operations.md");
+        let section = doc
+            .split("## One node: `certus serve`")
+            .nth(1)
+            .expect("the serve section");
+        let example = section
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("a TOML example");
+        let file: ServeFile = toml::from_str(example).expect("the example parses");
+        let tls = file.tls.expect("the example shows [tls]");
+        assert!(tls.https);
+        assert_eq!(file.tokens.len(), 1);
+        assert!(file.client_limits.enabled);
+        assert!(!file.plaintext);
+    }
 
     #[test]
     fn the_config_file_takes_a_ct_table() {

@@ -10,11 +10,12 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use certus_node::{CtFiles, Node, NodeConfig, SessionsSetup};
+use certus_node::{CtFiles, Node, NodeConfig, SessionsSetup, TlsSetup};
 
 use crate::ca_files::ensure_ca;
 use crate::cluster::{await_leader, node_table, start_local};
 use crate::ct_key::ensure_key;
+use crate::pki::{CA_CERT_FILE, ensure_local, identity_files};
 
 /// The first gRPC port of `certus up`; node N listens on this + N.
 pub(crate) const GRPC_PORT_BASE: u16 = 7100;
@@ -36,7 +37,13 @@ pub(crate) struct UpArgs {
     /// runs but accepts no chain.
     #[arg(long, env = "CERTUS_CT_ROOTS")]
     ct_roots: Option<PathBuf>,
+    /// Serve plain text, without TLS or authorization (local experiments only).
+    #[arg(long)]
+    plaintext: bool,
 }
+
+/// Where `certus up` keeps the cluster's transport PKI, in the data directory.
+pub(crate) const PKI_DIR: &str = "pki";
 
 fn local(port: u16) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, port))
@@ -48,6 +55,7 @@ fn local_configs(
     nodes: u8,
     ct: &CtFiles,
     sessions: &SessionsSetup,
+    tls: bool,
 ) -> Vec<NodeConfig> {
     (1..=u64::from(nodes))
         .map(|id| {
@@ -60,6 +68,16 @@ fn local_configs(
             );
             config.ct = ct.clone();
             config.sessions = sessions.clone();
+            if tls {
+                let pki = data_dir.join(PKI_DIR);
+                let (cert_file, key_file) = identity_files(&pki, &format!("node-{id}"));
+                config.tls = Some(TlsSetup {
+                    ca_cert_file: pki.join(CA_CERT_FILE),
+                    cert_file,
+                    key_file,
+                    https: true,
+                });
+            }
             config
         })
         .collect()
@@ -82,7 +100,12 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
         ca_cert_file: Some(ca_cert_file.clone()),
         ..SessionsSetup::default()
     };
-    let configs = local_configs(&args.data_dir, args.nodes, &ct, &sessions);
+    let pki_created = if args.plaintext {
+        None
+    } else {
+        Some(ensure_local(&args.data_dir.join(PKI_DIR), args.nodes)?)
+    };
+    let configs = local_configs(&args.data_dir, args.nodes, &ct, &sessions, !args.plaintext);
     let nodes = start_local(&configs).await?;
     let leader = await_leader(&nodes, Duration::from_secs(10)).await;
 
@@ -102,8 +125,12 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
         key_file.display(),
         if created { "new" } else { "reused" }
     );
+    let scheme = if args.plaintext { "http" } else { "https" };
     for config in &configs {
-        println!("  node {}: http://{}/ct/v1/", config.id, config.http_addr);
+        println!(
+            "  node {}: {scheme}://{}/ct/v1/",
+            config.id, config.http_addr
+        );
     }
     match &args.ct_roots {
         Some(path) => println!(
@@ -120,6 +147,17 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
         ca_cert_file.display(),
         if ca_created { "new" } else { "reused" }
     );
+    let pki = args.data_dir.join(PKI_DIR);
+    match pki_created {
+        Some(created) => println!(
+            "TLS: every node and client needs a certificate from {} ({}); `certus ctl` uses \
+             {} as admin when run from here",
+            pki.join(CA_CERT_FILE).display(),
+            if created { "new" } else { "reused" },
+            identity_files(&pki, "admin").0.display()
+        ),
+        None => println!("TLS: off (--plaintext); `certus ctl` needs --plaintext too"),
+    }
     println!("try:    cargo run -p certus-cli -- ctl status");
     println!("        cargo run -p certus-cli -- ctl log status");
     println!("stop:   Ctrl-C");
@@ -150,12 +188,18 @@ mod tests {
             ca_cert_file: Some(PathBuf::from("data/ca-cert.pem")),
             ..SessionsSetup::default()
         };
-        let configs = local_configs(Path::new("data"), 3, &ct, &sessions);
+        let configs = local_configs(Path::new("data"), 3, &ct, &sessions, true);
         assert_eq!(configs.len(), 3);
         for (config, id) in configs.iter().zip(1..) {
             assert_eq!(config.id, id);
             assert_eq!(config.ct, ct);
             assert_eq!(config.sessions, sessions);
+            let tls = config.tls.as_ref().expect("TLS by default");
+            assert_eq!(tls.ca_cert_file, Path::new("data/pki/ca.pem"));
+            assert_eq!(
+                tls.cert_file,
+                Path::new("data/pki").join(format!("node-{id}.pem"))
+            );
             assert_eq!(
                 config.data_dir,
                 Path::new("data").join(format!("node-{id}"))

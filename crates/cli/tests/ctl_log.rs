@@ -91,7 +91,7 @@ impl Cluster {
             let data_dir = dir.path().join(format!("node-{id}"));
             // The [ct] table comes last: TOML puts every key after it into it.
             let config = format!(
-                "id = {id}\ngrpc_addr = \"{grpc}\"\nhttp_addr = \"{http}\"\ndata_dir = \"{}\"\n{members}\n[ct]\nkey_file = \"{}\"\nroots_file = \"{}\"\n",
+                "plaintext = true\nid = {id}\ngrpc_addr = \"{grpc}\"\nhttp_addr = \"{http}\"\ndata_dir = \"{}\"\n{members}\n[ct]\nkey_file = \"{}\"\nroots_file = \"{}\"\n",
                 data_dir.display(),
                 key_file.display(),
                 roots_file.display(),

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::auth::{NodeChannel, node_channel};
 use certus_proto::health::HealthCheckRequest;
 use certus_proto::health::health_check_response::ServingStatus;
 use certus_proto::health::health_client::HealthClient;
@@ -42,7 +43,6 @@ use certus_proto::v1::{
 };
 use tokio::time::Instant;
 use tonic::codec::Streaming;
-use tonic::transport::{Channel, Endpoint};
 use tonic::{Response, Status};
 
 use crate::error::{Disposition, describe, disposition, reason_of};
@@ -57,7 +57,7 @@ const NOTHING_PROPOSED: &str = "no-leader";
 pub const PIPELINE_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
 
 /// A Pipelines stub on `channel` that accepts the largest replies the node sends.
-fn pipelines(channel: Channel) -> PipelinesClient<Channel> {
+fn pipelines(channel: NodeChannel) -> PipelinesClient<NodeChannel> {
     PipelinesClient::new(channel).max_decoding_message_size(PIPELINE_REPLY_BYTES_MAX)
 }
 
@@ -81,7 +81,7 @@ struct Inner {
 #[derive(Debug, Default)]
 struct State {
     /// One lazily connected channel per endpoint used so far.
-    channels: BTreeMap<String, Channel>,
+    channels: BTreeMap<String, NodeChannel>,
     /// Where requests go until an attempt there fails: the leader when known.
     preferred: Option<String>,
     /// Where the next leader discovery starts, so that successive discoveries spread out.
@@ -1372,16 +1372,17 @@ impl Client {
     }
 
     /// The cached channel to `endpoint`, created (without connecting) if there is none.
-    fn channel(&self, endpoint: &str) -> Result<Channel, ClientError> {
+    fn channel(&self, endpoint: &str) -> Result<NodeChannel, ClientError> {
         let mut state = self.state();
         if let Some(channel) = state.channels.get(endpoint) {
             return Ok(channel.clone());
         }
-        let channel = Endpoint::from_shared(format!("http://{endpoint}"))
-            .map_err(|error| ClientError::InvalidEndpoint(format!("{endpoint:?}: {error}")))?
-            .connect_timeout(self.config().connect_timeout)
+        let config = self.config();
+        let channel = crate::auth::endpoint(endpoint, config.tls.as_ref())?
+            .connect_timeout(config.connect_timeout)
             .tcp_nodelay(true)
             .connect_lazy();
+        let channel = node_channel(channel, config.token.as_ref().map(|token| token.0.as_str()))?;
         state.channels.insert(endpoint.to_owned(), channel.clone());
         Ok(channel)
     }
@@ -1421,7 +1422,7 @@ impl Client {
         send: &mut F,
     ) -> Result<T, Failure>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(NodeChannel) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let channel = self.channel(endpoint).map_err(Failure::Invalid)?;
@@ -1449,7 +1450,7 @@ impl Client {
         mut send: F,
     ) -> Result<T, ClientError>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(NodeChannel) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let endpoint = parse_endpoint(endpoint)?;
@@ -1479,7 +1480,7 @@ impl Client {
         mut send: F,
     ) -> Result<T, ClientError>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(NodeChannel) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let deadline = Instant::now() + budget.deadline;

@@ -45,6 +45,11 @@ pub struct ClientConfig {
     /// set this to make every request go through the given nodes (for example to test that a
     /// particular follower serves reads).
     pub pin_to_endpoints: bool,
+    /// TLS to the cluster (its CA, and this client's certificate). Default `None`: plain text,
+    /// for nodes run without TLS.
+    pub tls: Option<crate::ClientTls>,
+    /// A bearer token sent with every call, for clients without a certificate. Default `None`.
+    pub token: Option<crate::BearerToken>,
 }
 
 impl Default for ClientConfig {
@@ -60,6 +65,8 @@ impl Default for ClientConfig {
             discovery_timeout: Duration::from_secs(1),
             admin_timeout: Duration::from_secs(65),
             pin_to_endpoints: false,
+            tls: None,
+            token: None,
         }
     }
 }

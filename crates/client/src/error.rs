@@ -37,6 +37,9 @@ pub enum ClientError {
     /// An endpoint is not of the form `host:port`, or no endpoint was given.
     #[error("invalid endpoint {0}")]
     InvalidEndpoint(String),
+    /// The client's own configuration is unusable (for example a token that cannot be sent).
+    #[error("invalid client configuration: {0}")]
+    InvalidConfig(String),
 }
 
 impl ClientError {
@@ -44,7 +47,9 @@ impl ClientError {
     pub fn reason(&self) -> &str {
         match self {
             ClientError::Refused { reason, .. } => reason,
-            ClientError::Unavailable { .. } | ClientError::InvalidEndpoint(_) => "",
+            ClientError::Unavailable { .. }
+            | ClientError::InvalidEndpoint(_)
+            | ClientError::InvalidConfig(_) => "",
         }
     }
 
@@ -54,7 +59,9 @@ impl ClientError {
         match self {
             ClientError::Refused { code, .. } => *code,
             ClientError::Unavailable { .. } => Code::Unavailable,
-            ClientError::InvalidEndpoint(_) => Code::InvalidArgument,
+            ClientError::InvalidEndpoint(_) | ClientError::InvalidConfig(_) => {
+                Code::InvalidArgument
+            }
         }
     }
 

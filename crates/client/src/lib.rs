@@ -132,11 +132,13 @@
 
 #![deny(missing_docs, unreachable_pub)]
 
+mod auth;
 mod client;
 mod config;
 mod endpoint;
 mod error;
 
+pub use auth::{BearerToken, ClientTls};
 pub use client::{Client, PIPELINE_REPLY_BYTES_MAX};
 pub use config::ClientConfig;
 pub use endpoint::parse_endpoint;

@@ -83,7 +83,11 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 /// Checks that a node about to be added answers at `grpc_addr` and is who the request says: a
 /// typo in an address or id would otherwise sit in the membership as a learner that never
 /// catches up.
-async fn probe_new_member(id: u64, grpc_addr: &str) -> Result<(), Status> {
+async fn probe_new_member(
+    id: u64,
+    grpc_addr: &str,
+    tls: &crate::tls::PeerTls,
+) -> Result<(), Status> {
     let unreachable = |reason: String| {
         status(
             Code::FailedPrecondition,
@@ -91,8 +95,9 @@ async fn probe_new_member(id: u64, grpc_addr: &str) -> Result<(), Status> {
             format!("no Certus node answers at {grpc_addr}: {reason}; start it before adding it"),
         )
     };
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{grpc_addr}"))
-        .map_err(|error| unreachable(error.to_string()))?
+    let endpoint = tls
+        .endpoint(grpc_addr)
+        .map_err(unreachable)?
         .connect_timeout(PROBE_TIMEOUT);
     let probe = async {
         let channel = endpoint
@@ -165,7 +170,7 @@ impl Admin for AdminService {
                 ));
             }
         }
-        probe_new_member(request.id, &request.grpc_addr).await?;
+        probe_new_member(request.id, &request.grpc_addr, self.replica.peer_tls()).await?;
         let node = CertusNode {
             grpc_addr: request.grpc_addr,
             http_addr: request.http_addr,

@@ -47,9 +47,14 @@ pub const UNLIMITED_PATH_PREFIXES: &[&str] = &["/certus.v1.Raft/"];
 /// How often, at most, the table of clients is swept for idle ones when it is full.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The bounds one client is held to. [`ClientLimits::default`] is the node's named limits.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The bounds one client is held to. [`ClientLimits::default`] is the node's named limits; a
+/// node's `[client_limits]` table changes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ClientLimits {
+    /// Hold clients to these limits at all. Off for benchmarks, where every client shares one
+    /// loopback address.
+    pub enabled: bool,
     /// Requests one client may have in flight (arrived, not answered).
     pub requests_in_flight_max: usize,
     /// Calls one client may have open (arrived, response body not ended).
@@ -65,6 +70,7 @@ pub struct ClientLimits {
 impl Default for ClientLimits {
     fn default() -> ClientLimits {
         ClientLimits {
+            enabled: true,
             requests_in_flight_max: CLIENT_REQUESTS_IN_FLIGHT_MAX,
             streams_max: CLIENT_STREAMS_MAX,
             requests_per_second: CLIENT_REQUESTS_PER_SECOND,
@@ -329,7 +335,9 @@ impl Limiter {
 }
 
 #[cfg(not(madsim))]
-pub use layer::{ClientLimitsLayer, ClientLimitsService, KeyFn, LimitedBody, tcp_peer};
+pub use layer::{
+    ClientLimitsLayer, ClientLimitsService, KeyFn, LimitedBody, tcp_peer, tls_or_tcp_peer,
+};
 
 /// The tower layer: real sockets only (the simulation's transport has no `TcpConnectInfo`).
 #[cfg(not(madsim))]
@@ -353,6 +361,17 @@ mod layer {
             .get::<TcpConnectInfo>()
             .and_then(TcpConnectInfo::remote_addr)
             .map(|addr| addr.ip())
+    }
+
+    /// The peer's IP address over TLS (tonic's `TlsConnectInfo`) or plain TCP.
+    pub fn tls_or_tcp_peer(extensions: &http::Extensions) -> ClientKey {
+        use tonic::transport::server::TlsConnectInfo;
+        extensions
+            .get::<TlsConnectInfo<TcpConnectInfo>>()
+            .map(TlsConnectInfo::get_ref)
+            .and_then(TcpConnectInfo::remote_addr)
+            .map(|addr| addr.ip())
+            .or_else(|| tcp_peer(extensions))
     }
 
     /// Holds every client of the gRPC services it wraps to [`ClientLimits`]. Put it inside the
@@ -441,9 +460,17 @@ mod layer {
 
         fn call(&mut self, request: http::Request<RequestBody>) -> Self::Future {
             let path = request.uri().path();
-            if UNLIMITED_PATH_PREFIXES
-                .iter()
-                .any(|prefix| path.starts_with(prefix))
+            // Peers (an identity with the node role, set by the authorization layer outside
+            // this one) are the cluster's own traffic: forwarded reads and entry fetches.
+            let from_a_peer = request
+                .extensions()
+                .get::<crate::security::Identity>()
+                .is_some_and(|identity| identity.roles.contains(&crate::security::Role::Node));
+            if !self.limiter.limits().enabled
+                || from_a_peer
+                || UNLIMITED_PATH_PREFIXES
+                    .iter()
+                    .any(|prefix| path.starts_with(prefix))
             {
                 let response = self.inner.call(request);
                 return Box::pin(async move {

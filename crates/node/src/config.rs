@@ -39,6 +39,19 @@ pub struct NodeConfig {
     /// Transaction pipelines: this node's part in their background roles.
     #[serde(default)]
     pub pipelines: PipelinesSetup,
+    /// TLS with the cluster CA and the authorization of every call (`crate::tls`); `None`
+    /// serves plain text and lets every call through (the simulation, tests, and local
+    /// experiments that choose it).
+    #[serde(default)]
+    pub tls: Option<crate::tls::TlsSetup>,
+    /// Bearer tokens for programs that cannot present a client certificate (`[[tokens]]`).
+    /// Used only with `tls`.
+    #[serde(default)]
+    pub tokens: Vec<crate::security::TokenEntry>,
+    /// What one client (a peer IP address) may have in flight, open and per second on the gRPC
+    /// server (`crate::client_limits`).
+    #[serde(default)]
+    pub client_limits: crate::client_limits::ClientLimits,
 }
 
 /// What a node does for transaction pipelines (`[pipelines]` in `certus serve`'s file).
@@ -169,6 +182,9 @@ impl NodeConfig {
             ct: CtFiles::default(),
             sessions: SessionsSetup::default(),
             pipelines: PipelinesSetup::default(),
+            tls: None,
+            tokens: Vec::new(),
+            client_limits: crate::client_limits::ClientLimits::default(),
         }
     }
 
@@ -233,6 +249,10 @@ impl NodeConfig {
                 certus_core::limits::SESSION_DELAY_MS_MAX
             ));
         }
+        if !self.tokens.is_empty() && self.tls.is_none() {
+            return Err("tokens are set but tls is not: tokens are only checked over TLS".into());
+        }
+        crate::security::Tokens::new(&self.tokens)?;
         if self.tick_interval_ms == 0 {
             return Err("tick_interval_ms must be at least 1".into());
         }

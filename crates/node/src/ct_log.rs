@@ -109,6 +109,12 @@ impl CtNode {
         })
     }
 
+    /// Dial peers (forwarded reads, entry fetches) as `tls` says.
+    pub fn with_peer_tls(mut self, tls: crate::tls::PeerTls) -> CtNode {
+        self.peers = LogPeers::new(tls);
+        self
+    }
+
     /// What this node knows of the mirror's source, as of the last round it led.
     #[cfg(not(madsim))]
     pub fn mirror_progress(&self) -> crate::ct_mirror::MirrorProgress {

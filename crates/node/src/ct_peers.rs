@@ -11,7 +11,9 @@ use certus_ct::structures::{DigitallySigned, SignedTreeHead};
 use certus_proto::v1;
 use certus_proto::v1::log_client::LogClient;
 use certus_store::LocalEntry;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
+
+use crate::tls::PeerTls;
 
 use crate::ct_log::{Read, ReadError, ReadReply};
 use crate::replica::Replica;
@@ -27,9 +29,18 @@ pub const FETCH_BATCH: u32 = 1000;
 #[derive(Debug, Default)]
 pub struct LogPeers {
     clients: Mutex<BTreeMap<u64, (String, LogClient<Channel>)>>,
+    tls: PeerTls,
 }
 
 impl LogPeers {
+    /// Log peers dialled as `tls` says.
+    pub fn new(tls: PeerTls) -> LogPeers {
+        LogPeers {
+            clients: Mutex::default(),
+            tls,
+        }
+    }
+
     /// A client to node `id` at `grpc_addr` (a new one if its address changed).
     fn client(&self, id: u64, grpc_addr: &str) -> Result<LogClient<Channel>, String> {
         let mut clients = self
@@ -41,7 +52,9 @@ impl LogPeers {
         {
             return Ok(client.clone());
         }
-        let channel = Endpoint::from_shared(format!("http://{grpc_addr}"))
+        let channel = self
+            .tls
+            .endpoint(grpc_addr)
             .map_err(|error| format!("node {id} at {grpc_addr}: {error}"))?
             .connect_timeout(PEER_TIMEOUT)
             .timeout(PEER_TIMEOUT)

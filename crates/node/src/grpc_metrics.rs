@@ -56,6 +56,11 @@ impl KnownMethods {
         Ok(KnownMethods(Arc::new(paths)))
     }
 
+    /// Every known method's path.
+    pub fn paths(&self) -> &BTreeSet<String> {
+        &self.0
+    }
+
     /// The `method` label of a request for `path`.
     pub fn label(&self, path: &str) -> String {
         if self.0.contains(path) {

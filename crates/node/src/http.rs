@@ -18,13 +18,18 @@ use crate::ct_log::CtNode;
 use crate::health::readiness;
 use crate::metrics::{Metrics, NodeSample, OTHER_PATH};
 use crate::replica::Replica;
+use crate::security::{Authorizer, Refusal};
 
 /// Every HTTP route of one node, each request counted: the routes of [`router`], `/metrics`,
 /// and the CT log's `/ct/v1/` routes when `ct` is given.
+///
+/// With an `authorizer` (a node with TLS), routes that are not public need an identity
+/// ([`crate::security::http_permission`]); refusals are counted like any answer.
 pub fn node_router(
     replica: Arc<Replica>,
     metrics: Arc<Metrics>,
     ct: Option<Arc<CtNode>>,
+    authorizer: Option<Arc<Authorizer>>,
 ) -> Router {
     let mut routes = router(Arc::clone(&replica)).merge(metrics_router(
         Arc::clone(&replica),
@@ -34,7 +39,51 @@ pub fn node_router(
     if let Some(ct) = ct {
         routes = crate::ct_http::router(replica, ct).merge(routes);
     }
+    if let Some(authorizer) = authorizer {
+        routes = routes.layer(axum::middleware::from_fn_with_state(authorizer, authorize));
+    }
     count_requests(routes, metrics)
+}
+
+/// The verified client certificate (leaf, DER) of the TLS connection a request came on, put in
+/// each request's extensions by the HTTPS listener.
+#[derive(Debug, Clone)]
+pub struct PeerCertificate(pub Arc<Vec<u8>>);
+
+async fn authorize(
+    State(authorizer): State<Arc<Authorizer>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path().to_owned();
+    let permission = crate::security::http_permission(&path);
+    let certificate = request.extensions().get::<PeerCertificate>().cloned();
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    match authorizer.check(
+        &path,
+        permission,
+        certificate.as_ref().map(|der| der.0.as_slice()),
+        authorization,
+    ) {
+        Ok(_) => next.run(request).await,
+        Err(refusal) => {
+            let code = match refusal {
+                Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+                Refusal::Forbidden(_) => StatusCode::FORBIDDEN,
+            };
+            let mut response = json_error(code, refusal.reason(), refusal.message());
+            if code == StatusCode::UNAUTHORIZED {
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"certus\""),
+                );
+            }
+            response
+        }
+    }
 }
 
 /// `/metrics`: the counters of `metrics` and the node's levels read at scrape time, in the
@@ -262,7 +311,12 @@ mod tests {
         }
         let replica = Arc::clone(node.replica());
         let metrics = Arc::new(Metrics::new());
-        let app = node_router(Arc::clone(&replica), Arc::clone(&metrics), Some(ct_node()));
+        let app = node_router(
+            Arc::clone(&replica),
+            Arc::clone(&metrics),
+            Some(ct_node()),
+            None,
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");

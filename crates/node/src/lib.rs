@@ -41,8 +41,10 @@ pub mod raft_service;
 pub mod replica;
 #[cfg(madsim)]
 pub mod runtime;
+pub mod security;
 pub mod session_daemons;
 pub mod sessions_service;
+pub mod tls;
 pub mod types;
 
 pub use clock::Clock;
@@ -52,4 +54,5 @@ pub use errors::ServiceError;
 pub use node::{Node, StartError};
 pub use replica::{Leader, Replica};
 pub use session_daemons::{SessionParts, WorkEvent, WorkObserver};
+pub use tls::{TlsMaterial, TlsSetup};
 pub use types::{CertusNode, NodeId, Raft, TypeConfig};

@@ -21,17 +21,19 @@ use openraft::raft::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::codec;
 use crate::forward::{ForwardReply, ForwardRequest};
 use crate::limits::{FORWARD_TIMEOUT, RAFT_MESSAGE_BYTES_MAX};
+use crate::tls::PeerTls;
 use crate::types::{CertusNode, NodeId, TypeConfig};
 
 /// Channels to peers by gRPC address, shared by every Raft client and the forwarder.
 #[derive(Debug, Clone, Default)]
 pub struct Peers {
     channels: Arc<Mutex<BTreeMap<String, Channel>>>,
+    tls: PeerTls,
 }
 
 /// Why a call to a peer failed.
@@ -72,15 +74,30 @@ pub enum PeerError {
 }
 
 impl Peers {
+    /// Peers dialled as `tls` says.
+    pub fn new(tls: PeerTls) -> Peers {
+        Peers {
+            channels: Arc::default(),
+            tls,
+        }
+    }
+
+    /// How peers are dialled.
+    pub fn tls(&self) -> &PeerTls {
+        &self.tls
+    }
+
     fn client(&self, addr: &str) -> Result<RaftClient<Channel>, PeerError> {
         let mut channels = self.channels.lock().expect("peer table lock");
         let channel = match channels.get(addr) {
             Some(channel) => channel.clone(),
             None => {
-                let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-                    .map_err(|error| PeerError::BadAddress {
+                let endpoint = self
+                    .tls
+                    .endpoint(addr)
+                    .map_err(|reason| PeerError::BadAddress {
                         addr: addr.to_owned(),
-                        reason: error.to_string(),
+                        reason,
                     })?
                     .connect_timeout(Duration::from_secs(1))
                     .tcp_nodelay(true);

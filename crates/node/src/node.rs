@@ -147,6 +147,14 @@ impl Node {
             ca.check_can_issue(clock.now_ms(), certus_ca::issuer::LEAF_VALIDITY_DEFAULT)
                 .map_err(|error| StartError::Config(format!("sessions CA: {error}")))?;
         }
+        let tls = match &config.tls {
+            Some(setup) => Some(crate::tls::TlsMaterial::load(setup).map_err(StartError::Config)?),
+            None => None,
+        };
+        let peer_tls = tls
+            .as_ref()
+            .map(crate::tls::TlsMaterial::peer_tls)
+            .unwrap_or_default();
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let ct = match ct {
             Some(setup) => {
@@ -157,7 +165,9 @@ impl Node {
                     }
                 })?;
                 Some(Arc::new(
-                    CtNode::new(setup, db, Arc::clone(&metrics)).map_err(StartError::Config)?,
+                    CtNode::new(setup, db, Arc::clone(&metrics))
+                        .map_err(StartError::Config)?
+                        .with_peer_tls(peer_tls.clone()),
                 ))
             }
             None => None,
@@ -173,7 +183,7 @@ impl Node {
                 reason: error.to_string(),
             })?;
         let reader = state_machine.reader();
-        let peers = Peers::default();
+        let peers = Peers::new(peer_tls);
         let raft = Raft::new(
             config.id,
             openraft_config,
@@ -188,6 +198,7 @@ impl Node {
         #[cfg(not(madsim))]
         let grpc = serve_grpc(
             &config,
+            tls.as_ref(),
             Arc::clone(&replica),
             ct.clone(),
             Arc::clone(&metrics),
@@ -200,6 +211,7 @@ impl Node {
         servers.push(
             serve_http(
                 &config,
+                tls.as_ref(),
                 Arc::clone(&replica),
                 ct.clone(),
                 Arc::clone(&metrics),
@@ -386,6 +398,7 @@ macro_rules! with_node_services {
 #[cfg(not(madsim))]
 async fn serve_grpc(
     config: &NodeConfig,
+    tls: Option<&crate::tls::TlsMaterial>,
     replica: Arc<Replica>,
     ct: Option<Arc<CtNode>>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -410,8 +423,28 @@ async fn serve_grpc(
         .register_encoded_file_descriptor_set(descriptors)
         .build_v1alpha()
         .map_err(|error| StartError::Config(format!("gRPC reflection: {error}")))?;
-    let mut builder =
-        tonic::transport::Server::builder().layer(GrpcMetricsLayer::new(metrics, methods));
+    let mut builder = tonic::transport::Server::builder();
+    // Without TLS every call is let through (plain text is for experiments and tests).
+    let authorizer = match tls {
+        Some(tls) => {
+            builder = builder
+                .tls_config(tls.grpc_server())
+                .map_err(|error| StartError::Config(format!("tls: {error}")))?;
+            let tokens =
+                crate::security::Tokens::new(&config.tokens).map_err(StartError::Config)?;
+            Some(crate::security::Authorizer::new(tokens))
+        }
+        None => None,
+    };
+    // Refusals are counted too: the metrics layer is outermost. The client limits come after
+    // authorization, which names peers (exempt from them).
+    let mut builder = builder
+        .layer(GrpcMetricsLayer::new(metrics, methods))
+        .layer(crate::tls::AuthLayer::new(authorizer))
+        .layer(
+            crate::client_limits::ClientLimitsLayer::new(config.client_limits)
+                .keyed_by(crate::client_limits::tls_or_tcp_peer),
+        );
     let router = with_node_services!(builder, &replica, ct.as_ref(), &stop)
         .add_service(reflection)
         .add_service(reflection_v1alpha);
@@ -451,6 +484,7 @@ async fn serve_grpc(
 #[cfg(not(madsim))]
 async fn serve_http(
     config: &NodeConfig,
+    tls: Option<&crate::tls::TlsMaterial>,
     replica: Arc<Replica>,
     ct: Option<Arc<CtNode>>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -462,8 +496,21 @@ async fn serve_http(
             addr: config.http_addr.to_string(),
             reason: error.to_string(),
         })?;
-    let router = crate::http::node_router(replica, metrics, ct);
+    let authorizer = match tls {
+        Some(_) => Some(Arc::new(crate::security::Authorizer::new(
+            crate::security::Tokens::new(&config.tokens).map_err(StartError::Config)?,
+        ))),
+        None => None,
+    };
+    let router = crate::http::node_router(replica, metrics, ct, authorizer);
     let id = config.id;
+    if let Some(tls) = tls.filter(|tls| tls.https()) {
+        let acceptor =
+            tokio_rustls::TlsAcceptor::from(tls.https_server().map_err(StartError::Config)?);
+        return Ok(tokio::spawn(serve_https(
+            id, listener, acceptor, router, stop,
+        )));
+    }
     Ok(tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, router)
             .with_graceful_shutdown(stopped(stop))
@@ -472,6 +519,82 @@ async fn serve_http(
             warn!(id, %error, "HTTP server failed");
         }
     }))
+}
+
+/// How long a client has to finish the TLS handshake on the HTTP port.
+#[cfg(not(madsim))]
+const HTTPS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The HTTP routes over TLS: each connection's verified client certificate (if any) goes into
+/// its requests' extensions for the authorization layer.
+#[cfg(not(madsim))]
+async fn serve_https(
+    id: NodeId,
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    router: axum::Router,
+    stop: watch::Receiver<bool>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::service::TowerToHyperService;
+    loop {
+        let (socket, peer) = tokio::select! {
+            biased;
+            () = stopped(stop.clone()) => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of descriptors and the like: wait a little rather than spin.
+                    warn!(id, %error, "HTTPS accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let router = router.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let stream = match tokio::time::timeout(
+                HTTPS_HANDSHAKE_TIMEOUT,
+                acceptor.accept(socket),
+            )
+            .await
+            {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    tracing::debug!(id, %peer, %error, "HTTPS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let certificate = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|der| crate::http::PeerCertificate(Arc::new(der.as_ref().to_vec())));
+            let router = match certificate {
+                Some(certificate) => router.layer(axum::Extension(certificate)),
+                None => router,
+            };
+            let service = TowerToHyperService::new(router);
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(error) = result {
+                        tracing::debug!(id, %peer, %error, "HTTPS connection ended");
+                    }
+                }
+                () = stopped(stop) => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        });
+    }
 }
 
 /// Counts each time this node sees a different node become leader, the first one included (as

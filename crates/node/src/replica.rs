@@ -61,6 +61,11 @@ impl std::fmt::Debug for Replica {
 }
 
 impl Replica {
+    /// How this node dials its peers (plain text or TLS with its certificate).
+    pub fn peer_tls(&self) -> &crate::tls::PeerTls {
+        self.peers.tls()
+    }
+
     /// Wires the shared paths of a node whose Raft is running.
     pub fn new(
         id: NodeId,

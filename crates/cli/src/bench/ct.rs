@@ -173,6 +173,7 @@ pub(super) async fn run(args: CtArgs) -> Result<(), String> {
             http: config.http_addr,
         })
         .collect();
+    let configs = super::unlimited(configs);
     let nodes = start_local(&configs).await?;
     let result = measure_all(&args, &nodes, addrs, &pki, load_average).await;
     for node in nodes {

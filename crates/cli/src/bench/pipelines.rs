@@ -93,6 +93,7 @@ pub(super) async fn run(args: PipelinesArgs) -> Result<(), String> {
         config.pipelines.webhooks = false;
         configs.push(config);
     }
+    let configs = super::unlimited(configs);
     let nodes = start_local(&configs).await?;
     let leader = await_leader(&nodes, Duration::from_secs(10))
         .await

@@ -72,6 +72,7 @@ pub(super) async fn run(args: RaftArgs) -> Result<(), String> {
             dir.path().join(format!("node-{id}")),
         ));
     }
+    let configs = super::unlimited(configs);
     let nodes = start_local(&configs).await?;
     let leader = await_leader(&nodes, Duration::from_secs(10))
         .await

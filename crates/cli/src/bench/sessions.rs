@@ -158,6 +158,7 @@ pub(super) async fn run(args: SessionsArgs) -> Result<(), String> {
         .iter()
         .map(|config| config.grpc_addr.to_string())
         .collect();
+    let configs = super::unlimited(configs);
     let nodes = start_local(&configs).await?;
     let result = measure_all(&args, &nodes, &endpoints, &applicants, &check).await;
     for node in nodes {
