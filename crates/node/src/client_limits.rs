@@ -562,6 +562,7 @@ mod tests {
 
     fn limits(in_flight: usize, streams: usize, per_second: u32, burst: u32) -> ClientLimits {
         ClientLimits {
+            enabled: true,
             requests_in_flight_max: in_flight,
             streams_max: streams,
             requests_per_second: per_second,

@@ -402,6 +402,7 @@ impl Authorizer {
 mod tests {
     use super::*;
 
+    #[cfg(not(madsim))]
     #[test]
     fn every_served_method_has_a_permission() {
         let known =
