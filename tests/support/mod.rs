@@ -59,6 +59,8 @@ pub struct Tuning {
     pub snapshot_after_entries: u64,
     pub entries_kept_after_snapshot: u64,
     pub tick_interval_ms: u64,
+    /// The CT log's key and roots files: every node runs the log when set.
+    pub ct: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for Tuning {
@@ -67,6 +69,7 @@ impl Default for Tuning {
             snapshot_after_entries: 100_000,
             entries_kept_after_snapshot: 1_000,
             tick_interval_ms: 1_000,
+            ct: None,
         }
     }
 }
@@ -166,7 +169,7 @@ fn spec(dir: &Path, id: u64) -> NodeSpec {
 }
 
 fn write_config(spec: &NodeSpec, tuning: &Tuning, members: &str) {
-    let text = format!(
+    let mut text = format!(
         "plaintext = true\nid = {}\ngrpc_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"{}\"\ntick_interval_ms = {}\n{members}\n[raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
         spec.id,
         spec.grpc,
@@ -176,6 +179,13 @@ fn write_config(spec: &NodeSpec, tuning: &Tuning, members: &str) {
         tuning.snapshot_after_entries,
         tuning.entries_kept_after_snapshot,
     );
+    if let Some((key_file, roots_file)) = &tuning.ct {
+        text.push_str(&format!(
+            "[ct]\nkey_file = \"{}\"\nroots_file = \"{}\"\n",
+            key_file.display(),
+            roots_file.display()
+        ));
+    }
     std::fs::write(&spec.config_file, text).expect("write node config");
 }
 
