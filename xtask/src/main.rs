@@ -25,6 +25,10 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
         "bench",
         "`bench raft|ct|sessions|pipelines [--clients ...] [--seconds N] [--json]`: a 3-node loopback cluster, release build",
     ),
+    (
+        "fuzz",
+        "`fuzz <target|all> [--runs N | --seconds N] [-- libFuzzer args]`: cargo-fuzz on stable (RUSTC_BOOTSTRAP=1), in fuzz/",
+    ),
     ("help", "this list"),
 ];
 
@@ -34,6 +38,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("sim") => sim(&args[1..]),
+        Some("fuzz") => fuzz(&args[1..]),
         None | Some("help" | "-h" | "--help") => {
             print_help();
             Ok(())
@@ -241,6 +246,105 @@ fn bench(args: &[String]) -> Result<(), String> {
         "cargo",
         &cargo_args,
     )
+}
+
+/// The fuzz targets: the wrappers in `fuzz/fuzz_targets/`, by name.
+fn fuzz_targets(fuzz_dir: &Path) -> Result<Vec<String>, String> {
+    let dir = fuzz_dir.join("fuzz_targets");
+    let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut names: Vec<String> = entries
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            (path.extension()? == "rs").then(|| path.file_stem()?.to_str().map(str::to_owned))?
+        })
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// `cargo xtask fuzz <target|all> [--runs N | --seconds N] [-- libFuzzer args]`: runs cargo-fuzz
+/// in `fuzz/` (its own workspace and target directory) on the stable toolchain, with debug
+/// assertions so that overflows are found. New inputs go to `fuzz/target/corpus/<target>`; the
+/// committed corpus is only read. Crashes land in `fuzz/artifacts/<target>/`.
+fn fuzz(args: &[String]) -> Result<(), String> {
+    let fuzz_dir = workspace_root().join("fuzz");
+    let targets = fuzz_targets(&fuzz_dir)?;
+    let usage = || {
+        format!(
+            "usage: cargo xtask fuzz <target|all> [--runs N | --seconds N] [-- libFuzzer args]\n\
+             targets: {} (docs/fuzzing.md says what each covers)",
+            targets.join(", ")
+        )
+    };
+    let Some(which) = args.first() else {
+        println!("{}", usage());
+        return Ok(());
+    };
+    let chosen: Vec<String> = if which == "all" {
+        targets.clone()
+    } else if targets.contains(which) {
+        vec![which.clone()]
+    } else {
+        return Err(format!("unknown fuzz target {which:?}\n{}", usage()));
+    };
+    let mut limit = "-max_total_time=60".to_owned();
+    let mut extra: Vec<String> = Vec::new();
+    let mut rest = args[1..].iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--runs" | "--seconds" => {
+                let value = rest
+                    .next()
+                    .filter(|value| value.parse::<u64>().is_ok())
+                    .ok_or_else(|| format!("{arg} takes a number\n{}", usage()))?;
+                limit = if arg == "--runs" {
+                    format!("-runs={value}")
+                } else {
+                    format!("-max_total_time={value}")
+                };
+            }
+            "--" => extra.extend(rest.by_ref().cloned()),
+            other => return Err(format!("unknown option {other:?}\n{}", usage())),
+        }
+    }
+    let installed = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !installed {
+        return Err(
+            "cargo-fuzz is not installed: run `cargo install cargo-fuzz --locked` \
+                    (it runs on the stable toolchain; xtask sets RUSTC_BOOTSTRAP=1)"
+                .to_owned(),
+        );
+    }
+    for target in &chosen {
+        let scratch = format!("target/corpus/{target}");
+        std::fs::create_dir_all(fuzz_dir.join(&scratch)).map_err(|e| format!("{scratch}: {e}"))?;
+        let committed = format!("corpus/{target}");
+        let mut cargo_args = vec![
+            "fuzz",
+            "run",
+            "--sanitizer",
+            "none",
+            "--debug-assertions",
+            target,
+            &scratch,
+            &committed,
+            "--",
+            &limit,
+            "-print_final_stats=1",
+        ];
+        cargo_args.extend(extra.iter().map(String::as_str));
+        run_with_env(
+            &fuzz_dir,
+            &format!("fuzz {target}"),
+            &[("RUSTC_BOOTSTRAP", "1")],
+            "cargo",
+            &cargo_args,
+        )?;
+    }
+    Ok(())
 }
 
 fn run(dir: &Path, label: &str, program: &str, args: &[&str]) -> Result<(), String> {

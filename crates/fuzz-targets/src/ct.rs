@@ -155,22 +155,22 @@ pub fn ct_json(data: &[u8]) {
             }
         }
         2 => {
-            if let Some(response) = json_round_trip::<AddChainResponse>(json) {
-                if let Ok(sct) = SignedCertificateTimestamp::try_from(&response) {
-                    let back = AddChainResponse::try_from(&sct).expect("a decoded SCT encodes");
-                    assert_eq!(back, response);
-                    verify_sct_any(&sct);
-                }
+            if let Some(response) = json_round_trip::<AddChainResponse>(json)
+                && let Ok(sct) = SignedCertificateTimestamp::try_from(&response)
+            {
+                let back = AddChainResponse::try_from(&sct).expect("a decoded SCT encodes");
+                assert_eq!(back, response);
+                verify_sct_any(&sct);
             }
         }
         3 => {
-            if let Some(response) = json_round_trip::<GetSthResponse>(json) {
-                if let Ok(sth) = SignedTreeHead::try_from(&response) {
-                    let back = GetSthResponse::try_from(&sth).expect("a decoded STH encodes");
-                    assert_eq!(back, response);
-                    let (_, verifier) = signer();
-                    let _ = verifier.verify_sth(&sth);
-                }
+            if let Some(response) = json_round_trip::<GetSthResponse>(json)
+                && let Ok(sth) = SignedTreeHead::try_from(&response)
+            {
+                let back = GetSthResponse::try_from(&sth).expect("a decoded STH encodes");
+                assert_eq!(back, response);
+                let (_, verifier) = signer();
+                let _ = verifier.verify_sth(&sth);
             }
         }
         4 => {

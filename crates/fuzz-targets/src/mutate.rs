@@ -59,7 +59,12 @@ impl Mutator {
             }
             2 if len > 0 => {
                 let at = self.below(len);
-                bytes[at] = bytes[at].wrapping_add(1 + (self.below(2) as u8).wrapping_mul(254));
+                // One up or one down.
+                bytes[at] = if self.below(2) == 0 {
+                    bytes[at].wrapping_add(1)
+                } else {
+                    bytes[at].wrapping_sub(1)
+                };
             }
             3 => bytes.truncate(self.below(len + 1)),
             4 if len > 0 => {

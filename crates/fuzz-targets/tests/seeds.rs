@@ -429,14 +429,14 @@ fn log_entries_seeds() -> Vec<(String, Vec<u8>)> {
     ] {
         let mut entries = base_entries();
         for (command, stamp) in full_log().into_iter().skip(base().log.len()) {
-            let matches = match (&command, family) {
+            let matches = matches!(
+                (&command, family),
                 (Command::Lease(_) | Command::Challenge(_), 0)
-                | (Command::Session(_), 1)
-                | (Command::Pipeline(_), 2)
-                | (Command::Ct(_), 3)
-                | (Command::Tick, _) => true,
-                _ => false,
-            };
+                    | (Command::Session(_), 1)
+                    | (Command::Pipeline(_), 2)
+                    | (Command::Ct(_), 3)
+                    | (Command::Tick, _)
+            );
             if matches {
                 entries.push(entry(command, stamp));
             }

@@ -13,7 +13,7 @@ use certus_fuzz_targets::mutate::Mutator;
 use certus_fuzz_targets::{TARGETS, Target};
 
 /// Mutated inputs per target: a few seconds in all in a debug build.
-const MUTANTS_PER_TARGET: usize = 1_500;
+const MUTANTS_PER_TARGET: usize = 4_000;
 
 fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
