@@ -1,5 +1,5 @@
 #!/bin/sh
-# start.sh: builds this pod's node.toml and runs `certus serve` (docs/deploy.md, "Kubernetes").
+# start.sh: builds this pod's node.toml and runs `certus serve` (docs/deploy.md, "On Kubernetes").
 # kustomization.yaml puts this file into the ConfigMap certus-config; the StatefulSet runs it.
 #
 # `certus serve` takes one config file per node, with the node's id and its own ip:port
@@ -7,7 +7,13 @@
 #   - its ordinal (POD_NAME certus-N): the first id of pod N is N+1;
 #   - its IP (POD_IP): the pod runs on the host network, so this is the machine's address,
 #     stable for as long as the pod stays on that machine (its local volume keeps it there);
-#   - common.toml from the ConfigMap: what every node shares ([raft], [sessions], [ct], ...).
+#   - common.toml from the ConfigMap: what every node shares ([raft], [sessions], [ct],
+#     [[tokens]], ...);
+#   - its machine (NODE_NAME, spec.nodeName): the node certificate is the machine's, from the
+#     Secret certus-pki mounted at PKI_DIR: ca.pem, node-MACHINE.pem, node-MACHINE-key.pem,
+#     issued for the machine's IP (the address the cluster records for this node) and the
+#     peers' names (docs/deploy.md, "On Kubernetes"). The same certificate is this script's
+#     identity when it asks the other pods about the cluster.
 #
 # What a fresh volume does is decided once and written next to the data, so that a restart
 # never decides differently:
@@ -22,12 +28,14 @@ set -eu
 : "${POD_NAME:?POD_NAME is not set (the pod name, from the downward API)}"
 : "${POD_IP:?POD_IP is not set (status.podIP, from the downward API)}"
 : "${PEERS:?PEERS is not set (every pod gRPC host:port, comma-separated)}"
+: "${NODE_NAME:?NODE_NAME is not set (spec.nodeName, from the downward API)}"
 DATA_DIR=${DATA_DIR:-/var/lib/certus}
 CONFIG_DIR=${CONFIG_DIR:-/etc/certus}
 RUN_DIR=${RUN_DIR:-/run/certus}
 GRPC_PORT=${GRPC_PORT:-7101}
 HTTP_PORT=${HTTP_PORT:-7181}
 BIN=${BIN:-certus}
+PKI_DIR=${PKI_DIR:-/etc/certus-pki}
 # How long a fresh joining pod waits for a cluster with a leader before giving up (and being
 # restarted by the kubelet).
 WAIT_FOR_CLUSTER_S=${WAIT_FOR_CLUSTER_S:-300}
@@ -39,6 +47,15 @@ fail() {
     sleep 10
     exit 1
 }
+
+tls_ca=$PKI_DIR/ca.pem
+tls_cert=$PKI_DIR/node-$NODE_NAME.pem
+tls_key=$PKI_DIR/node-$NODE_NAME-key.pem
+for file in "$tls_ca" "$tls_cert" "$tls_key"; do
+    [ -r "$file" ] || fail "cannot read $file: the Secret certus-pki needs ca.pem and this \
+machine's node-$NODE_NAME.pem and node-$NODE_NAME-key.pem (certus pki issue --name \
+node-$NODE_NAME --role node --ip $POD_IP ...; docs/deploy.md, 'On Kubernetes')"
+done
 
 ordinal=${POD_NAME##*-}
 case $ordinal in
@@ -67,7 +84,8 @@ IFS=$old_ifs
 
 # The cluster's members (JSON) if some other pod answers with a known leader; fails otherwise.
 cluster_members() {
-    out=$("$BIN" ctl --endpoints "$others" --json members 2>/dev/null) || return 1
+    out=$("$BIN" ctl --ca-cert "$tls_ca" --client-cert "$tls_cert" --client-key "$tls_key" \
+        --endpoints "$others" --json members 2>/dev/null) || return 1
     case $out in
     *'"leader_id": 0,'*) return 1 ;;
     esac
@@ -145,6 +163,8 @@ config=$RUN_DIR/node.toml
     fi
     echo
     cat "$CONFIG_DIR/common.toml"
+    printf '\n[tls]\nca_cert_file = "%s"\ncert_file = "%s"\nkey_file = "%s"\n' \
+        "$tls_ca" "$tls_cert" "$tls_key"
     if [ "$mode" = found ]; then
         # A cluster of one, which the other pods then join: their addresses are not known
         # before they run. Ignored once this node has data.

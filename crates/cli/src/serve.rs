@@ -371,6 +371,26 @@ mod tests {
     }
 
     #[test]
+    fn the_systemd_example_is_accepted_and_speaks_tls() {
+        let example = include_str!("../../../deploy/systemd/node.toml");
+        let file: ServeFile = toml::from_str(example).expect("deploy/systemd/node.toml parses");
+        assert!(!file.plaintext, "the example never runs in plain text");
+        let tls = file.tls.expect("the example has a [tls] table");
+        assert!(tls.https);
+        assert_eq!(tls.ca_cert_file, PathBuf::from("/etc/certus/pki/ca.pem"));
+        assert_eq!(tls.cert_file, PathBuf::from("/etc/certus/pki/node-1.pem"));
+        assert_eq!(
+            tls.key_file,
+            PathBuf::from("/etc/certus/pki/node-1-key.pem")
+        );
+        assert_eq!(file.id, Some(1));
+        assert_eq!(file.initial_members.len(), 3);
+        assert!(file.pipelines.webhooks);
+        assert!(file.tokens.is_empty(), "the token entry is commented out");
+        assert!(file.client_limits.enabled);
+    }
+
+    #[test]
     fn the_config_file_takes_a_ct_table() {
         let file: ServeFile = toml::from_str(
             "id = 1\n[ct]\nkey_file = \"/etc/certus/ct-log-key.pem\"\nroots_file = \"/etc/certus/roots.pem\"\n",
