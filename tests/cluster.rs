@@ -186,6 +186,90 @@ async fn a_node_that_missed_compacted_entries_catches_up_from_a_snapshot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_node_refuses_to_start_and_is_rebuilt_from_its_peers() {
+    let tuning = Tuning {
+        // Compact early, so the rebuilt node comes back by the leader's snapshot.
+        snapshot_after_entries: 20,
+        entries_kept_after_snapshot: 0,
+        ..Tuning::default()
+    };
+    let mut cluster = Cluster::start(3, tuning);
+    let leader_id = leader(&cluster).await;
+    let client = cluster.client();
+    let granted = acquire_many(&client, "before-damage", 40).await;
+    let victim = (0..3)
+        .find(|index| cluster.nodes[*index].spec.id != leader_id)
+        .expect("a follower");
+    let endpoint = cluster.nodes[victim].spec.grpc.to_string();
+    let target = client.status().await.expect("status").commit_index;
+    eventually(ELECTION, "the follower applies everything", || async {
+        applied_index(&client, &endpoint)
+            .await
+            .filter(|applied| *applied >= target)
+    })
+    .await;
+    cluster.nodes[victim].kill();
+
+    // One bit of one stored value flips behind the node's back.
+    let store = cluster.nodes[victim].spec.data_dir.join("raft");
+    {
+        let db = sled::open(&store).expect("the node's sled database");
+        let (key, value) = db
+            .iter()
+            .filter_map(Result::ok)
+            .find(|(key, _)| key.starts_with(b"sm/") || key.starts_with(b"log/"))
+            .expect("a stored value");
+        let mut damaged = value.to_vec();
+        damaged[0] ^= 0x04;
+        db.insert(key, damaged).expect("damage");
+        db.flush().expect("flush");
+    }
+    cluster.restart(victim);
+    let status = cluster.nodes[victim]
+        .exited_within(Duration::from_secs(20))
+        .expect("a damaged node refuses to start");
+    assert!(!status.success(), "it exits with an error");
+    let log = std::fs::read_to_string(cluster.nodes[victim].spec.data_dir.with_extension("log"))
+        .expect("node log");
+    assert!(
+        log.contains("checksums") && log.contains("certus rebuild"),
+        "the node says what is wrong and what to do: {log}"
+    );
+
+    // More writes while it is down: it must get them too.
+    let survivors = cluster.client();
+    let later = acquire_many(&survivors, "while-down", 10).await;
+    let rebuild = std::process::Command::new(support::binary())
+        .arg("rebuild")
+        .arg("--config")
+        .arg(&cluster.nodes[victim].spec.config_file)
+        .output()
+        .expect("certus rebuild runs");
+    assert!(
+        rebuild.status.success(),
+        "rebuild: {}{}",
+        String::from_utf8_lossy(&rebuild.stdout),
+        String::from_utf8_lossy(&rebuild.stderr)
+    );
+    cluster.restart(victim);
+    let target = survivors.status().await.expect("status").commit_index;
+    eventually(ELECTION, "the rebuilt node catches up", || async {
+        applied_index(&survivors, &endpoint)
+            .await
+            .filter(|applied| *applied >= target)
+    })
+    .await;
+    let status = survivors.status_of(&endpoint).await.expect("status");
+    assert!(status.snapshot_index > 0, "it came back by snapshot");
+    // Reads served by the rebuilt node itself see every acknowledged grant.
+    let own = pinned(&endpoint);
+    assert_grants_survive(&own, &granted).await;
+    assert_grants_survive(&own, &later).await;
+    let voters = status.members.iter().filter(|member| member.voter).count();
+    assert_eq!(voters, 3, "still a voter under its id");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fourth_node_joins_as_voter_and_one_leaves() {
     let mut cluster = Cluster::start(3, Tuning::default());
     leader(&cluster).await;

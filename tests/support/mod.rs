@@ -38,6 +38,22 @@ impl Process {
         self.child.is_some()
     }
 
+    /// The exit status, if the process ended within `within` (it is then reaped).
+    pub fn exited_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            let child = self.child.as_mut()?;
+            if let Some(status) = child.try_wait().expect("wait for node") {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// SIGKILL: no shutdown path runs.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -82,7 +98,7 @@ pub struct Cluster {
     pub tuning: Tuning,
 }
 
-fn binary() -> &'static str {
+pub fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_certus")
 }
 

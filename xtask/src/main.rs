@@ -29,6 +29,10 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
         "fuzz",
         "`fuzz <target|all> [--runs N | --seconds N] [-- libFuzzer args]`: cargo-fuzz on stable (RUSTC_BOOTSTRAP=1), in fuzz/",
     ),
+    (
+        "chaos",
+        "`chaos [--seconds N] [--seed S]`: real `certus serve` processes killed and restarted under a mixed workload (5 min by default), history checked",
+    ),
     ("help", "this list"),
 ];
 
@@ -39,6 +43,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("sim") => sim(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
+        Some("chaos") => chaos(&args[1..]),
         None | Some("help" | "-h" | "--help") => {
             print_help();
             Ok(())
@@ -245,6 +250,51 @@ fn bench(args: &[String]) -> Result<(), String> {
         &[("RUST_LOG", log.as_str())],
         "cargo",
         &cargo_args,
+    )
+}
+
+/// `cargo xtask chaos [--seconds N] [--seed S]`: the chaos test on real processes
+/// (`tests/chaos.rs`) for five minutes unless told otherwise; `cargo xtask test` runs it for 20 s.
+fn chaos(args: &[String]) -> Result<(), String> {
+    let mut seconds = "300".to_owned();
+    let mut seed = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let mut value = |name: &str| {
+            rest.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match arg.as_str() {
+            "--seconds" => seconds = value("--seconds")?,
+            "--seed" => seed = Some(value("--seed")?),
+            other => return Err(format!("chaos: unknown option {other:?}")),
+        }
+    }
+    if seconds.parse::<u64>().map_or(true, |n| n == 0) {
+        return Err(format!(
+            "--seconds {seconds:?}: a whole number of seconds, at least 1"
+        ));
+    }
+    let mut env = vec![("CERTUS_CHAOS_SECONDS", seconds.as_str())];
+    if let Some(seed) = &seed {
+        env.push(("CERTUS_CHAOS_SEED", seed.as_str()));
+    }
+    run_with_env(
+        &workspace_root(),
+        "chaos",
+        &env,
+        "cargo",
+        &[
+            "test",
+            "--locked",
+            "--package",
+            "certus-cli",
+            "--test",
+            "chaos",
+            "--",
+            "--nocapture",
+        ],
     )
 }
 

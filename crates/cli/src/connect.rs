@@ -17,13 +17,28 @@ pub(crate) struct ConnectArgs {
     #[arg(long, env = "CERTUS_CA_CERT", global = true)]
     ca_cert: Option<PathBuf>,
     /// This client's certificate (PEM), with --client-key.
-    #[arg(long, env = "CERTUS_CLIENT_CERT", global = true, requires = "client_key")]
+    #[arg(
+        long,
+        env = "CERTUS_CLIENT_CERT",
+        global = true,
+        requires = "client_key"
+    )]
     client_cert: Option<PathBuf>,
     /// This client's private key (PEM), with --client-cert.
-    #[arg(long, env = "CERTUS_CLIENT_KEY", global = true, requires = "client_cert")]
+    #[arg(
+        long,
+        env = "CERTUS_CLIENT_KEY",
+        global = true,
+        requires = "client_cert"
+    )]
     client_key: Option<PathBuf>,
     /// A bearer token instead of a client certificate.
-    #[arg(long, env = "CERTUS_BEARER_TOKEN", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "CERTUS_BEARER_TOKEN",
+        global = true,
+        hide_env_values = true
+    )]
     bearer_token: Option<String>,
     /// A PKI folder (`certus pki`, or `certus up`'s): its `ca.pem`, and `admin.pem` with
     /// `admin-key.pem` when no certificate or token is given.
@@ -75,6 +90,24 @@ impl ConnectArgs {
         });
         Ok(config)
     }
+}
+
+/// How a node's own commands (joining, rebuilding) reach its peers: with its node certificate
+/// when it has `[tls]`, else in plain text.
+pub(crate) fn node_client_config(
+    tls: Option<&certus_node::TlsSetup>,
+) -> Result<ClientConfig, String> {
+    let Some(tls) = tls else {
+        return Ok(ClientConfig::default());
+    };
+    Ok(ClientConfig {
+        tls: Some(ClientTls {
+            ca_pem: read(&tls.ca_cert_file)?,
+            identity: Some((read(&tls.cert_file)?, read(&tls.key_file)?)),
+            server_name: None,
+        }),
+        ..ClientConfig::default()
+    })
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod connect;
 mod ct_key;
 mod ctl;
 mod pki;
+mod rebuild;
 mod serve;
 mod up;
 
@@ -57,6 +58,8 @@ enum Command {
     CtKeygen(ct_key::KeygenArgs),
     /// The cluster's transport PKI: a CA, node and client certificates, bearer tokens.
     Pki(pki::PkiArgs),
+    /// Replace a stopped node's damaged data with a copy caught up from its peers.
+    Rebuild(rebuild::RebuildArgs),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
             Command::Bench(args) => bench::run(args).await,
             Command::CtKeygen(args) => ct_key::run(&args),
             Command::Pki(args) => pki::run(args),
+            Command::Rebuild(args) => rebuild::run(args).await,
         }
     });
     match result {

@@ -122,6 +122,37 @@ fn required<T>(value: Option<T>, name: &str) -> Result<T, String> {
     })
 }
 
+/// What `certus rebuild` reads from a node's config file: who the node is, where its data is,
+/// how it talks to its peers, and the peers it knows of.
+pub(crate) struct NodeFile {
+    pub(crate) id: u64,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) tls: Option<certus_node::TlsSetup>,
+    pub(crate) peers: Vec<String>,
+}
+
+/// Reads `path` as `certus serve` does (without environment or flags).
+pub(crate) fn node_file(path: &std::path::Path) -> Result<NodeFile, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let file: ServeFile =
+        toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+    let id = required(file.id, "id")?;
+    let mut peers: Vec<String> = file
+        .initial_members
+        .iter()
+        .filter(|member| member.id != id)
+        .map(|member| member.grpc_addr.to_string())
+        .collect();
+    peers.extend(file.join);
+    Ok(NodeFile {
+        id,
+        data_dir: required(file.data_dir, "data_dir")?,
+        tls: file.tls,
+        peers,
+    })
+}
+
 pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     let file: ServeFile = match &args.config {
         Some(path) => {
@@ -268,23 +299,7 @@ async fn join_cluster(
         return Ok(());
     }
     // Joining asks a member to add this node: the node's own certificate is its identity.
-    let client_config = match &config.tls {
-        Some(tls) => {
-            let read = |path: &std::path::Path| {
-                std::fs::read_to_string(path)
-                    .map_err(|error| format!("cannot read {}: {error}", path.display()))
-            };
-            certus_client::ClientConfig {
-                tls: Some(certus_client::ClientTls {
-                    ca_pem: read(&tls.ca_cert_file)?,
-                    identity: Some((read(&tls.cert_file)?, read(&tls.key_file)?)),
-                    server_name: None,
-                }),
-                ..certus_client::ClientConfig::default()
-            }
-        }
-        None => certus_client::ClientConfig::default(),
-    };
+    let client_config = crate::connect::node_client_config(config.tls.as_ref())?;
     let client = Client::with_config(join.iter().cloned(), client_config)
         .map_err(|error| error.to_string())?;
     info!(id, "joining as a learner");

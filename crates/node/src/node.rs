@@ -88,7 +88,15 @@ impl Node {
         let path = config.data_dir.join("raft");
         let disk = SledDisk::open(&path).map_err(|error| StartError::Storage {
             path: path.display().to_string(),
-            reason: error.to_string(),
+            // A damaged store is never served from: say how to replace it.
+            reason: if error.0.starts_with(certus_store::CORRUPT) || error.0.contains("older") {
+                format!(
+                    "{error}; this node will not serve from it: stop it and run `certus rebuild \
+                     --config <its config>` to replace its data from the peers"
+                )
+            } else {
+                error.to_string()
+            },
         })?;
         Node::start_on(config, Arc::new(disk), clock).await
     }

@@ -23,5 +23,5 @@ pub use ct_db::{CtDatabase, CtDbError, LocalEntry};
 pub use disk::{Disk, DiskError, FlushDone, Pairs, WriteBatch};
 pub use log_store::{AppendObserver, AppendTiming, LogStore, REPLICATION_READ_BYTES_MAX};
 pub use sim_disk::SimDisk;
-pub use sled_disk::SledDisk;
+pub use sled_disk::{CORRUPT, Rebuilt, SledDisk, rebuild_keeping_vote};
 pub use state_machine::{Applied, SnapshotBuilder, StateMachineStore, StateReader};

@@ -1,4 +1,10 @@
 //! [`Disk`] on sled: the production store.
+//!
+//! Every value carries a CRC-32 of its key and bytes, checked on every read and, for the whole
+//! database, when it is opened: a node whose files were damaged (a bad sector, a stray write)
+//! refuses to start rather than serve or vote from data it never wrote, and `certus rebuild`
+//! replaces its data with a copy caught up from its peers ([`rebuild_keeping_vote`]). sled's own
+//! checksums guard its log records; these guard what the store meant to write, end to end.
 
 use std::ops::Bound;
 use std::path::Path;
@@ -64,6 +70,139 @@ fn sled_error(context: &str) -> impl Fn(sled::Error) -> DiskError + '_ {
     move |e| DiskError(format!("{context}: {e}"))
 }
 
+/// The key recording the data format; a database without it predates checksums.
+const FORMAT_KEY: &[u8] = b"meta/format";
+/// The current data format: every value followed by its checksum.
+const FORMAT: &[u8] = b"certus-checksummed-1";
+/// What a damaged database's error says first, so callers and operators can tell it apart.
+pub const CORRUPT: &str = "data fails its checksums";
+
+fn checksum(key: &[u8], value: &[u8]) -> [u8; 4] {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
+    hasher.update(key);
+    hasher.update(value);
+    hasher.finalize().to_le_bytes()
+}
+
+fn sealed(key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut stored = Vec::with_capacity(value.len() + 4);
+    stored.extend_from_slice(value);
+    stored.extend_from_slice(&checksum(key, value));
+    stored
+}
+
+/// The value stored at `key`, its checksum checked and removed.
+fn unsealed(key: &[u8], stored: &[u8]) -> Result<Vec<u8>, DiskError> {
+    let corrupt = || {
+        DiskError(format!(
+            "{CORRUPT}: the value at key {:?} ({} bytes) does not match its checksum",
+            String::from_utf8_lossy(key),
+            stored.len()
+        ))
+    };
+    if stored.len() < 4 {
+        return Err(corrupt());
+    }
+    let (value, sum) = stored.split_at(stored.len() - 4);
+    if sum != checksum(key, value) {
+        return Err(corrupt());
+    }
+    Ok(value.to_vec())
+}
+
+/// Checks every value of `db`; a database with data but no format key predates checksums.
+fn verify(db: &sled::Db) -> Result<(), DiskError> {
+    match db
+        .get(FORMAT_KEY)
+        .map_err(sled_error("reading the format"))?
+    {
+        Some(stored) if unsealed(FORMAT_KEY, &stored)? == FORMAT => {}
+        Some(_) => {
+            return Err(DiskError(format!(
+                "{CORRUPT}: the data format is not {:?}",
+                String::from_utf8_lossy(FORMAT)
+            )));
+        }
+        None if db.is_empty() => {
+            db.insert(FORMAT_KEY, sealed(FORMAT_KEY, FORMAT))
+                .map_err(sled_error("writing the format"))?;
+            db.flush().map_err(sled_error("flushing the format"))?;
+            return Ok(());
+        }
+        None => {
+            return Err(DiskError(
+                "the data was written by an older Certus without checksums; rebuild it from \
+                 the peers (`certus rebuild`)"
+                    .to_owned(),
+            ));
+        }
+    }
+    for pair in db.iter() {
+        let (key, stored) = pair.map_err(|e| DiskError(format!("{CORRUPT}: reading: {e}")))?;
+        unsealed(&key, &stored)?;
+    }
+    Ok(())
+}
+
+/// What [`rebuild_keeping_vote`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// Where the old data was moved (kept for inspection; delete it when done).
+    pub moved_to: std::path::PathBuf,
+    /// Whether a vote was carried over (a node that never voted has none).
+    pub kept_vote: bool,
+}
+
+/// Moves the database at `path` aside to `aside` and starts an empty one there holding only the
+/// old vote, so that the node rejoins as the same member and never votes twice in a term, and
+/// catches up from the leader (by snapshot when the log was compacted). The vote must pass its
+/// checksum: without a trustworthy vote the node cannot safely come back under its id.
+pub fn rebuild_keeping_vote(path: &Path, aside: &Path) -> Result<Rebuilt, DiskError> {
+    let vote = {
+        let db = sled::Config::new()
+            .path(path)
+            .open()
+            .map_err(|e| DiskError(format!("opening {}: {e}", path.display())))?;
+        match db.get(crate::keys::VOTE) {
+            Ok(Some(stored)) => Some(unsealed(crate::keys::VOTE, &stored).map_err(|error| {
+                DiskError(format!(
+                    "the vote cannot be trusted ({error}); remove this node from the cluster and \
+                     add it back under a new id instead"
+                ))
+            })?),
+            Ok(None) => None,
+            Err(error) => {
+                return Err(DiskError(format!(
+                    "the vote cannot be read ({error}); remove this node from the cluster and add \
+                     it back under a new id instead"
+                )));
+            }
+        }
+    };
+    if aside.exists() {
+        return Err(DiskError(format!("{} exists already", aside.display())));
+    }
+    std::fs::rename(path, aside).map_err(|e| {
+        DiskError(format!(
+            "moving {} to {}: {e}",
+            path.display(),
+            aside.display()
+        ))
+    })?;
+    let disk = SledDisk::open(path)?;
+    if let Some(vote) = &vote {
+        let mut batch = WriteBatch::new();
+        batch.put(crate::keys::VOTE, vote.clone());
+        disk.write(batch)?;
+    }
+    disk.flush()?;
+    Ok(Rebuilt {
+        moved_to: aside.to_owned(),
+        kept_vote: vote.is_some(),
+    })
+}
+
 impl SledDisk {
     /// Opens (or creates) the database at `path`.
     pub fn open(path: &Path) -> Result<SledDisk, DiskError> {
@@ -71,6 +210,7 @@ impl SledDisk {
             .path(path)
             .open()
             .map_err(|e| DiskError(format!("opening {}: {e}", path.display())))?;
+        verify(&db)?;
         // In the simulation a thread must not wake simulated tasks (madsim aborts), so flushes
         // there run inline, on the caller.
         if cfg!(madsim) {
@@ -100,11 +240,11 @@ impl SledDisk {
 
 impl Disk for SledDisk {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, DiskError> {
-        Ok(self
-            .db
+        self.db
             .get(key)
             .map_err(sled_error("get"))?
-            .map(|v| v.to_vec()))
+            .map(|stored| unsealed(key, &stored))
+            .transpose()
     }
 
     fn scan(
@@ -123,8 +263,9 @@ impl Disk for SledDisk {
         pairs
             .take(limit)
             .map(|pair| {
-                let (k, v) = pair.map_err(sled_error("scan"))?;
-                Ok((k.to_vec(), v.to_vec()))
+                let (k, stored) = pair.map_err(sled_error("scan"))?;
+                let value = unsealed(&k, &stored)?;
+                Ok((k.to_vec(), value))
             })
             .collect()
     }
@@ -133,7 +274,10 @@ impl Disk for SledDisk {
         let mut sled_batch = sled::Batch::default();
         for op in batch.ops {
             match op {
-                WriteOp::Put(k, v) => sled_batch.insert(k, v),
+                WriteOp::Put(k, v) => {
+                    let stored = sealed(&k, &v);
+                    sled_batch.insert(k, stored);
+                }
                 WriteOp::Delete(k) => sled_batch.remove(k),
             }
         }

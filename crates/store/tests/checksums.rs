@@ -1,0 +1,99 @@
+//! The store's own checksums: a value damaged on disk stops the database from opening, an old
+//! unchecksummed database is refused, and a rebuild keeps only the vote.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use certus_store::{CORRUPT, LogStore, SledDisk, rebuild_keeping_vote};
+use common::{TestConfig, ready};
+use openraft::storage::RaftLogStorage;
+use openraft::testing::log_id;
+use openraft::{Entry, EntryPayload, Vote};
+
+fn write_log(path: &Path) {
+    let disk = SledDisk::open(path).expect("opens");
+    let mut log = LogStore::<TestConfig, _>::new(Arc::new(disk));
+    log.append_durably((1..=5).map(|index| Entry {
+        log_id: log_id(1, 1, index),
+        payload: EntryPayload::<TestConfig>::Blank,
+    }))
+    .expect("appends");
+    ready(log.save_vote(&Vote::new(3, 2))).expect("vote");
+}
+
+/// Flips one bit of the value at `key`, as a bad sector would, behind the store's back.
+fn damage(path: &Path, key: &[u8]) {
+    let db = sled::open(path).expect("raw sled");
+    let mut value = db.get(key).expect("read").expect("the key exists").to_vec();
+    value[0] ^= 0x01;
+    db.insert(key, value).expect("write");
+    db.flush().expect("flush");
+}
+
+fn log_key(index: u64) -> Vec<u8> {
+    let mut key = b"log/".to_vec();
+    key.extend_from_slice(&index.to_be_bytes());
+    key
+}
+
+#[test]
+fn a_damaged_value_stops_the_database_from_opening() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("raft");
+    write_log(&path);
+    SledDisk::open(&path).expect("intact data opens");
+    damage(&path, &log_key(3));
+    let error = SledDisk::open(&path).expect_err("damaged data is refused");
+    assert!(error.0.starts_with(CORRUPT), "{error}");
+    assert!(error.0.contains("log/"), "names the key: {error}");
+}
+
+#[test]
+fn a_database_without_checksums_is_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("raft");
+    {
+        let db = sled::open(&path).expect("raw sled");
+        db.insert(b"log/x", b"no checksum".to_vec()).expect("write");
+        db.flush().expect("flush");
+    }
+    let error = SledDisk::open(&path).expect_err("an old format is refused");
+    assert!(error.0.contains("older Certus"), "{error}");
+}
+
+#[test]
+fn a_rebuild_keeps_the_vote_and_nothing_else() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("raft");
+    let aside = dir.path().join("raft.damaged");
+    write_log(&path);
+    damage(&path, &log_key(2));
+    let rebuilt = rebuild_keeping_vote(&path, &aside).expect("rebuilt");
+    assert!(rebuilt.kept_vote);
+    assert!(aside.exists(), "the damaged data is kept aside");
+    let disk = SledDisk::open(&path).expect("the rebuilt data opens");
+    let mut log = LogStore::<TestConfig, _>::new(Arc::new(disk));
+    assert_eq!(ready(log.read_vote()).expect("vote"), Some(Vote::new(3, 2)));
+    let state = ready(log.get_log_state()).expect("state");
+    assert_eq!(
+        state.last_log_id, None,
+        "the log is empty: it comes back from the leader"
+    );
+    drop(log);
+    // A second rebuild would overwrite the kept data: refused.
+    let error = rebuild_keeping_vote(&path, &aside).expect_err("aside exists");
+    assert!(error.0.contains("exists"), "{error}");
+}
+
+#[test]
+fn a_damaged_vote_is_not_carried_over() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("raft");
+    write_log(&path);
+    damage(&path, b"meta/vote");
+    let error = rebuild_keeping_vote(&path, &dir.path().join("aside")).expect_err("refused");
+    assert!(error.0.contains("new id"), "{error}");
+    assert!(path.exists(), "nothing was moved");
+}
