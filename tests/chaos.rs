@@ -292,10 +292,16 @@ async fn check_pipelines(client: &Client, enqueued: &[(String, u64)], completed:
     let mut by_id: BTreeMap<u64, &str> = BTreeMap::new();
     for (external, id) in enqueued {
         if let Some(first) = by_external.insert(external, *id) {
-            assert_eq!(first, *id, "external id {external} answered two transactions");
+            assert_eq!(
+                first, *id,
+                "external id {external} answered two transactions"
+            );
         }
         if let Some(first) = by_id.insert(*id, external) {
-            assert_eq!(first, external, "transaction {id} answered two external ids");
+            assert_eq!(
+                first, external,
+                "transaction {id} answered two external ids"
+            );
         }
     }
     let completed: BTreeSet<u64> = completed.iter().copied().collect();
@@ -339,7 +345,10 @@ async fn check_ct(client: &Client, logged: &[Vec<u8>]) {
             .await
             .expect("get-entries")
             .entries;
-        assert!(!page.is_empty(), "get-entries from {start} answered nothing");
+        assert!(
+            !page.is_empty(),
+            "get-entries from {start} answered nothing"
+        );
         entries.extend(page.into_iter().map(|entry| entry.leaf_input));
     }
     let contains = |haystack: &[u8], needle: &[u8]| {
@@ -471,7 +480,10 @@ async fn killed_and_restarted_nodes_lose_nothing_acknowledged() {
         ("completions", history.completed.len()),
         ("SCTs", history.logged.len()),
     ] {
-        assert!(count > 0, "the workload made progress: no acknowledged {what}");
+        assert!(
+            count > 0,
+            "the workload made progress: no acknowledged {what}"
+        );
     }
     check_leases(&history.grants);
     check_pipelines(&client, &history.enqueued, &history.completed).await;

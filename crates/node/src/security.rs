@@ -469,7 +469,10 @@ mod tests {
     /// A certificate with `organizations` as separate O attributes (rcgen keeps one value per
     /// attribute type, so the second O is written under its OID as a custom type).
     fn certificate(common_name: &str, organizations: &[&str]) -> Vec<u8> {
-        assert!(organizations.len() <= 2, "rcgen writes at most two O attributes here");
+        assert!(
+            organizations.len() <= 2,
+            "rcgen writes at most two O attributes here"
+        );
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
         params
             .distinguished_name
@@ -493,9 +496,18 @@ mod tests {
         assert_eq!(identity.roles, [Role::Worker, Role::Reader].into());
         let der = certificate("odd", &["not-a-role", "client"]);
         let identity = certificate_identity(&der).expect("identity");
-        assert_eq!(identity.roles, [Role::Client].into(), "unknown O values are ignored");
+        assert_eq!(
+            identity.roles,
+            [Role::Client].into(),
+            "unknown O values are ignored"
+        );
         let der = certificate("nobody", &[]);
-        assert!(certificate_identity(&der).expect("identity").roles.is_empty());
+        assert!(
+            certificate_identity(&der)
+                .expect("identity")
+                .roles
+                .is_empty()
+        );
         assert!(certificate_identity(b"not der").is_err());
     }
 

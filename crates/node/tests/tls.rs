@@ -63,7 +63,9 @@ impl TestCa {
         }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         if roles.contains(&"node") {
-            params.extended_key_usages.push(ExtendedKeyUsagePurpose::ServerAuth);
+            params
+                .extended_key_usages
+                .push(ExtendedKeyUsagePurpose::ServerAuth);
             params
                 .subject_alt_names
                 .push(SanType::IpAddress([127, 0, 0, 1].into()));
@@ -153,10 +155,7 @@ async fn https_get(
         .unwrap_or_default();
     let request =
         format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\n{authorization}connection: close\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .expect("request");
+    stream.write_all(request.as_bytes()).await.expect("request");
     let mut response = Vec::new();
     // A peer that closes without close_notify is fine here: the response is complete.
     let _ = stream.read_to_end(&mut response).await;
@@ -219,7 +218,9 @@ async fn only_the_right_identities_get_in() {
 
     // No identity at all: the handshake succeeds (tokens need it), every call but health is
     // refused.
-    let anonymous = channel(addr, &ca, None).await.expect("TLS without a certificate");
+    let anonymous = channel(addr, &ca, None)
+        .await
+        .expect("TLS without a certificate");
     let refused = LeasesClient::new(anonymous.clone())
         .acquire(acquire("tls/anonymous"))
         .await
@@ -321,7 +322,11 @@ async fn only_the_right_identities_get_in() {
         .await
         .expect("list")
         .into_inner();
-    let mut names: Vec<_> = listed.leases.iter().map(|lease| lease.name.clone()).collect();
+    let mut names: Vec<_> = listed
+        .leases
+        .iter()
+        .map(|lease| lease.name.clone())
+        .collect();
     names.sort();
     assert_eq!(names, ["tls/admin", "tls/token"]);
 
