@@ -1,6 +1,10 @@
-//! Chaos on real processes: a three-node cluster of `certus serve` processes on loopback under a
-//! mixed workload (leases, transaction pipelines, CT submissions) while a random node is killed
-//! with SIGKILL and restarted every few seconds. Afterwards the client history is checked:
+//! Chaos on real processes: a three-node cluster of `certus serve` processes under a mixed
+//! workload (leases, transaction pipelines, CT submissions) while, every few seconds, a random
+//! node is killed with SIGKILL and restarted, or cut off from the network and reconnected. Each
+//! node runs on its own network host (a Linux network namespace on a bridge, `support::netns`)
+//! where the machine allows it, so partitions are real; elsewhere — or with
+//! `CERTUS_CHAOS_PARTITIONS=0` — the nodes share loopback and only kills happen. Afterwards the
+//! client history is checked:
 //!
 //! - leases: no fencing token is granted twice, a grant acknowledged before another was asked
 //!   for has the smaller token, and a renewal never names a token granted to someone else;
@@ -27,6 +31,7 @@ use certus_client::{
 };
 use certus_proto::v1::acquire_reply::How;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use support::netns::Network;
 use support::{Cluster, Tuning, eventually};
 
 const DEFAULT_SECONDS: u64 = 20;
@@ -376,7 +381,7 @@ async fn check_ct(client: &Client, logged: &[Vec<u8>]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn killed_and_restarted_nodes_lose_nothing_acknowledged() {
+async fn killed_restarted_and_partitioned_nodes_lose_nothing_acknowledged() {
     let seconds = seconds();
     let seed = seed();
     println!("chaos: seed {seed} (CERTUS_CHAOS_SEED), {seconds} s of faults");
@@ -390,15 +395,28 @@ async fn killed_and_restarted_nodes_lose_nothing_acknowledged() {
     )
     .expect("key file");
     std::fs::write(&roots_file, &root.pem).expect("roots file");
-    let mut cluster = Cluster::start(
-        3,
-        Tuning {
-            tick_interval_ms: 500,
-            snapshot_after_entries: 2_000,
-            entries_kept_after_snapshot: 200,
-            ct: Some((key_file, roots_file)),
-        },
-    );
+    let tuning = Tuning {
+        tick_interval_ms: 500,
+        snapshot_after_entries: 2_000,
+        entries_kept_after_snapshot: 200,
+        ct: Some((key_file, roots_file)),
+    };
+    let network = if std::env::var("CERTUS_CHAOS_PARTITIONS").as_deref() == Ok("0") {
+        println!("chaos: partitions off (CERTUS_CHAOS_PARTITIONS=0)");
+        None
+    } else {
+        match Network::create(3) {
+            Ok(network) => Some(network),
+            Err(why) => {
+                println!("chaos: partitions off: no network namespaces here ({why})");
+                None
+            }
+        }
+    };
+    let mut cluster = match &network {
+        Some(network) => Cluster::start_on(network, 3, tuning),
+        None => Cluster::start(3, tuning),
+    };
     let client = Client::with_config(
         cluster.endpoints(),
         ClientConfig {
@@ -446,17 +464,31 @@ async fn killed_and_restarted_nodes_lose_nothing_acknowledged() {
 
     let mut rng = Rng(seed);
     let deadline = Instant::now() + Duration::from_secs(seconds);
-    let mut kills = 0;
+    let (mut kills, mut partitions) = (0, 0);
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(1_500 + rng.below(2_500))).await;
         let index = usize::try_from(rng.below(3)).expect("small");
         let id = cluster.nodes[index].spec.id;
-        cluster.nodes[index].kill();
-        kills += 1;
-        println!("chaos: killed node {id}");
-        tokio::time::sleep(Duration::from_millis(300 + rng.below(2_000))).await;
-        cluster.restart(index);
-        println!("chaos: restarted node {id}");
+        let outage = Duration::from_millis(300 + rng.below(2_000));
+        match &network {
+            Some(network) if rng.below(2) == 0 => {
+                let host = u8::try_from(id).expect("small ids");
+                network.isolate(host);
+                partitions += 1;
+                println!("chaos: cut node {id} off");
+                tokio::time::sleep(outage).await;
+                network.heal(host);
+                println!("chaos: reconnected node {id}");
+            }
+            _ => {
+                cluster.nodes[index].kill();
+                kills += 1;
+                println!("chaos: killed node {id}");
+                tokio::time::sleep(outage).await;
+                cluster.restart(index);
+                println!("chaos: restarted node {id}");
+            }
+        }
     }
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
@@ -465,7 +497,7 @@ async fn killed_and_restarted_nodes_lose_nothing_acknowledged() {
 
     let history = std::mem::take(&mut *history.lock().expect("history"));
     println!(
-        "chaos: {kills} kills; acknowledged: {} lease grants, {} enqueues, {} completions, {} SCTs; \
+        "chaos: {kills} kills, {partitions} partitions; acknowledged: {} lease grants, {} enqueues, {} completions, {} SCTs; \
          failed calls: {:?}",
         history.grants.len(),
         history.enqueued.len(),
@@ -473,7 +505,7 @@ async fn killed_and_restarted_nodes_lose_nothing_acknowledged() {
         history.logged.len(),
         history.unknown
     );
-    assert!(kills >= 1, "at least one node was killed");
+    assert!(kills + partitions >= 1, "at least one fault happened");
     for (what, count) in [
         ("lease grants", history.grants.len()),
         ("enqueues", history.enqueued.len()),

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use certus_client::{Client, ClientConfig};
 
+pub mod netns;
+
 /// A free loopback port (bound, then released for the node to take).
 pub fn free_addr() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
@@ -19,6 +21,8 @@ pub fn free_addr() -> SocketAddr {
 /// One node's identity and files.
 #[derive(Debug, Clone)]
 pub struct NodeSpec {
+    /// The network namespace the node runs in (`support::netns`), or `None` for the test's own.
+    pub namespace: Option<String>,
     pub id: u64,
     pub grpc: SocketAddr,
     pub http: SocketAddr,
@@ -107,6 +111,25 @@ impl Cluster {
     pub fn start(count: u64, tuning: Tuning) -> Cluster {
         let dir = tempfile::tempdir().expect("temporary directory");
         let specs: Vec<NodeSpec> = (1..=count).map(|id| spec(dir.path(), id)).collect();
+        Cluster::found(dir, specs, tuning)
+    }
+
+    /// Starts one node on each host of `network` (node N on host N), founding one cluster.
+    pub fn start_on(network: &netns::Network, count: u8, tuning: Tuning) -> Cluster {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let specs: Vec<NodeSpec> = (1..=count)
+            .map(|host| {
+                let mut spec = spec(dir.path(), u64::from(host));
+                spec.grpc = SocketAddr::new(network.addr(host), 7101);
+                spec.http = SocketAddr::new(network.addr(host), 7181);
+                spec.namespace = Some(network.namespace(host));
+                spec
+            })
+            .collect();
+        Cluster::found(dir, specs, tuning)
+    }
+
+    fn found(dir: tempfile::TempDir, specs: Vec<NodeSpec>, tuning: Tuning) -> Cluster {
         let members: String = specs
             .iter()
             .map(|spec| {
@@ -176,6 +199,7 @@ impl Cluster {
 
 fn spec(dir: &Path, id: u64) -> NodeSpec {
     NodeSpec {
+        namespace: None,
         id,
         grpc: free_addr(),
         http: free_addr(),
@@ -207,7 +231,17 @@ fn write_config(spec: &NodeSpec, tuning: &Tuning, members: &str) {
 
 fn launch(spec: &NodeSpec, extra: &[&str]) -> Process {
     let log = std::fs::File::create(spec.data_dir.with_extension("log")).expect("node log file");
-    let child = Command::new(binary())
+    let mut command = match &spec.namespace {
+        Some(namespace) => {
+            let mut command = Command::new("ip");
+            // `ip netns exec` execs the binary: the child is the node itself, so a kill is a
+            // SIGKILL of the node.
+            command.args(["netns", "exec", namespace.as_str(), binary()]);
+            command
+        }
+        None => Command::new(binary()),
+    };
+    let child = command
         .arg("serve")
         .arg("--config")
         .arg(&spec.config_file)

@@ -82,3 +82,7 @@ pub const CLIENT_REQUEST_BURST: u32 = 4000;
 /// is refused (RESOURCE_EXHAUSTED, `too-many-clients`). Bounds the layer's memory (~100 bytes a
 /// client) against a flood of source addresses.
 pub const CLIENTS_TRACKED_MAX: usize = 65_536;
+/// HTTP/2 streams (calls) one gRPC connection may have open at once; a client past it waits for
+/// one to end (HTTP/2 flow control), it is not refused. Bounds what one connection costs the
+/// server, below [`CLIENT_STREAMS_MAX`] per address.
+pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;

@@ -381,7 +381,11 @@ macro_rules! with_node_services {
                     .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
                     .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
             )
-            .add_service(HealthServer::new(HealthService::new(Arc::clone(replica))))
+            .add_service(
+                HealthServer::new(HealthService::new(Arc::clone(replica)))
+                    .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+            )
             .add_service(
                 SessionsServer::new(SessionsService::new(Arc::clone(replica)))
                     .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
@@ -431,7 +435,8 @@ async fn serve_grpc(
         .register_encoded_file_descriptor_set(descriptors)
         .build_v1alpha()
         .map_err(|error| StartError::Config(format!("gRPC reflection: {error}")))?;
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(crate::limits::GRPC_STREAMS_PER_CONNECTION_MAX);
     // Without TLS every call is let through (plain text is for experiments and tests).
     let authorizer = match tls {
         Some(tls) => {
@@ -454,8 +459,9 @@ async fn serve_grpc(
                 .keyed_by(crate::client_limits::tls_or_tcp_peer),
         );
     let router = with_node_services!(builder, &replica, ct.as_ref(), &stop)
-        .add_service(reflection)
-        .add_service(reflection_v1alpha);
+        // Requests are small; replies (file descriptors) keep tonic's default bound.
+        .add_service(reflection.max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX))
+        .add_service(reflection_v1alpha.max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX));
     let id = config.id;
     Ok(tokio::spawn(async move {
         if let Err(error) = router
