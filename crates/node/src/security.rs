@@ -343,16 +343,42 @@ impl Refusal {
     }
 }
 
+/// Client certificates whose identity is remembered, so that a connection's calls parse its
+/// certificate once rather than on every call; past it the memory starts over.
+pub const CERTIFICATE_IDENTITIES_CACHED_MAX: usize = 4096;
+
 /// Decides requests: who is calling, and whether they may.
 #[derive(Debug, Clone, Default)]
 pub struct Authorizer {
     tokens: Tokens,
+    /// Identities of verified certificates seen, by their DER bytes.
+    certificates: std::sync::Arc<std::sync::Mutex<BTreeMap<Vec<u8>, Identity>>>,
 }
 
 impl Authorizer {
     /// An authorizer that knows `tokens`.
     pub fn new(tokens: Tokens) -> Authorizer {
-        Authorizer { tokens }
+        Authorizer {
+            tokens,
+            certificates: std::sync::Arc::default(),
+        }
+    }
+
+    /// The identity `der` names, remembered after the first time.
+    fn certificate_identity(&self, der: &[u8]) -> Result<Identity, String> {
+        let mut known = self
+            .certificates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(identity) = known.get(der) {
+            return Ok(identity.clone());
+        }
+        let identity = certificate_identity(der)?;
+        if known.len() >= CERTIFICATE_IDENTITIES_CACHED_MAX {
+            known.clear();
+        }
+        known.insert(der.to_vec(), identity.clone());
+        Ok(identity)
     }
 
     /// Lets a request for `what` needing `permission` through, or says why not. `certificate` is
@@ -369,7 +395,9 @@ impl Authorizer {
             return Ok(None);
         }
         let identity = match (certificate, authorization) {
-            (Some(der), _) => certificate_identity(der).map_err(Refusal::Unauthenticated)?,
+            (Some(der), _) => self
+                .certificate_identity(der)
+                .map_err(Refusal::Unauthenticated)?,
             (None, Some(header)) => {
                 let token = bearer_token(header).ok_or_else(|| {
                     Refusal::Unauthenticated(
@@ -567,5 +595,29 @@ mod tests {
             .expect("allowed")
             .expect("identity");
         assert_eq!(identity.name, "ops");
+    }
+
+    #[test]
+    fn remembered_certificates_decide_as_fresh_ones() {
+        let authorizer = Authorizer::default();
+        let worker = certificate("w", &["worker"]);
+        let reader = certificate("r", &["reader"]);
+        for _ in 0..3 {
+            assert!(
+                authorizer
+                    .check("x", Permission::Work, Some(&worker), None)
+                    .is_ok()
+            );
+            let refused = authorizer
+                .check("x", Permission::Work, Some(&reader), None)
+                .expect_err("a reader does not work");
+            assert_eq!(refused.reason(), "forbidden");
+        }
+        assert!(
+            authorizer
+                .check("x", Permission::Read, Some(b"garbage"), None)
+                .is_err(),
+            "an unreadable certificate is never remembered as anyone"
+        );
     }
 }
