@@ -30,6 +30,10 @@ pub(crate) struct RaftArgs {
     /// Print one JSON document instead of a table.
     #[arg(long)]
     json: bool,
+    /// Run the nodes and clients over mutual TLS (a fresh CA and certificates), to measure what
+    /// transport security costs.
+    #[arg(long)]
+    tls: bool,
 }
 
 /// Bytes of each written value (the key authorization).
@@ -72,7 +76,38 @@ pub(super) async fn run(args: RaftArgs) -> Result<(), String> {
             dir.path().join(format!("node-{id}")),
         ));
     }
-    let configs = super::unlimited(configs);
+    let mut configs = super::unlimited(configs);
+    let client_tls = if args.tls {
+        let pki = dir.path().join("pki");
+        crate::pki::ensure_local(&pki, 3)?;
+        for config in &mut configs {
+            let (cert_file, key_file) =
+                crate::pki::identity_files(&pki, &format!("node-{}", config.id));
+            config.tls = Some(certus_node::TlsSetup {
+                ca_cert_file: pki.join(crate::pki::CA_CERT_FILE),
+                cert_file,
+                key_file,
+                https: true,
+            });
+        }
+        let read = |path: std::path::PathBuf| {
+            std::fs::read_to_string(&path)
+                .map_err(|error| format!("cannot read {}: {error}", path.display()))
+        };
+        let (cert, key) = crate::pki::identity_files(&pki, "admin");
+        Some(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(read(
+                    pki.join(crate::pki::CA_CERT_FILE),
+                )?))
+                .identity(tonic::transport::Identity::from_pem(
+                    read(cert)?,
+                    read(key)?,
+                )),
+        )
+    } else {
+        None
+    };
     let nodes = start_local(&configs).await?;
     let leader = await_leader(&nodes, Duration::from_secs(10))
         .await
@@ -82,12 +117,22 @@ pub(super) async fn run(args: RaftArgs) -> Result<(), String> {
         .find(|config| config.id == leader)
         .map(|config| config.grpc_addr)
         .ok_or("the leader is not a configured node")?;
-    eprintln!("bench: 3 nodes on loopback (sled, fsync per batch), leader node {leader}");
+    eprintln!(
+        "bench: 3 nodes on loopback (sled, fsync per batch, {}), leader node {leader}",
+        if args.tls { "mutual TLS" } else { "plain text" }
+    );
 
     let mut runs = Vec::new();
     for &clients in &args.clients {
         for op in [Op::Write, Op::Read] {
-            let run = measure(leader_addr, op, clients, Duration::from_secs(args.seconds)).await?;
+            let run = measure(
+                leader_addr,
+                client_tls.as_ref(),
+                op,
+                clients,
+                Duration::from_secs(args.seconds),
+            )
+            .await?;
             eprintln!(
                 "bench: {:?} x{clients}: {:.0} ops/s",
                 run.op,
@@ -105,6 +150,7 @@ pub(super) async fn run(args: RaftArgs) -> Result<(), String> {
 
 async fn measure(
     leader: SocketAddr,
+    tls: Option<&tonic::transport::ClientTlsConfig>,
     op: Op,
     clients: usize,
     duration: Duration,
@@ -114,8 +160,15 @@ async fn measure(
     let end = start + duration;
     let mut tasks = Vec::new();
     for client in 0..clients {
-        let channel: Channel = Endpoint::from_shared(format!("http://{leader}"))
-            .map_err(|error| error.to_string())?
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{leader}"))
+            .map_err(|error| error.to_string())?;
+        if let Some(tls) = tls {
+            endpoint = endpoint
+                .tls_config(tls.clone())
+                .map_err(|error| error.to_string())?;
+        }
+        let channel: Channel = endpoint
             .tcp_nodelay(true)
             .connect()
             .await
