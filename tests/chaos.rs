@@ -11,7 +11,10 @@
 //! - pipelines: every acknowledged enqueue exists with its external id, one external id never
 //!   maps to two transactions nor two ids to one, and every acknowledged completion stands;
 //! - CT: every entry with an SCT is in a serving STH once faults stop, and no certificate holds
-//!   two sequence numbers.
+//!   two sequence numbers;
+//! - sessions: every acknowledged create exists, every session reaches `DONE` (with a
+//!   certificate) or `FAILED` once faults stop — work a dead node held comes back — and every
+//!   acknowledged session stays done.
 //!
 //! `cargo xtask test` runs it for 20 s; `cargo xtask chaos` for five minutes
 //! (`CERTUS_CHAOS_SECONDS`). The fault schedule comes from `CERTUS_CHAOS_SEED` (printed; set it
@@ -26,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use certus_client::{
-    Client, ClientConfig, EnqueueRequest, GetStateRequest, QueueType, TxStatus,
+    Client, ClientConfig, EnqueueRequest, GetStateRequest, QueueType, Stage, TxStatus,
     enqueue_request::Route,
 };
 use certus_proto::v1::acquire_reply::How;
@@ -39,6 +42,8 @@ const LEASE_NAMES: u64 = 3;
 const LEASE_TTL_MS: u64 = 1_500;
 const PIPELINE: &str = "chaos";
 const NODE_GROUP: &str = "chaos-group";
+/// Names whose HTTP-01 challenges the nodes serve; sessions cycle through them.
+const SESSION_NAMES: usize = 48;
 
 /// A small deterministic generator for the fault schedule.
 struct Rng(u64);
@@ -109,6 +114,10 @@ struct History {
     completed: Vec<u64>,
     /// Leaf certificates that got an SCT.
     logged: Vec<Vec<u8>>,
+    /// Sessions whose create was acknowledged.
+    sessions_created: Vec<u64>,
+    /// Sessions whose acknowledgement (after `DONE`) was acknowledged.
+    sessions_acknowledged: Vec<u64>,
     /// Calls that failed, by kind and reason: no answer (outcome unknown) or a refusal.
     unknown: BTreeMap<String, u64>,
 }
@@ -245,6 +254,92 @@ async fn submitter(client: Client, root: Arc<Root>, stop: Arc<AtomicBool>, histo
             Err(error) => failed(&history, "add-chain", &error),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn session_name(n: usize) -> String {
+    format!("s{}.chaos.test", n % SESSION_NAMES)
+}
+
+/// Creates sessions one after another, each followed to its end and acknowledged when done.
+async fn applicant(client: Client, applicant: u64, stop: Arc<AtomicBool>, history: Shared) {
+    let mut n = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let name = session_name(n + usize::try_from(applicant).expect("small"));
+        n += 2;
+        let key = KeyPair::generate().expect("applicant key");
+        let csr = CertificateParams::new(vec![name.clone()])
+            .expect("params")
+            .serialize_request(&key)
+            .expect("CSR")
+            .der()
+            .to_vec();
+        let request_key = format!("a{applicant}-{n}");
+        let created = match client
+            .create_session(csr, vec![name], Some(request_key))
+            .await
+        {
+            Ok(session) => session,
+            Err(error) => {
+                failed(&history, "create-session", &error);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        record(&history, |h| h.sessions_created.push(created.id));
+        let mut known = Some(created);
+        let give_up = Instant::now() + Duration::from_secs(30);
+        while !stop.load(Ordering::Relaxed) && Instant::now() < give_up {
+            let Some(session) = known.clone() else { break };
+            if session.stage() == Stage::Done {
+                match client.acknowledge_session(session.id).await {
+                    Ok(_) => record(&history, |h| h.sessions_acknowledged.push(session.id)),
+                    Err(error) => failed(&history, "acknowledge-session", &error),
+                }
+                break;
+            }
+            if session.stage() == Stage::Failed {
+                break;
+            }
+            match client
+                .wait_session(session.id, Some(session), Duration::from_secs(2))
+                .await
+            {
+                Ok(newer) => known = Some(newer),
+                Err(error) => failed(&history, "wait-session", &error),
+            }
+        }
+    }
+}
+
+async fn check_sessions(client: &Client, created: &[u64], acknowledged: &[u64]) {
+    let acknowledged: BTreeSet<u64> = acknowledged.iter().copied().collect();
+    for id in created {
+        // Work a dead or cut-off node held comes back to the others: every session ends.
+        let session = eventually(
+            Duration::from_secs(90),
+            "every session done or failed once faults stop",
+            || async {
+                let session = client.get_session(*id).await.ok()?;
+                matches!(session.stage(), Stage::Done | Stage::Failed).then_some(session)
+            },
+        )
+        .await;
+        if session.stage() == Stage::Done {
+            assert!(
+                session
+                    .certificate
+                    .starts_with("-----BEGIN CERTIFICATE-----"),
+                "done session {id} carries a certificate"
+            );
+        }
+        if acknowledged.contains(id) {
+            assert_eq!(
+                session.stage(),
+                Stage::Done,
+                "acknowledged session {id} stays done"
+            );
+        }
     }
 }
 
@@ -395,11 +490,28 @@ async fn killed_restarted_and_partitioned_nodes_lose_nothing_acknowledged() {
     )
     .expect("key file");
     std::fs::write(&roots_file, &root.pem).expect("roots file");
+    let now_ms = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis(),
+    )
+    .expect("ms fit");
+    let ca = certus_ca::issuer::CaIdentity::generate("Certus Chaos CA", now_ms).expect("a CA");
+    let ca_key_file = files.path().join("ca-key.pem");
+    let ca_cert_file = files.path().join("ca-cert.pem");
+    std::fs::write(&ca_key_file, ca.key_pem()).expect("CA key file");
+    std::fs::write(&ca_cert_file, ca.certificate_pem()).expect("CA certificate file");
     let tuning = Tuning {
         tick_interval_ms: 500,
         snapshot_after_entries: 2_000,
         entries_kept_after_snapshot: 200,
         ct: Some((key_file, roots_file)),
+        sessions: Some((
+            ca_key_file,
+            ca_cert_file,
+            (0..SESSION_NAMES).map(session_name).collect(),
+        )),
     };
     let network = if std::env::var("CERTUS_CHAOS_PARTITIONS").as_deref() == Ok("0") {
         println!("chaos: partitions off (CERTUS_CHAOS_PARTITIONS=0)");
@@ -429,6 +541,24 @@ async fn killed_restarted_and_partitioned_nodes_lose_nothing_acknowledged() {
         client.define_pipeline(PIPELINE, NODE_GROUP).await.ok()
     })
     .await;
+    // HTTP-01 tests fail while the node serving a name is down: retry them for longer than an
+    // outage lasts, so sessions fail only if something is wrong.
+    eventually(
+        Duration::from_secs(30),
+        "the sessions configured",
+        || async {
+            let config = client.sessions_status().await.ok()?.config?;
+            client
+                .set_session_config(certus_client::SessionConfig {
+                    max_tests: 30,
+                    test_retry_ms: 500,
+                    ..config
+                })
+                .await
+                .ok()
+        },
+    )
+    .await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let history: Shared = Arc::default();
@@ -449,6 +579,14 @@ async fn killed_restarted_and_partitioned_nodes_lose_nothing_acknowledged() {
             Arc::clone(&history),
         )));
         tasks.push(tokio::spawn(worker(
+            client.clone(),
+            n,
+            Arc::clone(&stop),
+            Arc::clone(&history),
+        )));
+    }
+    for n in 0..2 {
+        tasks.push(tokio::spawn(applicant(
             client.clone(),
             n,
             Arc::clone(&stop),
@@ -497,12 +635,14 @@ async fn killed_restarted_and_partitioned_nodes_lose_nothing_acknowledged() {
 
     let history = std::mem::take(&mut *history.lock().expect("history"));
     println!(
-        "chaos: {kills} kills, {partitions} partitions; acknowledged: {} lease grants, {} enqueues, {} completions, {} SCTs; \
+        "chaos: {kills} kills, {partitions} partitions; acknowledged: {} lease grants, {} enqueues, {} completions, {} SCTs, {} sessions created, {} done and acknowledged; \
          failed calls: {:?}",
         history.grants.len(),
         history.enqueued.len(),
         history.completed.len(),
         history.logged.len(),
+        history.sessions_created.len(),
+        history.sessions_acknowledged.len(),
         history.unknown
     );
     assert!(kills + partitions >= 1, "at least one fault happened");
@@ -511,6 +651,11 @@ async fn killed_restarted_and_partitioned_nodes_lose_nothing_acknowledged() {
         ("enqueues", history.enqueued.len()),
         ("completions", history.completed.len()),
         ("SCTs", history.logged.len()),
+        ("session creates", history.sessions_created.len()),
+        (
+            "session acknowledgements",
+            history.sessions_acknowledged.len(),
+        ),
     ] {
         assert!(
             count > 0,
@@ -520,6 +665,12 @@ async fn killed_restarted_and_partitioned_nodes_lose_nothing_acknowledged() {
     check_leases(&history.grants);
     check_pipelines(&client, &history.enqueued, &history.completed).await;
     check_ct(&client, &history.logged).await;
+    check_sessions(
+        &client,
+        &history.sessions_created,
+        &history.sessions_acknowledged,
+    )
+    .await;
     if std::env::var_os("CERTUS_CHAOS_KEEP").is_some() {
         println!("chaos: node logs kept in {}", cluster.dir.keep().display());
     }

@@ -141,7 +141,7 @@ async fn a_node_that_missed_compacted_entries_catches_up_from_a_snapshot() {
         snapshot_after_entries: 100_000,
         entries_kept_after_snapshot: 0,
         tick_interval_ms: 60_000,
-        ct: None,
+        ..Tuning::default()
     };
     let mut cluster = Cluster::start(3, tuning);
     let first_leader = leader(&cluster).await;

@@ -81,6 +81,9 @@ pub struct Tuning {
     pub tick_interval_ms: u64,
     /// The CT log's key and roots files: every node runs the log when set.
     pub ct: Option<(PathBuf, PathBuf)>,
+    /// CA issuance sessions: the CA's key and certificate files, and the names whose HTTP-01
+    /// challenges the nodes serve — name N is tested at node `N % nodes`'s HTTP address.
+    pub sessions: Option<(PathBuf, PathBuf, Vec<String>)>,
 }
 
 impl Default for Tuning {
@@ -90,6 +93,7 @@ impl Default for Tuning {
             entries_kept_after_snapshot: 1_000,
             tick_interval_ms: 1_000,
             ct: None,
+            sessions: None,
         }
     }
 }
@@ -139,6 +143,21 @@ impl Cluster {
                 )
             })
             .collect();
+        let mut members = members;
+        if let Some((key_file, cert_file, names)) = &tuning.sessions {
+            // A table after [[initial_members]]: every key below belongs to it.
+            members.push_str(&format!(
+                "[sessions]\nca_key_file = \"{}\"\nca_cert_file = \"{}\"\n[sessions.http01_resolve]\n",
+                key_file.display(),
+                cert_file.display()
+            ));
+            for (n, name) in names.iter().enumerate() {
+                members.push_str(&format!(
+                    "\"{name}\" = \"{}\"\n",
+                    specs[n % specs.len()].http
+                ));
+            }
+        }
         for spec in &specs {
             write_config(spec, &tuning, &members);
         }

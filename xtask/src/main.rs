@@ -31,7 +31,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "chaos",
-        "`chaos [--seconds N] [--seed S]`: real `certus serve` processes killed and restarted under a mixed workload (5 min by default), history checked",
+        "`chaos [--seconds N] [--seed S]`: real `certus serve` processes killed and restarted under leases, pipelines, CT and sessions (5 min by default), history checked",
     ),
     ("help", "this list"),
 ];
