@@ -9,7 +9,9 @@
 //! - leases: no fencing token is granted twice, a grant acknowledged before another was asked
 //!   for has the smaller token, and a renewal never names a token granted to someone else;
 //! - pipelines: every acknowledged enqueue exists with its external id, one external id never
-//!   maps to two transactions nor two ids to one, and every acknowledged completion stands;
+//!   maps to two transactions nor two ids to one, every acknowledged completion stands, no claim
+//!   is handed out twice, and a transaction whose completion was acknowledged is never
+//!   dequeued again;
 //! - CT: every entry with an SCT is in a serving STH once faults stop, and no certificate holds
 //!   two sequence numbers;
 //! - sessions: every acknowledged create exists, every session reaches `DONE` (with a
@@ -110,8 +112,10 @@ struct History {
     grants: Vec<Grant>,
     /// external id → transaction id, for every acknowledged enqueue.
     enqueued: Vec<(String, u64)>,
-    /// Transaction ids whose completion (success) was acknowledged.
-    completed: Vec<u64>,
+    /// Transaction ids whose completion (success) was acknowledged, with when it was answered.
+    completed: Vec<(u64, Instant)>,
+    /// Every acknowledged dequeue's claims: transaction, claim token, when it was asked for.
+    claims: Vec<(u64, u64, Instant)>,
     /// Leaf certificates that got an SCT.
     logged: Vec<Vec<u8>>,
     /// Sessions whose create was acknowledged.
@@ -213,8 +217,17 @@ async fn producer(client: Client, producer: u64, stop: Arc<AtomicBool>, history:
 async fn worker(client: Client, worker: u64, stop: Arc<AtomicBool>, history: Shared) {
     let name = format!("worker-{worker}");
     while !stop.load(Ordering::Relaxed) {
+        let asked = Instant::now();
         let transactions = match client.dequeue(NODE_GROUP, &name, 4).await {
-            Ok(reply) => reply.transactions,
+            Ok(reply) => {
+                record(&history, |h| {
+                    for transaction in &reply.transactions {
+                        h.claims
+                            .push((transaction.id, transaction.claim_token, asked));
+                    }
+                });
+                reply.transactions
+            }
             Err(error) => {
                 failed(&history, "dequeue", &error);
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -234,7 +247,10 @@ async fn worker(client: Client, worker: u64, stop: Arc<AtomicBool>, history: Sha
                 )
                 .await;
             match done {
-                Ok(_) => record(&history, |h| h.completed.push(transaction.id)),
+                Ok(_) => {
+                    let answered = Instant::now();
+                    record(&history, |h| h.completed.push((transaction.id, answered)));
+                }
                 Err(error) => failed(&history, "complete", &error),
             }
         }
@@ -387,7 +403,33 @@ fn check_leases(grants: &[Grant]) {
     }
 }
 
-async fn check_pipelines(client: &Client, enqueued: &[(String, u64)], completed: &[u64]) {
+/// The queue's history: a claim is handed out once, and a transaction whose completion was
+/// acknowledged is never handed out again.
+fn check_claims(claims: &[(u64, u64, Instant)], completed: &[(u64, Instant)]) {
+    let mut seen = BTreeSet::new();
+    for (id, token, _) in claims {
+        assert!(
+            seen.insert((*id, *token)),
+            "transaction {id}'s claim {token} was handed out twice"
+        );
+    }
+    let finished: BTreeMap<u64, Instant> = completed.iter().copied().collect();
+    for (id, token, asked) in claims {
+        if let Some(done) = finished.get(id) {
+            assert!(
+                asked <= done,
+                "transaction {id} was dequeued again (claim {token}) after its completion was \
+                 acknowledged"
+            );
+        }
+    }
+}
+
+async fn check_pipelines(
+    client: &Client,
+    enqueued: &[(String, u64)],
+    completed: &[(u64, Instant)],
+) {
     let mut by_external: BTreeMap<&str, u64> = BTreeMap::new();
     let mut by_id: BTreeMap<u64, &str> = BTreeMap::new();
     for (external, id) in enqueued {
@@ -404,7 +446,7 @@ async fn check_pipelines(client: &Client, enqueued: &[(String, u64)], completed:
             );
         }
     }
-    let completed: BTreeSet<u64> = completed.iter().copied().collect();
+    let completed: BTreeSet<u64> = completed.iter().map(|(id, _)| *id).collect();
     for (id, external) in &by_id {
         let reply = client
             .get_state(GetStateRequest {
@@ -663,6 +705,7 @@ async fn killed_restarted_and_partitioned_nodes_lose_nothing_acknowledged() {
         );
     }
     check_leases(&history.grants);
+    check_claims(&history.claims, &history.completed);
     check_pipelines(&client, &history.enqueued, &history.completed).await;
     check_ct(&client, &history.logged).await;
     check_sessions(
