@@ -238,12 +238,22 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
         // Flushed before openraft applies (and so before any client hears of) what it commits:
         // a leader that restarts resumes leading at once and serves linearizable reads at
         // max(committed, its first entry of the term); a committed pointer that rolled back
-        // would let such a read miss writes that were acknowledged.
+        // would let such a read miss writes that were acknowledged. The flush goes through the
+        // disk's group commit, shared with concurrent appends, and is awaited rather than
+        // blocking the Raft core's thread.
+        use openraft::AsyncRuntime as _;
+        use openraft::async_runtime::AsyncOneshotSendExt as _;
         let mut batch = WriteBatch::new();
         batch.put(COMMITTED, encode(&committed));
-        self.disk
-            .write(batch)
-            .and_then(|()| self.disk.flush())
+        self.disk.write(batch).map_err(write_err::<C>)?;
+        let (flushed, outcome) = C::AsyncRuntime::oneshot();
+        self.disk.flush_then(Box::new(move |result| {
+            let _ = flushed.send(result);
+        }));
+        outcome
+            .await
+            .map_err(|_| DiskError("the flusher stopped before flushing".to_owned()))
+            .and_then(|result| result)
             .map_err(write_err::<C>)
     }
 
