@@ -46,7 +46,8 @@ pub(crate) fn ensure_ca(dir: &Path) -> Result<(PathBuf, PathBuf, bool), String> 
     }
 }
 
-fn write_new(path: &Path, contents: &str, mode: u32) -> Result<(), String> {
+/// Writes `contents` to a new file `path` with `mode` (never over an existing file), synced.
+pub(crate) fn write_new(path: &Path, contents: &str, mode: u32) -> Result<(), String> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]

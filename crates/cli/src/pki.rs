@@ -5,12 +5,13 @@
 //! Files are never overwritten: a CA key or a node key replaced by accident would lock the
 //! cluster out of itself.
 
-use std::io::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use certus_ca::issuer::CaIdentity;
+
+use crate::ca_files::write_new;
 use certus_node::security::{Role, TokenEntry, token_hash};
 use rcgen::{
     CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose, SanType,
@@ -328,21 +329,6 @@ pub(crate) fn ensure_local(dir: &Path, nodes: u8) -> Result<bool, String> {
         }
     }
     Ok(created)
-}
-
-fn write_new(path: &Path, contents: &str, mode: u32) -> Result<(), String> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
-    #[cfg(not(unix))]
-    let _ = mode;
-    let mut file = options
-        .open(path)
-        .map_err(|error| format!("cannot create {}: {error}", path.display()))?;
-    file.write_all(contents.as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(|error| format!("cannot write {}: {error}", path.display()))
 }
 
 #[cfg(test)]

@@ -106,9 +106,7 @@ pub(crate) async fn run(args: RebuildArgs) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs());
+    let stamp = certus_node::Clock::system().now_ms() / 1000;
     let aside = node.data_dir.join(format!("raft.replaced-{stamp}"));
     let rebuilt = certus_store::rebuild_keeping_vote(&store, &aside)
         .map_err(|error| format!("{error} (is the node still running? stop it first)"))?;

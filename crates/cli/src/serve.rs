@@ -131,12 +131,16 @@ pub(crate) struct NodeFile {
     pub(crate) peers: Vec<String>,
 }
 
-/// Reads `path` as `certus serve` does (without environment or flags).
-pub(crate) fn node_file(path: &std::path::Path) -> Result<NodeFile, String> {
+/// The config file at `path`.
+fn read_file(path: &std::path::Path) -> Result<ServeFile, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-    let file: ServeFile =
-        toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+    toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))
+}
+
+/// Reads `path` as `certus serve` does (without environment or flags).
+pub(crate) fn node_file(path: &std::path::Path) -> Result<NodeFile, String> {
+    let file = read_file(path)?;
     let id = required(file.id, "id")?;
     let mut peers: Vec<String> = file
         .initial_members
@@ -155,11 +159,7 @@ pub(crate) fn node_file(path: &std::path::Path) -> Result<NodeFile, String> {
 
 pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     let file: ServeFile = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-            toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?
-        }
+        Some(path) => read_file(path)?,
         None => ServeFile::default(),
     };
     let mut config = NodeConfig::new(

@@ -203,10 +203,20 @@ impl Node {
         .map_err(|fatal| StartError::Raft(fatal.to_string()))?;
         let replica = Replica::new(config.id, config.member(), raft, reader, clock, peers);
         let (stop, stopped) = watch::channel(false);
+        // One authorizer for both ports: the tokens are read once and a certificate's identity,
+        // once parsed, serves gRPC and HTTP alike. Without TLS every call is let through.
+        #[cfg(not(madsim))]
+        let authorizer = match &tls {
+            Some(_) => Some(crate::security::Authorizer::new(
+                crate::security::Tokens::new(&config.tokens).map_err(StartError::Config)?,
+            )),
+            None => None,
+        };
         #[cfg(not(madsim))]
         let grpc = serve_grpc(
             &config,
             tls.as_ref(),
+            authorizer.clone(),
             Arc::clone(&replica),
             ct.clone(),
             Arc::clone(&metrics),
@@ -220,6 +230,7 @@ impl Node {
             serve_http(
                 &config,
                 tls.as_ref(),
+                authorizer.map(Arc::new),
                 Arc::clone(&replica),
                 ct.clone(),
                 Arc::clone(&metrics),
@@ -411,6 +422,7 @@ macro_rules! with_node_services {
 async fn serve_grpc(
     config: &NodeConfig,
     tls: Option<&crate::tls::TlsMaterial>,
+    authorizer: Option<crate::security::Authorizer>,
     replica: Arc<Replica>,
     ct: Option<Arc<CtNode>>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -437,18 +449,11 @@ async fn serve_grpc(
         .map_err(|error| StartError::Config(format!("gRPC reflection: {error}")))?;
     let mut builder = tonic::transport::Server::builder()
         .max_concurrent_streams(crate::limits::GRPC_STREAMS_PER_CONNECTION_MAX);
-    // Without TLS every call is let through (plain text is for experiments and tests).
-    let authorizer = match tls {
-        Some(tls) => {
-            builder = builder
-                .tls_config(tls.grpc_server())
-                .map_err(|error| StartError::Config(format!("tls: {error}")))?;
-            let tokens =
-                crate::security::Tokens::new(&config.tokens).map_err(StartError::Config)?;
-            Some(crate::security::Authorizer::new(tokens))
-        }
-        None => None,
-    };
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls.grpc_server())
+            .map_err(|error| StartError::Config(format!("tls: {error}")))?;
+    }
     // Refusals are counted too: the metrics layer is outermost. The client limits come after
     // authorization, which names peers (exempt from them).
     let mut builder = builder
@@ -499,6 +504,7 @@ async fn serve_grpc(
 async fn serve_http(
     config: &NodeConfig,
     tls: Option<&crate::tls::TlsMaterial>,
+    authorizer: Option<Arc<crate::security::Authorizer>>,
     replica: Arc<Replica>,
     ct: Option<Arc<CtNode>>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -510,12 +516,6 @@ async fn serve_http(
             addr: config.http_addr.to_string(),
             reason: error.to_string(),
         })?;
-    let authorizer = match tls {
-        Some(_) => Some(Arc::new(crate::security::Authorizer::new(
-            crate::security::Tokens::new(&config.tokens).map_err(StartError::Config)?,
-        ))),
-        None => None,
-    };
     let router = crate::http::node_router(replica, metrics, ct, authorizer);
     let id = config.id;
     if let Some(tls) = tls.filter(|tls| tls.https()) {
