@@ -360,6 +360,25 @@ impl SimCluster {
             .await
             .expect("the write task ran")
     }
+
+    /// A linearizable read through node `via`: `read` gets the state and the node's clock.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        via: u64,
+        read: impl FnOnce(&certus_core::State, u64) -> T + Send + 'static,
+    ) -> Result<T, ServiceError> {
+        let replica = self
+            .replica(via)
+            .ok_or_else(|| ServiceError::Unavailable(format!("node {via} is down")))?;
+        let machine = self
+            .handle
+            .get_node(self.machines[&via].id())
+            .expect("machine");
+        machine
+            .spawn(async move { replica.read(read).await })
+            .await
+            .expect("the read task ran")
+    }
 }
 
 mod openraft_metrics {

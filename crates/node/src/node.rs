@@ -25,7 +25,7 @@ use crate::limits::{
 use crate::log_service::LogService;
 use crate::network::{Network, Peers};
 use crate::raft_service::RaftService;
-use crate::replica::{Leader, Replica};
+use crate::replica::{BootLog, Leader, Replica};
 use crate::session_daemons::{SessionDaemons, SessionParts};
 use crate::types::{CertusNode, NodeId, Raft};
 
@@ -181,10 +181,16 @@ impl Node {
             None => None,
         };
         let openraft_config = Arc::new(config.openraft().map_err(StartError::Config)?);
-        let log_store = LogStore::new(Arc::clone(&disk)).with_observer(AppendObserver::new({
+        let mut log_store = LogStore::new(Arc::clone(&disk)).with_observer(AppendObserver::new({
             let metrics = Arc::clone(&metrics);
             move |timing| metrics.observe_log_append(timing)
         }));
+        let boot = boot_log(&mut log_store)
+            .await
+            .map_err(|reason| StartError::Storage {
+                path: config.data_dir.display().to_string(),
+                reason,
+            })?;
         let state_machine =
             StateMachineStore::open(Arc::clone(&disk)).map_err(|error| StartError::Storage {
                 path: config.data_dir.display().to_string(),
@@ -201,7 +207,7 @@ impl Node {
         )
         .await
         .map_err(|fatal| StartError::Raft(fatal.to_string()))?;
-        let replica = Replica::new(config.id, config.member(), raft, reader, clock, peers);
+        let replica = Replica::new(config.id, config.member(), raft, reader, clock, peers, boot);
         let (stop, stopped) = watch::channel(false);
         // One authorizer for both ports: the tokens are read once and a certificate's identity,
         // once parsed, serves gRPC and HTTP alike. Without TLS every call is let through.
@@ -349,6 +355,25 @@ impl Node {
         }
         info!(id = self.replica.id, "node stopped");
     }
+}
+
+/// The vote's term and the last log index on disk, read before Raft starts (see [`BootLog`]).
+async fn boot_log<D: Disk>(
+    log_store: &mut LogStore<crate::types::TypeConfig, D>,
+) -> Result<BootLog, String> {
+    use openraft::storage::RaftLogStorage as _;
+    let last_index = log_store
+        .get_log_state()
+        .await
+        .map_err(|error| error.to_string())?
+        .last_log_id
+        .map_or(0, |log_id| log_id.index);
+    let term = log_store
+        .read_vote()
+        .await
+        .map_err(|error| error.to_string())?
+        .map_or(0, |vote| vote.leader_id().term);
+    Ok(BootLog { term, last_index })
 }
 
 async fn stopped(mut stop: watch::Receiver<bool>) {

@@ -32,6 +32,21 @@ pub enum Leader {
     Peer(NodeId, CertusNode),
 }
 
+/// What this node's log held when it started. Commit pointers are written but not flushed on
+/// every commit, so after a crash the one on disk may lag entries this node applied and
+/// acknowledged. A node that resumes leading in the term it had voted in (openraft lets it, with
+/// no new entry of its own) would name a read index from that lagging pointer; its reads in
+/// that term are therefore answered at no less than the last index it had on disk, which covers
+/// every entry it could have acknowledged. A leader of a later term needs no such floor: its
+/// first entry of the term lies past every entry committed before it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BootLog {
+    /// The term of the vote on disk.
+    pub term: u64,
+    /// The last log index on disk (0 for an empty log).
+    pub last_index: u64,
+}
+
 /// Shared by every service of a node.
 pub struct Replica {
     /// This node's id.
@@ -49,6 +64,7 @@ pub struct Replica {
     reads: mpsc::Sender<oneshot::Sender<Result<(), ServiceError>>>,
     /// The highest commit index a leader has told this node about.
     leader_commit_seen: AtomicU64,
+    boot: BootLog,
 }
 
 impl std::fmt::Debug for Replica {
@@ -74,6 +90,7 @@ impl Replica {
         reader: StateReader,
         clock: Clock,
         peers: Peers,
+        boot: BootLog,
     ) -> Arc<Replica> {
         let proposer = Proposer::start(id, raft.clone(), clock.clone());
         let (reads, read_queue) = mpsc::channel(READ_QUEUE_MAX);
@@ -87,6 +104,7 @@ impl Replica {
             proposer,
             reads,
             leader_commit_seen: AtomicU64::new(0),
+            boot,
         });
         tokio::spawn(run_read_barriers(Arc::downgrade(&replica), read_queue));
         replica
@@ -192,18 +210,43 @@ impl Replica {
         Ok(self.reader.read(|applied| read(&applied.state, now_ms)))
     }
 
-    /// The read index, confirmed by this node as leader. Refuses if this node does not lead.
+    /// The read index, confirmed by this node as leader, and applied here. Refuses if this node
+    /// does not lead.
     pub async fn leader_read_index(&self) -> Result<u64, ForwardRefusal> {
-        match self.raft.ensure_linearizable().await {
-            Ok(read_log_id) => Ok(read_log_id.map_or(0, |log_id| log_id.index)),
+        let term = || self.raft.metrics().borrow().current_term;
+        let term_before = term();
+        let index = match self.raft.ensure_linearizable().await {
+            Ok(read_log_id) => read_log_id.map_or(0, |log_id| log_id.index),
             Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))) => {
-                Err(ForwardRefusal::NotLeader)
+                return Err(ForwardRefusal::NotLeader);
             }
             Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(error))) => {
-                Err(ForwardRefusal::Unavailable(error.to_string()))
+                return Err(ForwardRefusal::Unavailable(error.to_string()));
             }
-            Err(RaftError::Fatal(fatal)) => Err(ForwardRefusal::Unavailable(fatal.to_string())),
+            Err(RaftError::Fatal(fatal)) => {
+                return Err(ForwardRefusal::Unavailable(fatal.to_string()));
+            }
+        };
+        // Which term the confirmation was for is only certain when it did not change meanwhile;
+        // otherwise the caller asks again.
+        if term() != term_before {
+            return Err(ForwardRefusal::NotLeader);
         }
+        if term_before != self.boot.term || index >= self.boot.last_index {
+            return Ok(index);
+        }
+        // Leading again in the term it led before a restart: see `BootLog`.
+        self.raft
+            .wait(Some(READ_APPLY_WAIT))
+            .applied_index_at_least(Some(self.boot.last_index), "log on disk at start applied")
+            .await
+            .map_err(|error| {
+                ForwardRefusal::Unavailable(format!(
+                    "the entries on disk at start (up to {}) are not applied yet: {error}",
+                    self.boot.last_index
+                ))
+            })?;
+        Ok(self.boot.last_index)
     }
 
     async fn barrier_once(&self) -> Result<(), ServiceError> {

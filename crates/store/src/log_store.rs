@@ -235,26 +235,14 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
         &mut self,
         committed: Option<LogId<C::NodeId>>,
     ) -> Result<(), StorageError<C::NodeId>> {
-        // Flushed before openraft applies (and so before any client hears of) what it commits:
-        // a leader that restarts resumes leading at once and serves linearizable reads at
-        // max(committed, its first entry of the term); a committed pointer that rolled back
-        // would let such a read miss writes that were acknowledged. The flush goes through the
-        // disk's group commit, shared with concurrent appends, and is awaited rather than
-        // blocking the Raft core's thread.
-        use openraft::AsyncRuntime as _;
-        use openraft::async_runtime::AsyncOneshotSendExt as _;
+        // Written, not flushed: it becomes durable with the next append's flush, and a pointer
+        // that rolled back in a crash only means re-applying from the snapshot. The one reader
+        // it could mislead, a leader that resumes leading in its old term and names a read
+        // index from it, reads no lower than its log's end at start instead (the node's
+        // `BootLog`). Flushing here cost a second fsync per commit on every node.
         let mut batch = WriteBatch::new();
         batch.put(COMMITTED, encode(&committed));
-        self.disk.write(batch).map_err(write_err::<C>)?;
-        let (flushed, outcome) = C::AsyncRuntime::oneshot();
-        self.disk.flush_then(Box::new(move |result| {
-            let _ = flushed.send(result);
-        }));
-        outcome
-            .await
-            .map_err(|_| DiskError("the flusher stopped before flushing".to_owned()))
-            .and_then(|result| result)
-            .map_err(write_err::<C>)
+        self.disk.write(batch).map_err(write_err::<C>)
     }
 
     async fn read_committed(

@@ -54,17 +54,26 @@ fn a_saved_vote_survives_a_crash() {
     assert_eq!(ready(reopened.read_vote()).unwrap(), Some(vote));
 }
 
-/// A leader that restarts leads again at once and reads at max(committed, its first entry of
-/// the term): the committed pointer must not roll back past anything a client was told of.
+/// The committed pointer has no flush of its own: it becomes durable with the next flush (an
+/// append's, in a running node). A crash before that rolls it back, never forward; the node's
+/// `BootLog` keeps a leader that resumes after such a crash from reading below its log's end.
 #[test]
-fn a_saved_committed_pointer_survives_a_crash() {
+fn a_committed_pointer_is_durable_with_the_next_flush() {
     let disk = SimDisk::new();
     let mut log = Log::new(Arc::new(disk.clone()));
-    let committed = Some(log_id(2, 1, 7));
+    let committed = Some(log_id(1, 1, 7));
     ready(log.save_committed(committed)).unwrap();
     disk.crash();
-    let mut reopened = Log::new(Arc::new(disk));
-    assert_eq!(ready(reopened.read_committed()).unwrap(), committed);
+    let mut reopened = Log::new(Arc::new(disk.clone()));
+    assert_eq!(ready(reopened.read_committed()).unwrap(), None);
+
+    ready(reopened.save_committed(committed)).unwrap();
+    reopened
+        .append_durably([entry(8, EntryPayload::Blank)])
+        .unwrap();
+    disk.crash();
+    let mut again = Log::new(Arc::new(disk));
+    assert_eq!(ready(again.read_committed()).unwrap(), committed);
 }
 
 #[test]
