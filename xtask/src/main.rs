@@ -23,7 +23,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "`bench raft|ct|sessions|pipelines [--clients ...] [--seconds N] [--json]`: a 3-node loopback cluster, release build",
+        "`bench raft|ct|sessions|pipelines|grpc [--clients ...] [--seconds N] [--json]`: a 3-node loopback cluster, release build",
     ),
     (
         "fuzz",
@@ -207,6 +207,11 @@ const BENCHMARKS: &[(&str, &str)] = &[
         "pipelines",
         "transaction pipelines: enqueue->dequeue->complete cycles/s, cycle and step p50/p99 \
          [--clients 1,50] [--seconds 5]",
+    ),
+    (
+        "grpc",
+        "the transport's ceiling: unary health checks/s to the leader, which bound every \
+         one-call-per-operation benchmark [--clients 1,50] [--seconds 5]",
     ),
 ];
 

@@ -9,11 +9,14 @@
 //!   check the certificate, acknowledge) per second, with create→done latency.
 //! - `pipelines` ([`pipelines`]): transaction pipelines' enqueue → dequeue → complete cycles per
 //!   second, with each step's latency.
+//! - `grpc` ([`grpc`]): the transport's ceiling — unary health checks per second, which bound
+//!   every benchmark above that makes one call per operation.
 
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 mod ct;
+mod grpc;
 mod pipelines;
 mod raft;
 mod sessions;
@@ -36,6 +39,8 @@ enum Benchmark {
     Sessions(sessions::SessionsArgs),
     /// Transaction pipelines: enqueue → dequeue → complete cycles/s and their latency.
     Pipelines(pipelines::PipelinesArgs),
+    /// The transport's ceiling: unary health checks/s against the leader.
+    Grpc(grpc::GrpcArgs),
 }
 
 pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
@@ -44,6 +49,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
         Benchmark::Ct(args) => ct::run(args).await,
         Benchmark::Sessions(args) => sessions::run(args).await,
         Benchmark::Pipelines(args) => pipelines::run(args).await,
+        Benchmark::Grpc(args) => grpc::run(args).await,
     }
 }
 
@@ -193,6 +199,26 @@ mod tests {
         assert!(
             Cli::try_parse_from(["bench", "pipelines", "--challenges-at", "nodes"]).is_err(),
             "--challenges-at is sessions'"
+        );
+    }
+
+    #[test]
+    fn the_grpc_benchmark_parses_with_its_own_defaults() {
+        use clap::Parser as _;
+        #[derive(Debug, clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let chosen = Cli::try_parse_from(["bench", "grpc", "--clients", "1,50", "--json"])
+            .expect("grpc parses its options");
+        assert!(
+            matches!(chosen.bench.what, Benchmark::Grpc(_)),
+            "{chosen:?}"
+        );
+        assert!(
+            Cli::try_parse_from(["bench", "grpc", "--tls"]).is_err(),
+            "--tls is raft's"
         );
     }
 }

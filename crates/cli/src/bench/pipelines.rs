@@ -56,6 +56,8 @@ struct Run {
     cycles: usize,
     errors: usize,
     elapsed: Duration,
+    /// Raft entries the leader appended during the measured part: how well writes batch.
+    entries: u64,
     /// Whole cycles, then each step, in microseconds, sorted.
     cycle_us: Vec<u64>,
     step_us: [Vec<u64>; 3],
@@ -66,6 +68,11 @@ const STEPS: [&str; 3] = ["enqueue", "dequeue", "complete"];
 impl Run {
     fn cycles_per_second(&self) -> f64 {
         self.cycles as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// Client writes (three per cycle) per Raft entry.
+    fn writes_per_entry(&self) -> f64 {
+        (self.cycles * 3) as f64 / self.entries.max(1) as f64
     }
 }
 
@@ -109,7 +116,12 @@ pub(super) async fn run(args: PipelinesArgs) -> Result<(), String> {
     let mut runs = Vec::new();
     let mut succeeded_before = 0u64;
     for (round, &clients) in args.clients.iter().enumerate() {
+        let leader_node = nodes
+            .iter()
+            .find(|node| node.replica().id == leader)
+            .ok_or("the leader is not a started node")?;
         let (run, attempted) = measure(
+            leader_node,
             leader_addr,
             round,
             clients,
@@ -189,6 +201,7 @@ async fn succeeded_total(leader: SocketAddr) -> Result<u64, String> {
 /// One run of `clients` clients; answers it and the completions acknowledged in all (warm-up
 /// included).
 async fn measure(
+    leader_node: &certus_node::Node,
     leader: SocketAddr,
     round: usize,
     clients: usize,
@@ -238,6 +251,19 @@ async fn measure(
             (cycles_us, steps_us, errors, completed)
         }));
     }
+    let last_log_index = || {
+        leader_node
+            .replica()
+            .raft
+            .metrics()
+            .borrow()
+            .last_log_index
+            .unwrap_or(0)
+    };
+    tokio::time::sleep_until(start.into()).await;
+    let entries_before = last_log_index();
+    tokio::time::sleep_until(end.into()).await;
+    let entries = last_log_index() - entries_before;
     let mut cycle_us = Vec::new();
     let mut step_us: [Vec<u64>; 3] = Default::default();
     let mut errors = 0;
@@ -260,6 +286,7 @@ async fn measure(
         cycles: cycle_us.len(),
         errors,
         elapsed: duration,
+        entries,
         cycle_us,
         step_us,
     };
@@ -351,6 +378,8 @@ fn report(runs: &[Run], as_json: bool) {
                     "cycles": run.cycles,
                     "errors": run.errors,
                     "cycles_per_second": run.cycles_per_second(),
+                    "raft_entries": run.entries,
+                    "writes_per_entry": run.writes_per_entry(),
                     "p50_ms": ms(&run.cycle_us, 0.50),
                     "p99_ms": ms(&run.cycle_us, 0.99),
                     "max_ms": ms(&run.cycle_us, 1.0),
@@ -370,6 +399,7 @@ fn report(runs: &[Run], as_json: bool) {
         "p99 ms",
         "max ms",
         "enqueue / dequeue / complete p50 ms",
+        "writes per Raft entry",
         "errors",
     ]);
     for run in runs {
@@ -385,6 +415,7 @@ fn report(runs: &[Run], as_json: bool) {
             format!("{:.2}", ms(&run.cycle_us, 0.99)),
             format!("{:.2}", ms(&run.cycle_us, 1.0)),
             steps.join(" / "),
+            format!("{:.1}", run.writes_per_entry()),
             run.errors.to_string(),
         ]);
     }
