@@ -3,12 +3,13 @@
 //! Durability contracts (openraft's, and what the simulation checks): a vote is flushed before
 //! `save_vote` returns; appended entries are flushed before the `LogFlushed` callback fires;
 //! truncation is flushed before it returns, so a truncated suffix cannot come back; purge writes
-//! the new purge point and the deletions in one atomic batch, so no crash leaves a hole.
+//! the new purge point and the deletions in one atomic batch, so no crash leaves a hole. The
+//! committed pointer rides in the next append's batch and is durable with its flush.
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -60,6 +61,9 @@ impl Debug for AppendObserver {
 pub struct LogStore<C, D> {
     disk: Arc<D>,
     observer: Option<AppendObserver>,
+    /// The committed pointer openraft saved last, encoded, until the next append writes it in
+    /// the same batch as its entries (see `save_committed`).
+    committed: Arc<Mutex<Option<Vec<u8>>>>,
     _config: PhantomData<C>,
 }
 
@@ -68,6 +72,7 @@ impl<C, D> Clone for LogStore<C, D> {
         LogStore {
             disk: Arc::clone(&self.disk),
             observer: self.observer.clone(),
+            committed: Arc::clone(&self.committed),
             _config: PhantomData,
         }
     }
@@ -79,6 +84,7 @@ impl<C: CertusConfig, D: Disk> LogStore<C, D> {
         LogStore {
             disk,
             observer: None,
+            committed: Arc::default(),
             _config: PhantomData,
         }
     }
@@ -87,6 +93,18 @@ impl<C: CertusConfig, D: Disk> LogStore<C, D> {
     pub fn with_observer(mut self, observer: AppendObserver) -> LogStore<C, D> {
         self.observer = Some(observer);
         self
+    }
+
+    /// Adds the committed pointer saved since the last append, if any, to `batch`.
+    fn put_saved_committed(&self, batch: &mut WriteBatch) {
+        let saved = self
+            .committed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(bytes) = saved {
+            batch.put(COMMITTED, bytes);
+        }
     }
 
     fn read_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, DiskError> {
@@ -112,6 +130,7 @@ impl<C: CertusConfig, D: Disk> LogStore<C, D> {
         for entry in entries {
             batch.put(log_key(entry.log_id.index), encode(&entry));
         }
+        self.put_saved_committed(&mut batch);
         self.disk.write(batch)?;
         self.disk.flush()
     }
@@ -235,23 +254,32 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
         &mut self,
         committed: Option<LogId<C::NodeId>>,
     ) -> Result<(), StorageError<C::NodeId>> {
-        // Written, not flushed: it becomes durable with the next append's flush, and a pointer
-        // that rolled back in a crash only means re-applying from the snapshot. The one reader
-        // it could mislead, a leader that resumes leading in its old term and names a read
-        // index from it, reads no lower than its log's end at start instead (the node's
-        // `BootLog`). Flushing here cost a second fsync per commit on every node.
-        let mut batch = WriteBatch::new();
-        batch.put(COMMITTED, encode(&committed));
-        self.disk.write(batch).map_err(write_err::<C>)
+        // Not written here: the next append writes it in the same batch as its entries, and
+        // its flush makes both durable. A pointer that rolled back in a crash only means
+        // re-applying from the snapshot; the one reader it could mislead, a leader that resumes
+        // leading in its old term and names a read index from it, reads no lower than its log's
+        // end at start instead (the node's `BootLog`). Flushing here cost a second fsync per
+        // commit on every node, and writing on its own a second write to the store.
+        *self
+            .committed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(encode(&committed));
+        Ok(())
     }
 
     async fn read_committed(
         &mut self,
     ) -> Result<Option<LogId<C::NodeId>>, StorageError<C::NodeId>> {
-        Ok(self
-            .read_meta::<Option<LogId<C::NodeId>>>(COMMITTED)
-            .map_err(read_err::<C>)?
-            .flatten())
+        let saved = self
+            .committed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        let committed = match saved {
+            Some(bytes) => Some(decode::<Option<LogId<C::NodeId>>>(&bytes).map_err(read_err::<C>)?),
+            None => self.read_meta(COMMITTED).map_err(read_err::<C>)?,
+        };
+        Ok(committed.flatten())
     }
 
     async fn append<I>(
@@ -274,6 +302,7 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
             batch.put(log_key(entry.log_id.index), encode(&entry));
             count += 1;
         }
+        self.put_saved_committed(&mut batch);
         if let Err(error) = self.disk.write(batch) {
             callback.log_io_completed(Err(std::io::Error::other(error.clone())));
             return Err(write_err::<C>(error));
