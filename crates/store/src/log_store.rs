@@ -4,7 +4,7 @@
 //! `save_vote` returns; appended entries are flushed before the `LogFlushed` callback fires;
 //! truncation is flushed before it returns, so a truncated suffix cannot come back; purge writes
 //! the new purge point and the deletions in one atomic batch, so no crash leaves a hole. The
-//! committed pointer rides in the next append's batch and is durable with its flush.
+//! committed pointer is written by the next append and is durable with its flush.
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
@@ -61,8 +61,8 @@ impl Debug for AppendObserver {
 pub struct LogStore<C, D> {
     disk: Arc<D>,
     observer: Option<AppendObserver>,
-    /// The committed pointer openraft saved last, encoded, until the next append writes it in
-    /// the same batch as its entries (see `save_committed`).
+    /// The committed pointer openraft saved last, encoded, until the next append writes it
+    /// (see `save_committed`).
     committed: Arc<Mutex<Option<Vec<u8>>>>,
     _config: PhantomData<C>,
 }
@@ -95,16 +95,22 @@ impl<C: CertusConfig, D: Disk> LogStore<C, D> {
         self
     }
 
-    /// Adds the committed pointer saved since the last append, if any, to `batch`.
-    fn put_saved_committed(&self, batch: &mut WriteBatch) {
+    /// Writes the committed pointer saved since the last append, if any. A write of its own:
+    /// a lone put costs the store less than a larger batch (see `SledDisk::write`), and the
+    /// entries it points to were written by earlier appends, so any crash that keeps it keeps
+    /// them.
+    fn write_saved_committed(&self) -> Result<(), DiskError> {
         let saved = self
             .committed
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
-        if let Some(bytes) = saved {
-            batch.put(COMMITTED, bytes);
-        }
+        let Some(bytes) = saved else {
+            return Ok(());
+        };
+        let mut batch = WriteBatch::new();
+        batch.put(COMMITTED, bytes);
+        self.disk.write(batch)
     }
 
     fn read_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, DiskError> {
@@ -130,7 +136,7 @@ impl<C: CertusConfig, D: Disk> LogStore<C, D> {
         for entry in entries {
             batch.put(log_key(entry.log_id.index), encode(&entry));
         }
-        self.put_saved_committed(&mut batch);
+        self.write_saved_committed()?;
         self.disk.write(batch)?;
         self.disk.flush()
     }
@@ -254,12 +260,12 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
         &mut self,
         committed: Option<LogId<C::NodeId>>,
     ) -> Result<(), StorageError<C::NodeId>> {
-        // Not written here: the next append writes it in the same batch as its entries, and
-        // its flush makes both durable. A pointer that rolled back in a crash only means
-        // re-applying from the snapshot; the one reader it could mislead, a leader that resumes
-        // leading in its old term and names a read index from it, reads no lower than its log's
-        // end at start instead (the node's `BootLog`). Flushing here cost a second fsync per
-        // commit on every node, and writing on its own a second write to the store.
+        // Not written here: the next append writes it, and its flush makes it durable. A
+        // pointer that rolled back in a crash only means re-applying from the snapshot; the one
+        // reader it could mislead, a leader that resumes leading in its old term and names a
+        // read index from it, reads no lower than its log's end at start instead (the node's
+        // `BootLog`). Writing and flushing it on every commit cost a second store write and
+        // fsync per Raft round on every node.
         *self
             .committed
             .lock()
@@ -302,8 +308,10 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
             batch.put(log_key(entry.log_id.index), encode(&entry));
             count += 1;
         }
-        self.put_saved_committed(&mut batch);
-        if let Err(error) = self.disk.write(batch) {
+        let written = self
+            .write_saved_committed()
+            .and_then(|()| self.disk.write(batch));
+        if let Err(error) = written {
             callback.log_io_completed(Err(std::io::Error::other(error.clone())));
             return Err(write_err::<C>(error));
         }
