@@ -25,6 +25,9 @@ pub const PROPOSAL_COMMANDS_MAX: usize = 1024;
 /// cores: 1 gives 10.7k writes/s at 64 clients and 3.4k pipeline cycles/s at 50 (25 writes per
 /// entry); 2 gave 8.8k and 2.7k (16 writes per entry); 8 gave ~7.7k writes/s.
 pub const PROPOSALS_IN_FLIGHT_MAX: usize = 1;
+/// How long the writes of a proposal whose leader stepped down wait for openraft's answer (the
+/// entry may still commit under the next leader) before they are told the outcome is unknown.
+pub const STEPPED_DOWN_ANSWER_WAIT: Duration = Duration::from_secs(10);
 /// Readers waiting for the next read barrier; past this, readers wait.
 pub const READ_QUEUE_MAX: usize = 64 * 1024;
 /// Entries a follower may lag behind the leader's commit index and still report ready.

@@ -357,11 +357,15 @@ impl Node {
     }
 }
 
-/// The vote's term and the last log index on disk, read before Raft starts (see [`BootLog`]).
+/// The vote's term and the last log index on disk, read before Raft starts (see [`BootLog`]),
+/// once a purge a snapshot install deferred is finished.
 async fn boot_log<D: Disk>(
     log_store: &mut LogStore<crate::types::TypeConfig, D>,
 ) -> Result<BootLog, String> {
     use openraft::storage::RaftLogStorage as _;
+    log_store
+        .purge_behind_saved_snapshot()
+        .map_err(|error| error.to_string())?;
     let last_index = log_store
         .get_log_state()
         .await

@@ -10,13 +10,16 @@ use std::sync::Arc;
 
 use certus_core::{Command, Response};
 use certus_store::Proposal;
+use openraft::ServerState;
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::clock::Clock;
 use crate::errors::ServiceError;
-use crate::limits::{PROPOSAL_COMMANDS_MAX, PROPOSALS_IN_FLIGHT_MAX, PROPOSER_QUEUE_MAX};
+use crate::limits::{
+    PROPOSAL_COMMANDS_MAX, PROPOSALS_IN_FLIGHT_MAX, PROPOSER_QUEUE_MAX, STEPPED_DOWN_ANSWER_WAIT,
+};
 use crate::types::{NodeId, Raft};
 
 /// What a write comes back with. `NotLeader` means nothing was proposed: retry elsewhere.
@@ -137,6 +140,7 @@ async fn propose(
         proposed_at_ms: clock.now_ms(),
         commands: commands.into_iter().flatten().collect(),
     };
+    let term = raft.metrics().borrow().current_term;
     let submitted = raft.client_write_ff(proposal).await;
     let responder = match submitted {
         Ok(responder) => responder,
@@ -149,9 +153,35 @@ async fn propose(
             return;
         }
     };
+    let raft = raft.clone();
     tokio::spawn(async move {
-        let outcome = responder.await;
-        drop(permit);
+        let mut responder = responder;
+        // The slot is released when openraft answers, or as soon as this node no longer leads
+        // in the term it proposed in: openraft answers only once the entry is applied or
+        // truncated, and an entry left behind by a snapshot that overtook it may never be,
+        // which would keep every later write of a node that leads again waiting for the slot.
+        let outcome = tokio::select! {
+            outcome = &mut responder => {
+                drop(permit);
+                outcome
+            }
+            () = stepped_down(&raft, id, term) => {
+                drop(permit);
+                match tokio::time::timeout(STEPPED_DOWN_ANSWER_WAIT, responder).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => {
+                        for reply in replies {
+                            let _ = reply.send(WriteOutcome::Failed(ServiceError::OutcomeUnknown(
+                                "leadership changed with the write in flight, and it was not \
+                                 answered since"
+                                    .into(),
+                            )));
+                        }
+                        return;
+                    }
+                }
+            }
+        };
         match outcome {
             Ok(Ok(written)) => {
                 let mut responses = written.data.into_iter();
@@ -188,6 +218,25 @@ async fn propose(
             }
         }
     });
+}
+
+/// Returns once node `id` no longer leads in `term` (or its Raft stopped).
+async fn stepped_down(raft: &Raft, id: NodeId, term: u64) {
+    let mut metrics = raft.metrics();
+    loop {
+        {
+            let now = metrics.borrow_and_update();
+            if now.current_term != term
+                || now.current_leader != Some(id)
+                || now.state != ServerState::Leader
+            {
+                return;
+            }
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Maps a `RaftError` around a client write.

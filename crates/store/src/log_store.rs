@@ -96,9 +96,9 @@ impl<C: CertusConfig, D: Disk> LogStore<C, D> {
     }
 
     /// Writes the committed pointer saved since the last append, if any. A write of its own:
-    /// a lone put costs the store less than a larger batch (see `SledDisk::write`), and the
-    /// entries it points to were written by earlier appends, so any crash that keeps it keeps
-    /// them.
+    /// a lone put costs the store less than a larger batch (see `SledDisk::write`). The entries
+    /// it points to were flushed by earlier appends: openraft 0.9 runs a commit only after the
+    /// append before it has flushed (0.10 no longer waits; revisit this then).
     fn write_saved_committed(&self) -> Result<(), DiskError> {
         let saved = self
             .committed
@@ -137,6 +137,30 @@ impl<C: CertusConfig, D: Disk> LogStore<C, D> {
             batch.put(log_key(entry.log_id.index), encode(&entry));
         }
         self.write_saved_committed()?;
+        self.disk.write(batch)?;
+        self.disk.flush()
+    }
+
+    /// Finishes a purge that a snapshot install deferred, before openraft reads the log at
+    /// start. openraft purges a follower's log right after queueing a snapshot install, before
+    /// the snapshot is on disk, so `purge` stops at the snapshot already there; a crash before
+    /// the next purge leaves a log that says it was purged only up to the older snapshot, with
+    /// a hole below the new one and entries of an older term beneath it, and openraft then
+    /// refuses to start (it reads the entry at the snapshot's index). Everything up to the
+    /// snapshot on disk is covered by it: purged here, in one batch, and flushed.
+    pub fn purge_behind_saved_snapshot(&self) -> Result<(), DiskError> {
+        let Some(saved) = crate::state_machine::saved_snapshot_log_id::<C, D>(&self.disk)? else {
+            return Ok(());
+        };
+        let purged: Option<LogId<C::NodeId>> = self.read_meta(LAST_PURGED)?;
+        if purged.is_some_and(|purged| purged.index >= saved.index) {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::new();
+        batch.put(LAST_PURGED, encode(&saved));
+        for key in self.keys_in(Bound::Unbounded, Bound::Included(saved.index))? {
+            batch.delete(key);
+        }
         self.disk.write(batch)?;
         self.disk.flush()
     }
@@ -260,8 +284,9 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
         &mut self,
         committed: Option<LogId<C::NodeId>>,
     ) -> Result<(), StorageError<C::NodeId>> {
-        // Not written here: the next append writes it, and its flush makes it durable. A
-        // pointer that rolled back in a crash only means re-applying from the snapshot; the one
+        // Not written here: the next append writes it, and its flush makes it durable (so a
+        // restart, clean or not, may find the last round's pointer missing). A pointer that
+        // rolled back only means re-applying from the snapshot; the one
         // reader it could mislead, a leader that resumes leading in its old term and names a
         // read index from it, reads no lower than its log's end at start instead (the node's
         // `BootLog`). Writing and flushing it on every commit cost a second store write and
