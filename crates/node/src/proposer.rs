@@ -7,6 +7,7 @@
 //! lone command at once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use certus_core::{Command, Response};
 use certus_store::Proposal;
@@ -160,27 +161,34 @@ async fn propose(
         // in the term it proposed in: openraft answers only once the entry is applied or
         // truncated, and an entry left behind by a snapshot that overtook it may never be,
         // which would keep every later write of a node that leads again waiting for the slot.
-        let outcome = tokio::select! {
-            outcome = &mut responder => {
-                drop(permit);
-                outcome
-            }
-            () = stepped_down(&raft, id, term) => {
-                drop(permit);
-                match tokio::time::timeout(STEPPED_DOWN_ANSWER_WAIT, responder).await {
-                    Ok(outcome) => outcome,
-                    Err(_) => {
-                        for reply in replies {
-                            let _ = reply.send(WriteOutcome::Failed(ServiceError::OutcomeUnknown(
-                                "leadership changed with the write in flight, and it was not \
-                                 answered since"
-                                    .into(),
-                            )));
-                        }
-                        return;
+        let answered = loop {
+            tokio::select! {
+                // Polled in order, not at random: the simulation replays a seed exactly.
+                biased;
+                outcome = &mut responder => break Some(outcome),
+                () = tokio::time::sleep(LEADERSHIP_CHECK_EVERY) => {
+                    if !leads_in(&raft, id, term) {
+                        break None;
                     }
                 }
             }
+        };
+        drop(permit);
+        let outcome = match answered {
+            Some(outcome) => outcome,
+            None => match tokio::time::timeout(STEPPED_DOWN_ANSWER_WAIT, responder).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    for reply in replies {
+                        let _ = reply.send(WriteOutcome::Failed(ServiceError::OutcomeUnknown(
+                            "leadership changed with the write in flight, and it was not \
+                             answered since"
+                                .into(),
+                        )));
+                    }
+                    return;
+                }
+            },
         };
         match outcome {
             Ok(Ok(written)) => {
@@ -220,23 +228,16 @@ async fn propose(
     });
 }
 
-/// Returns once node `id` no longer leads in `term` (or its Raft stopped).
-async fn stepped_down(raft: &Raft, id: NodeId, term: u64) {
-    let mut metrics = raft.metrics();
-    loop {
-        {
-            let now = metrics.borrow_and_update();
-            if now.current_term != term
-                || now.current_leader != Some(id)
-                || now.state != ServerState::Leader
-            {
-                return;
-            }
-        }
-        if metrics.changed().await.is_err() {
-            return;
-        }
-    }
+/// How often a proposal in flight checks that its node still leads. Polled rather than watched:
+/// a watch on openraft's metrics wakes its waiters in an order tokio draws at random, which the
+/// simulation would not replay.
+const LEADERSHIP_CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// Whether node `id` still leads in `term`.
+fn leads_in(raft: &Raft, id: NodeId, term: u64) -> bool {
+    let metrics = raft.metrics();
+    let now = metrics.borrow();
+    now.current_term == term && now.current_leader == Some(id) && now.state == ServerState::Leader
 }
 
 /// Maps a `RaftError` around a client write.
