@@ -34,6 +34,8 @@ pub const READ_QUEUE_MAX: usize = 64 * 1024;
 pub const READY_APPLY_LAG_MAX: u64 = 1000;
 /// How long a membership change may take (adding a learner waits for it to catch up).
 pub const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a membership change made while the previous one is still committing tries again.
+pub const MEMBERSHIP_IN_PROGRESS_RETRY: Duration = Duration::from_millis(50);
 /// Largest request to the Pipelines service, in bytes: an enqueue or requeue carries up to two
 /// 64 KiB JSON documents, a webhook URL and names.
 pub const PIPELINE_REQUEST_BYTES_MAX: usize = 512 * 1024;

@@ -16,8 +16,8 @@ use crate::clock::Clock;
 use crate::errors::ServiceError;
 use crate::forward::{ForwardRefusal, ForwardReply, ForwardRequest, MemberView, MembershipView};
 use crate::limits::{
-    LEADER_HOPS_MAX, LEADER_WAIT, MEMBERSHIP_CHANGE_TIMEOUT, PROPOSAL_COMMANDS_MAX,
-    READ_APPLY_WAIT, READ_QUEUE_MAX,
+    LEADER_HOPS_MAX, LEADER_WAIT, MEMBERSHIP_CHANGE_TIMEOUT, MEMBERSHIP_IN_PROGRESS_RETRY,
+    PROPOSAL_COMMANDS_MAX, READ_APPLY_WAIT, READ_QUEUE_MAX,
 };
 use crate::network::Peers;
 use crate::proposer::{Proposer, WriteOutcome, write_error};
@@ -375,28 +375,49 @@ impl Replica {
                 Err(refused) => ForwardReply::Refused(refused),
             },
             ForwardRequest::AddLearner { id, node } => {
-                let change = self.raft.add_learner(id, node, true);
-                self.membership_reply(change).await
+                self.membership_reply(|| self.raft.add_learner(id, node.clone(), true))
+                    .await
             }
             ForwardRequest::ChangeMembership { voters, retain } => {
-                let change = self
-                    .raft
-                    .change_membership(ChangeMembers::ReplaceAllVoters(voters), retain);
-                self.membership_reply(change).await
+                self.membership_reply(|| {
+                    self.raft
+                        .change_membership(ChangeMembers::ReplaceAllVoters(voters.clone()), retain)
+                })
+                .await
             }
         }
     }
 
-    async fn membership_reply(
-        &self,
-        change: impl Future<
+    /// Runs the membership change `change` makes. While openraft is still committing the
+    /// previous change (the final configuration that follows a joint one, which status already
+    /// shows), it is refused as in progress: waits for that and tries again, all within
+    /// `MEMBERSHIP_CHANGE_TIMEOUT`, so a change made right after another is not refused.
+    async fn membership_reply<Change>(&self, change: impl Fn() -> Change) -> ForwardReply
+    where
+        Change: Future<
             Output = Result<
                 openraft::raft::ClientWriteResponse<crate::types::TypeConfig>,
                 RaftError<NodeId, openraft::error::ClientWriteError<NodeId, CertusNode>>,
             >,
         >,
-    ) -> ForwardReply {
-        match tokio::time::timeout(MEMBERSHIP_CHANGE_TIMEOUT, change).await {
+    {
+        use openraft::error::{ChangeMembershipError, ClientWriteError};
+        let deadline = tokio::time::Instant::now() + MEMBERSHIP_CHANGE_TIMEOUT;
+        let answered = loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let answered = tokio::time::timeout(left, change()).await;
+            let in_progress = matches!(
+                answered,
+                Ok(Err(RaftError::APIError(
+                    ClientWriteError::ChangeMembershipError(ChangeMembershipError::InProgress(_))
+                )))
+            );
+            if !in_progress || tokio::time::Instant::now() >= deadline {
+                break answered;
+            }
+            tokio::time::sleep(MEMBERSHIP_IN_PROGRESS_RETRY).await;
+        };
+        match answered {
             Err(_elapsed) => ForwardReply::Refused(ForwardRefusal::OutcomeUnknown(format!(
                 "the membership change did not finish within {MEMBERSHIP_CHANGE_TIMEOUT:?}"
             ))),
