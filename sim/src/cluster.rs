@@ -347,18 +347,8 @@ impl SimCluster {
         via: u64,
         commands: Vec<Command>,
     ) -> Result<Vec<Response>, ServiceError> {
-        let replica = self
-            .replica(via)
-            .ok_or_else(|| ServiceError::Unavailable(format!("node {via} is down")))?;
-        // The write runs on the node's machine, as a client request would.
-        let machine = self
-            .handle
-            .get_node(self.machines[&via].id())
-            .expect("machine");
-        machine
-            .spawn(async move { replica.write(commands).await })
+        self.on_node(via, |replica| async move { replica.write(commands).await })
             .await
-            .expect("the write task ran")
     }
 
     /// A linearizable read through node `via`: `read` gets the state and the node's clock.
@@ -367,6 +357,17 @@ impl SimCluster {
         via: u64,
         read: impl FnOnce(&certus_core::State, u64) -> T + Send + 'static,
     ) -> Result<T, ServiceError> {
+        self.on_node(via, |replica| async move { replica.read(read).await })
+            .await
+    }
+
+    /// Runs `call` with node `via`'s replica on the node's machine, as a client request would.
+    async fn on_node<T, Call, Answer>(&self, via: u64, call: Call) -> Result<T, ServiceError>
+    where
+        T: Send + 'static,
+        Call: FnOnce(Arc<certus_node::Replica>) -> Answer,
+        Answer: Future<Output = Result<T, ServiceError>> + Send + 'static,
+    {
         let replica = self
             .replica(via)
             .ok_or_else(|| ServiceError::Unavailable(format!("node {via} is down")))?;
@@ -375,9 +376,9 @@ impl SimCluster {
             .get_node(self.machines[&via].id())
             .expect("machine");
         machine
-            .spawn(async move { replica.read(read).await })
+            .spawn(call(replica))
             .await
-            .expect("the read task ran")
+            .expect("the task on the node's machine ran")
     }
 }
 

@@ -183,12 +183,9 @@ async fn leader_among(cluster: &SimCluster, among: &[u64]) -> u64 {
     panic!("no leader among {among:?} within 10 s");
 }
 
-/// A leader cut off with a write in flight never hears openraft answer it once the others have
-/// overtaken its entry with a snapshot (the entry is neither applied nor truncated there). When
-/// that node leads again, its proposer must not still be waiting for the answer: a write through
-/// it succeeds.
-#[madsim::test]
-async fn a_leader_whose_write_was_overtaken_by_a_snapshot_serves_writes_when_it_leads_again() {
+/// Three nodes that snapshot every ten entries and keep no log behind a snapshot, so a node
+/// cut off for a few writes catches up by snapshot.
+fn snapshotting_every_ten_entries() -> SimCluster {
     let spec = ClusterSpec {
         tune: |config| {
             config.raft.snapshot_after_entries = 10;
@@ -196,7 +193,16 @@ async fn a_leader_whose_write_was_overtaken_by_a_snapshot_serves_writes_when_it_
         },
         ..ClusterSpec::plain(3)
     };
-    let cluster = SimCluster::start_with(&spec, tokio::time::Instant::now());
+    SimCluster::start_with(&spec, tokio::time::Instant::now())
+}
+
+/// A leader cut off with a write in flight never hears openraft answer it once the others have
+/// overtaken its entry with a snapshot (the entry is neither applied nor truncated there). When
+/// that node leads again, its proposer must not still be waiting for the answer: a write through
+/// it succeeds.
+#[madsim::test]
+async fn a_leader_whose_write_was_overtaken_by_a_snapshot_serves_writes_when_it_leads_again() {
+    let cluster = snapshotting_every_ten_entries();
     let all = [1, 2, 3];
     let old = leader_among(&cluster, &all).await;
     let net = madsim::net::NetSim::current();
@@ -253,14 +259,7 @@ async fn a_leader_whose_write_was_overtaken_by_a_snapshot_serves_writes_when_it_
 /// every node must start again each time and hold every acknowledged write.
 #[madsim::test]
 async fn nodes_that_crash_after_catching_up_by_snapshot_start_again() {
-    let spec = ClusterSpec {
-        tune: |config| {
-            config.raft.snapshot_after_entries = 10;
-            config.raft.entries_kept_after_snapshot = 0;
-        },
-        ..ClusterSpec::plain(3)
-    };
-    let cluster = SimCluster::start_with(&spec, tokio::time::Instant::now());
+    let cluster = snapshotting_every_ten_entries();
     let all = [1, 2, 3];
     let cut = leader_among(&cluster, &all).await;
     let net = madsim::net::NetSim::current();

@@ -66,6 +66,66 @@ fn unlimited(mut configs: Vec<certus_node::NodeConfig>) -> Vec<certus_node::Node
     configs
 }
 
+/// A 3-node cluster on loopback in this process, without per-client limits, with its leader
+/// elected. The nodes' data lives in `_dir` for as long as the cluster does.
+struct LocalCluster {
+    _dir: tempfile::TempDir,
+    nodes: Vec<certus_node::Node>,
+    /// The leader's id and gRPC address.
+    leader: u64,
+    leader_addr: SocketAddr,
+}
+
+impl LocalCluster {
+    /// Starts it, each node's default configuration changed by `tune`.
+    async fn start(tune: impl Fn(&mut certus_node::NodeConfig)) -> Result<LocalCluster, String> {
+        let dir = tempfile::tempdir().map_err(|error| error.to_string())?;
+        let mut configs = Vec::new();
+        for id in 1..=3 {
+            let mut config = certus_node::NodeConfig::new(
+                id,
+                free_addr()?,
+                free_addr()?,
+                dir.path().join(format!("node-{id}")),
+            );
+            tune(&mut config);
+            configs.push(config);
+        }
+        let configs = unlimited(configs);
+        let nodes = crate::cluster::start_local(&configs).await?;
+        let leader = crate::cluster::await_leader(&nodes, Duration::from_secs(10))
+            .await
+            .ok_or("no leader elected within 10 s")?;
+        let leader_addr = configs
+            .iter()
+            .find(|config| config.id == leader)
+            .map(|config| config.grpc_addr)
+            .ok_or("the leader is not a configured node")?;
+        Ok(LocalCluster {
+            _dir: dir,
+            nodes,
+            leader,
+            leader_addr,
+        })
+    }
+
+    async fn shutdown(self) {
+        for node in self.nodes {
+            node.shutdown().await;
+        }
+    }
+}
+
+/// A plain-text HTTP/2 channel of its own to `addr`, as one benchmark client.
+async fn channel(addr: SocketAddr) -> Result<tonic::transport::Channel, String> {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|error| error.to_string())?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|error| error.to_string())
+}
+
 fn free_addr() -> Result<SocketAddr, String> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|error| error.to_string())?;
     listener.local_addr().map_err(|error| error.to_string())

@@ -11,15 +11,12 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use certus_node::NodeConfig;
 use certus_proto::health::HealthCheckRequest;
 use certus_proto::health::health_client::HealthClient;
 use comfy_table::Table;
 use serde_json::json;
-use tonic::transport::{Channel, Endpoint};
 
-use super::{WARM_UP, free_addr, micros, percentile};
-use crate::cluster::{await_leader, start_local};
+use super::{WARM_UP, micros, percentile};
 
 /// Options of `certus bench grpc`.
 #[derive(Debug, clap::Args)]
@@ -60,26 +57,8 @@ pub(super) async fn run(args: GrpcArgs) -> Result<(), String> {
     if args.seconds == 0 {
         return Err("--seconds: at least 1".into());
     }
-    let dir = tempfile::tempdir().map_err(|error| error.to_string())?;
-    let mut configs = Vec::new();
-    for id in 1..=3 {
-        configs.push(NodeConfig::new(
-            id,
-            free_addr()?,
-            free_addr()?,
-            dir.path().join(format!("node-{id}")),
-        ));
-    }
-    let configs = super::unlimited(configs);
-    let nodes = start_local(&configs).await?;
-    let leader = await_leader(&nodes, Duration::from_secs(10))
-        .await
-        .ok_or("no leader elected within 10 s")?;
-    let leader_addr = configs
-        .iter()
-        .find(|config| config.id == leader)
-        .map(|config| config.grpc_addr)
-        .ok_or("the leader is not a configured node")?;
+    let cluster = super::LocalCluster::start(|_| {}).await?;
+    let (leader, leader_addr) = (cluster.leader, cluster.leader_addr);
     eprintln!("bench grpc: 3 nodes on loopback, health checks to leader node {leader}");
     let mut runs = Vec::new();
     for &clients in &args.clients {
@@ -91,20 +70,8 @@ pub(super) async fn run(args: GrpcArgs) -> Result<(), String> {
         runs.push(run);
     }
     report(&runs, args.json);
-    for node in nodes {
-        node.shutdown().await;
-    }
+    cluster.shutdown().await;
     Ok(())
-}
-
-async fn connect(leader: SocketAddr) -> Result<HealthClient<Channel>, String> {
-    let channel = Endpoint::from_shared(format!("http://{leader}"))
-        .map_err(|error| error.to_string())?
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .map_err(|error| error.to_string())?;
-    Ok(HealthClient::new(channel))
 }
 
 async fn measure(leader: SocketAddr, clients: usize, duration: Duration) -> Result<Run, String> {
@@ -112,7 +79,7 @@ async fn measure(leader: SocketAddr, clients: usize, duration: Duration) -> Resu
     let end = start + duration;
     let mut tasks = Vec::new();
     for _ in 0..clients {
-        let mut grpc = connect(leader).await?;
+        let mut grpc = HealthClient::new(super::channel(leader).await?);
         tasks.push(tokio::spawn(async move {
             let mut latencies_us = Vec::new();
             let mut errors = 0usize;

@@ -17,7 +17,6 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use certus_node::NodeConfig;
 use certus_proto::v1::pipelines_client::PipelinesClient;
 use certus_proto::v1::{
     CompleteTransactionRequest, DequeueRequest, EnqueueRequest, GetPipelineConfigRequest,
@@ -25,10 +24,9 @@ use certus_proto::v1::{
 };
 use comfy_table::Table;
 use serde_json::json;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
-use super::{WARM_UP, free_addr, micros, percentile};
-use crate::cluster::{await_leader, start_local};
+use super::{WARM_UP, micros, percentile};
 
 /// Options of `certus bench pipelines`.
 #[derive(Debug, clap::Args)]
@@ -87,36 +85,17 @@ pub(super) async fn run(args: PipelinesArgs) -> Result<(), String> {
     if args.seconds == 0 {
         return Err("--seconds: at least 1".into());
     }
-    let dir = tempfile::tempdir().map_err(|error| error.to_string())?;
-    let mut configs = Vec::new();
-    for id in 1..=3 {
-        let mut config = NodeConfig::new(
-            id,
-            free_addr()?,
-            free_addr()?,
-            dir.path().join(format!("node-{id}")),
-        );
-        // Nothing here sends webhooks: the processor would only poll for its role.
-        config.pipelines.webhooks = false;
-        configs.push(config);
-    }
-    let configs = super::unlimited(configs);
-    let nodes = start_local(&configs).await?;
-    let leader = await_leader(&nodes, Duration::from_secs(10))
-        .await
-        .ok_or("no leader elected within 10 s")?;
-    let leader_addr = configs
-        .iter()
-        .find(|config| config.id == leader)
-        .map(|config| config.grpc_addr)
-        .ok_or("the leader is not a configured node")?;
+    // Nothing here sends webhooks: the processor would only poll for its role.
+    let cluster = super::LocalCluster::start(|config| config.pipelines.webhooks = false).await?;
+    let (leader, leader_addr) = (cluster.leader, cluster.leader_addr);
     eprintln!("bench pipelines: 3 nodes on loopback (sled, fsync per batch), leader node {leader}");
     configure(leader_addr).await?;
 
     let mut runs = Vec::new();
     let mut succeeded_before = 0u64;
     for (round, &clients) in args.clients.iter().enumerate() {
-        let leader_node = nodes
+        let leader_node = cluster
+            .nodes
             .iter()
             .find(|node| node.replica().id == leader)
             .ok_or("the leader is not a started node")?;
@@ -145,20 +124,12 @@ pub(super) async fn run(args: PipelinesArgs) -> Result<(), String> {
         runs.push(run);
     }
     report(&runs, args.json);
-    for node in nodes {
-        node.shutdown().await;
-    }
+    cluster.shutdown().await;
     Ok(())
 }
 
 async fn connect(leader: SocketAddr) -> Result<PipelinesClient<Channel>, String> {
-    let channel = Endpoint::from_shared(format!("http://{leader}"))
-        .map_err(|error| error.to_string())?
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .map_err(|error| error.to_string())?;
-    Ok(PipelinesClient::new(channel))
+    Ok(PipelinesClient::new(super::channel(leader).await?))
 }
 
 /// Short archive delay and retention, and room for every transaction of a run.
