@@ -13,6 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "certus/v1/log.proto",
         "certus/v1/sessions.proto",
         "certus/v1/pipelines.proto",
+        "certus/v1/clients.proto",
         "grpc/health/v1/health.proto",
     ]
     .map(|file| root.join(file));

@@ -12,7 +12,7 @@ use certus_node::ct_log::CtNode;
 use certus_node::{
     CertusNode, Clock, CtSetup, Leader, Node, NodeConfig, ServiceError, SessionParts,
 };
-use certus_store::SimDisk;
+use certus_store::{ApplyObserver, SimDisk};
 use madsim::runtime::{Handle, NodeHandle};
 use openraft_metrics::watch_roles;
 
@@ -113,6 +113,9 @@ type RunningCt = Arc<Mutex<BTreeMap<u64, Arc<CtNode>>>>;
 /// Role changes and commit progress of every node, as watchers on the nodes saw them.
 pub type Samples = Arc<Mutex<Vec<Sample>>>;
 
+/// Every client request each node's state machine applied for the first time, in order.
+pub type AppliedLog = Arc<Mutex<Vec<crate::checkers::AppliedRequest>>>;
+
 /// A cluster of simulated machines.
 pub struct SimCluster {
     handle: Handle,
@@ -121,6 +124,7 @@ pub struct SimCluster {
     running: Running,
     running_ct: RunningCt,
     samples: Samples,
+    applied: AppliedLog,
     started: tokio::time::Instant,
 }
 
@@ -150,6 +154,7 @@ impl SimCluster {
         let running: Running = Arc::default();
         let running_ct: RunningCt = Arc::default();
         let samples: Samples = Arc::default();
+        let applied: AppliedLog = Arc::default();
         let tune = spec.tune;
         let configs: BTreeMap<u64, NodeConfig> = (1..=spec.nodes)
             .map(|id| {
@@ -188,6 +193,7 @@ impl SimCluster {
             let storage = spec.storage.clone();
             let ct = spec.ct.clone();
             let sessions = spec.sessions.clone();
+            let applied = Arc::clone(&applied);
             let machine = handle
                 .create_node()
                 .name(format!("node-{id}"))
@@ -204,14 +210,32 @@ impl SimCluster {
                     let sessions = sessions
                         .as_ref()
                         .map_or_else(SessionParts::default, |parts| parts(id));
+                    let applied = Arc::clone(&applied);
+                    let observer = ApplyObserver::new(move |request, index| {
+                        applied.lock().expect("applied log").push(
+                            crate::checkers::AppliedRequest {
+                                node: id,
+                                client: request.client.0,
+                                sequence: request.sequence,
+                                index,
+                            },
+                        );
+                    });
                     async move {
                         // The wall clock picks up where its drift has taken it by now.
                         let clock = Clock::system();
                         clock.set_skew(skew.offset_at(elapsed_ms(started)), skew.drift_ppm);
                         let node = match storage {
                             Storage::Simulated => {
-                                Node::start_with_parts(config, Arc::new(disk), clock, ct, sessions)
-                                    .await
+                                Node::start_with_parts(
+                                    config,
+                                    Arc::new(disk),
+                                    clock,
+                                    ct,
+                                    sessions,
+                                    Some(observer),
+                                )
+                                .await
                             }
                             Storage::Sled(_) => Node::start_with_clock(config, clock).await,
                         }
@@ -248,6 +272,7 @@ impl SimCluster {
             running,
             running_ct,
             samples,
+            applied,
             started,
         }
     }
@@ -279,6 +304,11 @@ impl SimCluster {
             .iter()
             .map(|(id, replica)| (*id, Arc::clone(replica)))
             .collect()
+    }
+
+    /// Every client request the nodes' state machines applied for the first time, so far.
+    pub fn applied_requests(&self) -> Vec<crate::checkers::AppliedRequest> {
+        self.applied.lock().expect("applied log").clone()
     }
 
     /// Everything the watchers recorded so far.

@@ -654,6 +654,10 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     verdicts.push(checkers::single_master(&samples));
     verdicts.push(checkers::exclusive_holding(&history, config.max_skew_ms));
     verdicts.push(checkers::no_stale_token(&history));
+    // Sled nodes start without an apply observer (the production path).
+    if !scenario.sled {
+        verdicts.push(checkers::applied_once(&cluster.applied_requests()));
+    }
     let end_ms = elapsed_ms(started);
     info!(at_ms = end_ms, "run ends");
     if let Some(dir) = data {
@@ -822,7 +826,8 @@ struct Args {
     /// The first seed of a sweep.
     #[arg(long, default_value_t = 1)]
     first: u64,
-    /// Run only this scenario (default: `leases` for one seed; all for a sweep).
+    /// Run only this scenario (default: `leases` for one seed; all for a sweep). `all` spreads a
+    /// sweep's seeds over the scenarios; `each` runs every seed in every scenario.
     #[arg(long)]
     scenario: Option<String>,
     /// Run each seed twice and require identical traces and histories.
@@ -879,21 +884,29 @@ pub fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    // `each`: every scenario runs every seed of the sweep (N seeds each), where `all` spreads
+    // the seeds over the scenarios (N in all).
+    let each = args.scenario.as_deref() == Some("each");
     let chosen: Vec<Scenario> = match &args.scenario {
-        Some(name) if name != "all" => match all.iter().find(|s| s.name == name) {
-            Some(scenario) => vec![scenario.clone()],
-            None => {
-                let names: Vec<&str> = all.iter().map(|s| s.name).collect();
-                eprintln!("no scenario {name}; there are: {}", names.join(", "));
-                return ExitCode::from(2);
+        Some(name) if name != "all" && name != "each" => {
+            match all.iter().find(|s| s.name == name) {
+                Some(scenario) => vec![scenario.clone()],
+                None => {
+                    let names: Vec<&str> = all.iter().map(|s| s.name).collect();
+                    eprintln!("no scenario {name}; there are: {}", names.join(", "));
+                    return ExitCode::from(2);
+                }
             }
-        },
+        }
         Some(_) => all.clone(),
         None if args.seeds.is_some() => all.clone(),
         None => vec![all[0].clone()],
     };
     let plan: Vec<(Scenario, u64)> = match (args.seed, args.seeds) {
         (Some(seed), _) => chosen.iter().map(|s| (s.clone(), seed)).collect(),
+        (None, Some(count)) if each => (0..count)
+            .flat_map(|i| chosen.iter().map(move |s| (s.clone(), args.first + i)))
+            .collect(),
         (None, Some(count)) => (0..count)
             .map(|i| {
                 let index = usize::try_from(i).unwrap_or(0) % chosen.len();

@@ -188,21 +188,29 @@ pub fn start_leases(
         let client = LeaseClient {
             index,
             workload: workload.clone(),
-            clients: (1..=nodes)
-                .map(|id| {
-                    let config = ClientConfig {
-                        attempt_timeout: workload.attempt_timeout,
-                        deadline: workload.attempt_timeout,
-                        max_attempts: 1,
-                        jitter_seed: seed ^ u64::from(index),
-                        connect_timeout: Duration::from_millis(500),
-                        discovery_timeout: Duration::from_millis(500),
-                        pin_to_endpoints: true,
-                        ..ClientConfig::default()
-                    };
-                    Client::with_config([endpoint(id)], config).expect("a valid endpoint")
-                })
-                .collect(),
+            clients: {
+                let config = ClientConfig {
+                    attempt_timeout: workload.attempt_timeout,
+                    deadline: workload.attempt_timeout,
+                    max_attempts: 1,
+                    jitter_seed: seed ^ u64::from(index),
+                    connect_timeout: Duration::from_millis(500),
+                    discovery_timeout: Duration::from_millis(500),
+                    pin_to_endpoints: true,
+                    ..ClientConfig::default()
+                };
+                // One client session for all of them: one program, one sequence of requests.
+                let first =
+                    Client::with_config([endpoint(1)], config.clone()).expect("a valid endpoint");
+                let mut clients = vec![first.clone()];
+                for id in 2..=nodes {
+                    clients.push(
+                        Client::sharing_session_with([endpoint(id)], config.clone(), &first)
+                            .expect("a valid endpoint"),
+                    );
+                }
+                clients
+            },
             rng: SeedRng::new(seed, 100 + u64::from(index)),
             recorder: recorder.clone(),
             started,

@@ -9,6 +9,7 @@ use certus_proto::health::HealthCheckRequest;
 use certus_proto::health::health_check_response::ServingStatus;
 use certus_proto::health::health_client::HealthClient;
 use certus_proto::v1::admin_client::AdminClient;
+use certus_proto::v1::clients_client::ClientsClient;
 use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::log_client::LogClient;
 use certus_proto::v1::pipelines_client::PipelinesClient;
@@ -28,24 +29,26 @@ use certus_proto::v1::{
 use certus_proto::v1::{
     AcknowledgeSessionRequest, AcquireReply, AcquireRequest, AddChainReply, AddChainRequest,
     AddLearnerRequest, Challenge, ChangeMembershipRequest, CheckFenceReply, CheckFenceRequest,
-    ClaimReply, ClaimRequest, CompleteRequest, CreateSessionRequest, DeleteChallengeReply,
-    DeleteChallengeRequest, ExtendReply, ExtendRequest, FailRequest, GetChallengeRequest,
-    GetConsistencyReply, GetConsistencyRequest, GetEntriesReply, GetEntriesRequest,
-    GetLeaseRequest, GetProofByHashReply, GetProofByHashRequest, GetRootsReply, GetRootsRequest,
-    GetSessionRequest, GetSthRequest, KillSessionRequest, Lease, ListChallengesReply,
-    ListChallengesRequest, ListLeasesReply, ListLeasesRequest, ListSessionsReply,
-    ListSessionsRequest, LogConfig, LogStatus, LogStatusRequest, MembershipReply,
-    PurgeChallengesReply, PurgeChallengesRequest, PutChallengeReply, PutChallengeRequest,
-    ReleaseClaimRequest, ReleaseReply, ReleaseRequest, RenewReply, RenewRequest, Session,
-    SessionConfig, SessionsStatus, SessionsStatusRequest, SetFrozenRequest, SetLogConfigRequest,
-    SetSessionConfigRequest, SignedTreeHead, Stage, StartMirrorRequest, StatusReply, StatusRequest,
-    TriggerSnapshotReply, TriggerSnapshotRequest, WaitSessionRequest, complete_request,
+    ClaimReply, ClaimRequest, CloseClientRequest, CompleteRequest, CreateSessionRequest,
+    DeleteChallengeReply, DeleteChallengeRequest, ExtendReply, ExtendRequest, FailRequest,
+    GetChallengeRequest, GetConsistencyReply, GetConsistencyRequest, GetEntriesReply,
+    GetEntriesRequest, GetLeaseRequest, GetProofByHashReply, GetProofByHashRequest, GetRootsReply,
+    GetRootsRequest, GetSessionRequest, GetSthRequest, KillSessionRequest, Lease,
+    ListChallengesReply, ListChallengesRequest, ListLeasesReply, ListLeasesRequest,
+    ListSessionsReply, ListSessionsRequest, LogConfig, LogStatus, LogStatusRequest,
+    MembershipReply, PurgeChallengesReply, PurgeChallengesRequest, PutChallengeReply,
+    PutChallengeRequest, RegisterClientRequest, ReleaseClaimRequest, ReleaseReply, ReleaseRequest,
+    RenewReply, RenewRequest, Session, SessionConfig, SessionsStatus, SessionsStatusRequest,
+    SetFrozenRequest, SetLogConfigRequest, SetSessionConfigRequest, SignedTreeHead, Stage,
+    StartMirrorRequest, StatusReply, StatusRequest, TriggerSnapshotReply, TriggerSnapshotRequest,
+    WaitSessionRequest, complete_request,
 };
 use tokio::time::Instant;
 use tonic::codec::Streaming;
 use tonic::{Response, Status};
 
 use crate::error::{Disposition, describe, disposition, reason_of};
+use crate::numbering::{Number, Numbering};
 use crate::{ClientConfig, ClientError, parse_endpoint};
 
 /// The reason a node gives when a write was refused before anything was proposed.
@@ -76,6 +79,9 @@ struct Inner {
     endpoints: Vec<String>,
     config: ClientConfig,
     state: Mutex<State>,
+    /// The client session its writes are numbered in, once registered
+    /// ([`ClientConfig::exactly_once`]). Registration happens once, whoever asks first.
+    session: Arc<tokio::sync::Mutex<Option<Arc<Numbering>>>>,
 }
 
 #[derive(Debug, Default)]
@@ -165,6 +171,30 @@ impl Client {
                 endpoints: parsed,
                 config,
                 state: Mutex::new(State::default()),
+                session: Arc::default(),
+            }),
+        })
+    }
+
+    /// A client of the same cluster through other endpoints or with another configuration that
+    /// numbers its writes in `other`'s client session, as one client: a program that talks to
+    /// each node through its own client (pinned to it) still has one sequence of requests, so a
+    /// request abandoned on one node is never applied after a later one made through another.
+    pub fn sharing_session_with<I, S>(
+        endpoints: I,
+        config: ClientConfig,
+        other: &Client,
+    ) -> Result<Client, ClientError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let client = Client::with_config(endpoints, config)?;
+        let inner = Arc::try_unwrap(client.inner).expect("a new client is not shared yet");
+        Ok(Client {
+            inner: Arc::new(Inner {
+                session: Arc::clone(&other.inner.session),
+                ..inner
             }),
         })
     }
@@ -185,6 +215,31 @@ impl Client {
         self.state().preferred.clone()
     }
 
+    // ---- certus.v1.Clients -------------------------------------------------------------
+
+    /// The id of this client's session (registered on first write), if it has one. Writes from
+    /// clones of this client share it.
+    pub async fn client_session_id(&self) -> Option<u64> {
+        self.inner.session.lock().await.as_ref().map(|n| n.id())
+    }
+
+    /// Closes this client's session, if it has one: the cluster forgets the answers it kept for
+    /// it. The next write registers a new session. Call it when a long-lived program stops
+    /// writing; sessions left open expire on their own.
+    pub async fn close_client_session(&self) -> Result<(), ClientError> {
+        let Some(numbering) = self.inner.session.lock().await.take() else {
+            return Ok(());
+        };
+        let request = CloseClientRequest {
+            client_id: numbering.id(),
+        };
+        self.call("Clients/Close", self.budget(), move |channel| async move {
+            ClientsClient::new(channel).close(request).await
+        })
+        .await?;
+        Ok(())
+    }
+
     // ---- certus.v1.Leases --------------------------------------------------------------
 
     /// Grants the lease `name` to `holder` for `ttl_ms` milliseconds if it is free or expired;
@@ -203,10 +258,18 @@ impl Client {
             holder: holder.into(),
             ttl_ms,
         };
-        self.call("Leases/Acquire", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { LeasesClient::new(channel).acquire(request).await }
-        })
+        self.write(
+            "Leases/Acquire",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move {
+                    LeasesClient::new(channel)
+                        .acquire(number.wrap(request))
+                        .await
+                }
+            },
+        )
         .await
     }
 
@@ -223,18 +286,23 @@ impl Client {
             holder: holder.into(),
             ttl_ms,
         };
-        self.call("Leases/Renew", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { LeasesClient::new(channel).renew(request).await }
-        })
+        self.write(
+            "Leases/Renew",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move { LeasesClient::new(channel).renew(number.wrap(request)).await }
+            },
+        )
         .await
     }
 
     /// Gives up the live lease `name` held by `holder`; the reply holds the lease as it was.
     ///
-    /// A release retried after an ambiguous failure may answer `unknown-lease` or
+    /// Numbered in the client session (the default), a retry after an ambiguous failure gets
+    /// the first attempt's answer. Without it, a retried release may answer `unknown-lease` or
     /// `not-holder` although the first attempt released the lease (see the
-    /// [crate documentation](crate#ambiguous-writes)).
+    /// [crate documentation](crate#exactly-once-writes)).
     pub async fn release(
         &self,
         name: impl Into<String>,
@@ -244,10 +312,18 @@ impl Client {
             name: name.into(),
             holder: holder.into(),
         };
-        self.call("Leases/Release", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { LeasesClient::new(channel).release(request).await }
-        })
+        self.write(
+            "Leases/Release",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move {
+                    LeasesClient::new(channel)
+                        .release(number.wrap(request))
+                        .await
+                }
+            },
+        )
         .await
     }
 
@@ -306,10 +382,18 @@ impl Client {
             token: token.into(),
             key_authorization: key_authorization.into(),
         };
-        self.call("Leases/PutChallenge", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { LeasesClient::new(channel).put_challenge(request).await }
-        })
+        self.write(
+            "Leases/PutChallenge",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move {
+                    LeasesClient::new(channel)
+                        .put_challenge(number.wrap(request))
+                        .await
+                }
+            },
+        )
         .await
     }
 
@@ -333,10 +417,18 @@ impl Client {
         let request = DeleteChallengeRequest {
             token: token.into(),
         };
-        self.call("Leases/DeleteChallenge", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { LeasesClient::new(channel).delete_challenge(request).await }
-        })
+        self.write(
+            "Leases/DeleteChallenge",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move {
+                    LeasesClient::new(channel)
+                        .delete_challenge(number.wrap(request))
+                        .await
+                }
+            },
+        )
         .await
     }
 
@@ -364,9 +456,15 @@ impl Client {
         older_than_ms: u64,
     ) -> Result<PurgeChallengesReply, ClientError> {
         let request = PurgeChallengesRequest { older_than_ms };
-        self.call("Leases/PurgeChallenges", self.budget(), move |channel| async move {
-            LeasesClient::new(channel).purge_challenges(request).await
-        })
+        self.write(
+            "Leases/PurgeChallenges",
+            self.budget(),
+            move |channel, number: Number| async move {
+                LeasesClient::new(channel)
+                    .purge_challenges(number.wrap(request))
+                    .await
+            },
+        )
         .await
     }
 
@@ -614,11 +712,12 @@ impl Client {
     ///
     /// # Retries
     ///
-    /// With a `request_key` (1 to 128 visible ASCII characters) the call is safe to repeat: a
-    /// retry with the same key, CSR and names answers the session the first attempt created, so
-    /// it is retried like every other call.
+    /// Numbered in the client session (the default), the call is retried like every other: a
+    /// retry answers the session the first attempt created. So is a call with a `request_key`
+    /// (1 to 128 visible ASCII characters), by the key: a retry with the same key, CSR and names
+    /// answers the same session, even from another client.
     ///
-    /// Without a key it is **not** safe to repeat — a retry after an ambiguous failure could
+    /// Unnumbered and without a key it is **not** safe to repeat — a retry after an ambiguous failure could
     /// create a second session — so it makes **a single attempt**, even after answers that are
     /// otherwise retried: a create may have been applied although the node answered
     /// `outcome-unknown`, or even `no-leader` (the node reads the new session back after the
@@ -641,9 +740,13 @@ impl Client {
             names,
             request_key: request_key.unwrap_or_default(),
         };
-        self.call("Sessions/Create", budget, move |channel| {
+        self.write("Sessions/Create", budget, move |channel, number: Number| {
             let request = request.clone();
-            async move { SessionsClient::new(channel).create(request).await }
+            async move {
+                SessionsClient::new(channel)
+                    .create(number.wrap(request))
+                    .await
+            }
         })
         .await
     }
@@ -700,10 +803,14 @@ impl Client {
     /// before `DONE`. Acknowledging again is harmless: safe to repeat.
     pub async fn acknowledge_session(&self, id: u64) -> Result<Session, ClientError> {
         let request = AcknowledgeSessionRequest { id };
-        self.call(
+        self.write(
             "Sessions/Acknowledge",
             self.budget(),
-            move |channel| async move { SessionsClient::new(channel).acknowledge(request).await },
+            move |channel, number: Number| async move {
+                SessionsClient::new(channel)
+                    .acknowledge(number.wrap(request))
+                    .await
+            },
         )
         .await
     }
@@ -720,10 +827,18 @@ impl Client {
             id,
             reason: reason.into(),
         };
-        self.call("Sessions/Kill", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { SessionsClient::new(channel).kill(request).await }
-        })
+        self.write(
+            "Sessions/Kill",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move {
+                    SessionsClient::new(channel)
+                        .kill(number.wrap(request))
+                        .await
+                }
+            },
+        )
         .await
     }
 
@@ -768,10 +883,14 @@ impl Client {
         let request = SetSessionConfigRequest {
             config: Some(config),
         };
-        self.call(
+        self.write(
             "Sessions/SetConfig",
             self.budget(),
-            move |channel| async move { SessionsClient::new(channel).set_config(request).await },
+            move |channel, number: Number| async move {
+                SessionsClient::new(channel)
+                    .set_config(number.wrap(request))
+                    .await
+            },
         )
         .await
     }
@@ -797,10 +916,18 @@ impl Client {
             visibility_ms,
             max,
         };
-        self.call("Sessions/Claim", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { SessionsClient::new(channel).claim(request).await }
-        })
+        self.write(
+            "Sessions/Claim",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move {
+                    SessionsClient::new(channel)
+                        .claim(number.wrap(request))
+                        .await
+                }
+            },
+        )
         .await
     }
 
@@ -819,10 +946,14 @@ impl Client {
             claim_token: token,
             visibility_ms,
         };
-        self.call(
+        self.write(
             "Sessions/Extend",
             self.budget(),
-            move |channel| async move { SessionsClient::new(channel).extend(request).await },
+            move |channel, number: Number| async move {
+                SessionsClient::new(channel)
+                    .extend(number.wrap(request))
+                    .await
+            },
         )
         .await
     }
@@ -845,10 +976,18 @@ impl Client {
             claim_token: token,
             outcome: Some(outcome),
         };
-        self.call("Sessions/Complete", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { SessionsClient::new(channel).complete(request).await }
-        })
+        self.write(
+            "Sessions/Complete",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move {
+                    SessionsClient::new(channel)
+                        .complete(number.wrap(request))
+                        .await
+                }
+            },
+        )
         .await
     }
 
@@ -868,10 +1007,18 @@ impl Client {
             delay_ms,
             note: note.into(),
         };
-        self.call("Sessions/Release", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { SessionsClient::new(channel).release(request).await }
-        })
+        self.write(
+            "Sessions/Release",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move {
+                    SessionsClient::new(channel)
+                        .release(number.wrap(request))
+                        .await
+                }
+            },
+        )
         .await
     }
 
@@ -888,10 +1035,18 @@ impl Client {
             claim_token: token,
             reason: reason.into(),
         };
-        self.call("Sessions/Fail", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { SessionsClient::new(channel).fail(request).await }
-        })
+        self.write(
+            "Sessions/Fail",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move {
+                    SessionsClient::new(channel)
+                        .fail(number.wrap(request))
+                        .await
+                }
+            },
+        )
         .await
     }
 
@@ -909,10 +1064,18 @@ impl Client {
             name: name.into(),
             node_group: node_group.into(),
         };
-        self.call("Pipelines/DefinePipeline", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { pipelines(channel).define_pipeline(request).await }
-        })
+        self.write(
+            "Pipelines/DefinePipeline",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move {
+                    pipelines(channel)
+                        .define_pipeline(number.wrap(request))
+                        .await
+                }
+            },
+        )
         .await
     }
 
@@ -923,10 +1086,18 @@ impl Client {
         name: impl Into<String>,
     ) -> Result<DeletePipelineReply, ClientError> {
         let request = DeletePipelineRequest { name: name.into() };
-        self.call("Pipelines/DeletePipeline", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { pipelines(channel).delete_pipeline(request).await }
-        })
+        self.write(
+            "Pipelines/DeletePipeline",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move {
+                    pipelines(channel)
+                        .delete_pipeline(number.wrap(request))
+                        .await
+                }
+            },
+        )
         .await
     }
 
@@ -952,9 +1123,11 @@ impl Client {
     ///
     /// # Retries
     ///
-    /// With an `external_id` the call is safe to repeat within the external-id window (a day
-    /// by default): a retry answers the transaction the first attempt created, with
-    /// `duplicate: true`, so it is retried like every other call. Without one, a retry after an
+    /// Numbered in the client session (the default), the call is retried like every other: a
+    /// retry answers the transaction the first attempt created. With an `external_id` it is also
+    /// safe to repeat within the external-id window (a day by default), from any client: a
+    /// repeat answers the first transaction with `duplicate: true`. Unnumbered and without an
+    /// external id, a retry after an
     /// ambiguous failure could create a second transaction, so it is retried only when the node
     /// answered `no-leader` (nothing was proposed); any other failure is returned as
     /// [`ClientError::Unavailable`] and the transaction may or may not exist.
@@ -967,10 +1140,14 @@ impl Client {
         } else {
             self.budget()
         };
-        self.call("Pipelines/Enqueue", budget, move |channel| {
-            let request = request.clone();
-            async move { pipelines(channel).enqueue(request).await }
-        })
+        self.write(
+            "Pipelines/Enqueue",
+            budget,
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move { pipelines(channel).enqueue(number.wrap(request)).await }
+            },
+        )
         .await
     }
 
@@ -1009,10 +1186,12 @@ impl Client {
     /// answers `ALREADY_REQUESTED`, or `FINISHED` with status `ABORTED`.
     pub async fn cancel_transaction(&self, id: u64) -> Result<CancelReply, ClientError> {
         let request = CancelRequest { transaction_id: id };
-        self.call(
+        self.write(
             "Pipelines/Cancel",
             self.budget(),
-            move |channel| async move { pipelines(channel).cancel(request).await },
+            move |channel, number: Number| async move {
+                pipelines(channel).cancel(number.wrap(request)).await
+            },
         )
         .await
     }
@@ -1065,12 +1244,12 @@ impl Client {
             worker: worker.into(),
             max,
         };
-        self.call(
+        self.write(
             "Pipelines/Dequeue",
             self.budget().unproposed_only(),
-            move |channel| {
+            move |channel, number: Number| {
                 let request = request.clone();
-                async move { pipelines(channel).dequeue(request).await }
+                async move { pipelines(channel).dequeue(number.wrap(request)).await }
             },
         )
         .await
@@ -1094,10 +1273,14 @@ impl Client {
             status: status.into(),
             state: state.unwrap_or_default(),
         };
-        self.call("Pipelines/Complete", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { pipelines(channel).complete(request).await }
-        })
+        self.write(
+            "Pipelines/Complete",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move { pipelines(channel).complete(number.wrap(request)).await }
+            },
+        )
         .await
     }
 
@@ -1108,10 +1291,14 @@ impl Client {
         &self,
         request: RequeueRequest,
     ) -> Result<RequeueReply, ClientError> {
-        self.call("Pipelines/Requeue", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { pipelines(channel).requeue(request).await }
-        })
+        self.write(
+            "Pipelines/Requeue",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move { pipelines(channel).requeue(number.wrap(request)).await }
+            },
+        )
         .await
     }
 
@@ -1132,12 +1319,12 @@ impl Client {
             claim_token: token,
             report: report.into(),
         };
-        self.call(
+        self.write(
             "Pipelines/Progress",
             self.budget().unproposed_only(),
-            move |channel| {
+            move |channel, number: Number| {
                 let request = request.clone();
-                async move { pipelines(channel).progress(request).await }
+                async move { pipelines(channel).progress(number.wrap(request)).await }
             },
         )
         .await
@@ -1150,10 +1337,14 @@ impl Client {
         &self,
         request: SleepRequest,
     ) -> Result<SleepReply, ClientError> {
-        self.call("Pipelines/Sleep", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { pipelines(channel).sleep(request).await }
-        })
+        self.write(
+            "Pipelines/Sleep",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move { pipelines(channel).sleep(number.wrap(request)).await }
+            },
+        )
         .await
     }
 
@@ -1168,10 +1359,14 @@ impl Client {
             name: name.into(),
             value,
         };
-        self.call("Pipelines/SetSwitch", self.budget(), move |channel| {
-            let request = request.clone();
-            async move { pipelines(channel).set_switch(request).await }
-        })
+        self.write(
+            "Pipelines/SetSwitch",
+            self.budget(),
+            move |channel, number: Number| {
+                let request = request.clone();
+                async move { pipelines(channel).set_switch(number.wrap(request)).await }
+            },
+        )
         .await
     }
 
@@ -1264,10 +1459,14 @@ impl Client {
         up_to: u64,
     ) -> Result<AcknowledgeNoticesReply, ClientError> {
         let request = AcknowledgeNoticesRequest { up_to };
-        self.call(
+        self.write(
             "Pipelines/AcknowledgeNotices",
             self.budget(),
-            move |channel| async move { pipelines(channel).acknowledge_notices(request).await },
+            move |channel, number: Number| async move {
+                pipelines(channel)
+                    .acknowledge_notices(number.wrap(request))
+                    .await
+            },
         )
         .await
     }
@@ -1315,10 +1514,12 @@ impl Client {
         let request = SetPipelineConfigRequest {
             config: Some(config),
         };
-        self.call(
+        self.write(
             "Pipelines/SetConfig",
             self.budget(),
-            move |channel| async move { pipelines(channel).set_config(request).await },
+            move |channel, number: Number| async move {
+                pipelines(channel).set_config(number.wrap(request)).await
+            },
         )
         .await
     }
@@ -1540,6 +1741,82 @@ impl Client {
             last_error,
             last_reason,
         })
+    }
+
+    /// A write: a numbered request of this client's session ([`ClientConfig::exactly_once`]),
+    /// so that it is applied at most once however often it is retried, and never after this
+    /// client moved on from it; retried like any call. Without the session, `unnumbered` is
+    /// the budget (writes that must not be applied twice are then retried less).
+    async fn write<T, F, Fut>(
+        &self,
+        rpc: &'static str,
+        unnumbered: Budget,
+        mut send: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut(NodeChannel, Number) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        if !self.config().exactly_once {
+            return self
+                .call(rpc, unnumbered, |channel| send(channel, Number::none()))
+                .await;
+        }
+        let budget = Budget {
+            unproposed_only: false,
+            max_attempts: self.config().max_attempts,
+            ..unnumbered
+        };
+        let mut registered_again = false;
+        loop {
+            let numbering = self.numbering().await?;
+            let ticket = numbering.ticket().await;
+            let result = self
+                .call(rpc, budget, |channel| send(channel, ticket.number()))
+                .await;
+            // Answered or abandoned: either way the client moves past this number.
+            drop(ticket);
+            match result {
+                // The session expired or was evicted (the request was not applied): open a new
+                // one, once. A session outlives a call by far (minutes against seconds), so no
+                // earlier attempt of this call can have been applied under the old one.
+                Err(error) if error.reason() == "unknown-client" && !registered_again => {
+                    registered_again = true;
+                    self.forget_numbering(&numbering).await;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// This client's session, registered on first use.
+    async fn numbering(&self) -> Result<Arc<Numbering>, ClientError> {
+        let mut session = self.inner.session.lock().await;
+        if let Some(numbering) = session.as_ref() {
+            return Ok(Arc::clone(numbering));
+        }
+        let reply = self
+            .call("Clients/Register", self.budget(), |channel| async move {
+                ClientsClient::new(channel)
+                    .register(RegisterClientRequest {})
+                    .await
+            })
+            .await?;
+        tracing::debug!(client = reply.client_id, "client session registered");
+        let numbering = Numbering::new(reply.client_id, reply.outstanding_max);
+        *session = Some(Arc::clone(&numbering));
+        Ok(numbering)
+    }
+
+    /// Drops `numbering` if it is still the current session, so the next write registers anew.
+    async fn forget_numbering(&self, numbering: &Arc<Numbering>) {
+        let mut session = self.inner.session.lock().await;
+        if session
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, numbering))
+        {
+            *session = None;
+        }
     }
 
     /// Where the next attempt goes: the preferred node, or whatever discovery finds.
@@ -1773,10 +2050,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn numbered_writes_register_first_and_are_retried_like_reads() {
+        let config = ClientConfig {
+            max_attempts: 3,
+            backoff_initial: Duration::from_millis(1),
+            ..ClientConfig::default()
+        };
+        let client = Client::with_config(["127.0.0.1:1"], config).expect("client");
+        let error = client
+            .enqueue(EnqueueRequest {
+                owner: "o".to_owned(),
+                state: "{}".to_owned(),
+                ..EnqueueRequest::default()
+            })
+            .await
+            .expect_err("nothing listens");
+        // The registration is what failed, retried like any call; nothing was numbered.
+        assert!(
+            matches!(error, ClientError::Unavailable { attempts: 3, .. }),
+            "{error:?}"
+        );
+        assert_eq!(client.client_session_id().await, None);
+    }
+
+    #[tokio::test]
     async fn a_create_without_a_request_key_is_tried_once() {
         let config = ClientConfig {
             max_attempts: 3,
             backoff_initial: Duration::from_millis(1),
+            // Unnumbered: the budgets of writes that must not be applied twice.
+            exactly_once: false,
             ..ClientConfig::default()
         };
         let client = Client::with_config(["127.0.0.1:1"], config).expect("client");
@@ -1817,6 +2120,8 @@ mod tests {
         let config = ClientConfig {
             max_attempts: 3,
             backoff_initial: Duration::from_millis(1),
+            // Unnumbered: the budgets of writes that must not be applied twice.
+            exactly_once: false,
             ..ClientConfig::default()
         };
         let client = Client::with_config(["127.0.0.1:1"], config).expect("client");

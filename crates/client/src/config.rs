@@ -50,6 +50,12 @@ pub struct ClientConfig {
     pub tls: Option<crate::ClientTls>,
     /// A bearer token sent with every call, for clients without a certificate. Default `None`.
     pub token: Option<crate::BearerToken>,
+    /// Number every write in a client session (`certus.v1.Clients`), so that it is applied at
+    /// most once however often it is retried, and never after the client gave up on it and moved
+    /// on. Every write is then retried like a read. Default `true`; `false` sends writes
+    /// unnumbered (one registration fewer, for one-shot tools), and retries writes that must not
+    /// be applied twice only when nothing was proposed.
+    pub exactly_once: bool,
 }
 
 impl Default for ClientConfig {
@@ -67,6 +73,7 @@ impl Default for ClientConfig {
             pin_to_endpoints: false,
             tls: None,
             token: None,
+            exactly_once: true,
         }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! A [`Client`] is built from the gRPC endpoints (`host:port`) of some nodes of one cluster. It
 //! speaks only the public services of [`certus_proto`] (`certus.v1.Leases`, `certus.v1.Admin`,
-//! `certus.v1.Log`, `certus.v1.Sessions`, `certus.v1.Pipelines` and `grpc.health.v1.Health`), so
+//! `certus.v1.Log`, `certus.v1.Sessions`, `certus.v1.Pipelines`, `certus.v1.Clients` and
+//! `grpc.health.v1.Health`), so
 //! anything it does, a client in another language can do with the same `.proto` files.
 //!
 //! ```no_run
@@ -38,61 +39,32 @@
 //! `certus-error` metadata entry. When the deadline or the attempts run out the call fails with
 //! [`ClientError::Unavailable`].
 //!
-//! # Ambiguous writes
+//! # Exactly-once writes
 //!
 //! A write whose attempt failed after it may have reached the leader (a transport error or a
-//! timeout mid-request, or a node answering with the reason `outcome-unknown`) may have been
-//! applied already; the retry then applies it a second time. Every write of the `Leases` and
-//! `Log` services is safe to repeat in that sense:
+//! timeout mid-request, or a node answering `outcome-unknown`) may have been applied already. By
+//! default ([`ClientConfig::exactly_once`]) the client therefore numbers every write in a client
+//! session (`certus.v1.Clients`, registered on the first write and shared by clones): a retry
+//! carries the same number, and the cluster answers it with the first attempt's answer instead
+//! of applying it again. Every write is then retried like a read, and its answer is the answer
+//! of its one application. When a call gives up (its deadline or attempts ran out), its number is
+//! released and the client's next request tells the cluster to refuse the abandoned one forever,
+//! so it can take effect only before that next request: a lost `release` or a short renewal can
+//! never land later and end a lease the client acquired since. The session expires after ten
+//! minutes without a write and is registered again transparently;
+//! [`Client::close_client_session`] ends it at once. Writes of the `Log` service are not
+//! numbered: `add_chain` is deduplicated by the leaf, and the log's controls set values.
 //!
-//! - `acquire` by the same holder renews its own grant (same fencing token, `how = RENEWED`);
-//! - `renew` extends the same grant again;
-//! - `put_challenge` stores the same key authorization again (`replaced = true`);
-//! - `delete_challenge` of a token already removed succeeds with `existed = false`;
-//! - `purge_challenges` removes what is old enough, again;
-//! - `add_chain` of a chain the log already has answers with the original SCT;
-//! - `set_log_config` and `set_frozen` set the same value again;
-//! - a repeated `release` is the one write whose answer changes: the lease is already gone, so
-//!   it answers `unknown-lease` (or `not-holder` if someone else acquired it in between). Treat
-//!   those answers to a retried release as success.
+//! Without the session (`exactly_once: false`, or another client speaking the protocol without
+//! the metadata), a retry may apply a write twice. Most writes are harmless to repeat — an
+//! acquire by the holder renews, a complete with the same claim token changes nothing, a
+//! challenge token is stored again — but a repeated `release` answers `unknown-lease`, and
+//! `enqueue` without an external id, `dequeue`, `report_progress` and `create_session` without a
+//! request key are not safe to repeat: the client then retries them only after answers that say
+//! nothing was proposed (`no-leader`), and `create_session` without a key makes a single attempt.
 //!
 //! A refusal before anything was proposed (`no-leader`, validation errors) guarantees that
 //! nothing changed.
-//!
-//! The `Sessions` writes (see [CA issuance sessions](#ca-issuance-sessions)) are safe to repeat
-//! too, with one exception:
-//!
-//! - `create_session` **with** a request key answers the session the first attempt created;
-//!   **without** one it is not safe to repeat, so the client makes a single attempt (see
-//!   [`Client::create_session`]);
-//! - `complete_session`, `release_session` and `fail_session` repeated with the same claim token
-//!   are accepted and change nothing;
-//! - `acknowledge_session`, `kill_session` (of a session already killed) and
-//!   `set_session_config` succeed again without a further change, and `extend_claim` sets the
-//!   deadline again;
-//! - a repeated `claim_sessions` may have claimed sessions whose answer was lost: they come
-//!   back to their queue when the visibility passes (delayed, never lost).
-//!
-//! Careful with a `Sessions` refusal of `no-leader` on a write: the node reads the session back
-//! after the write, and that read can fail with `no-leader` although the write was applied.
-//!
-//! The `Pipelines` writes (see [Transaction pipelines](#transaction-pipelines)) answer from the
-//! write itself, without a read back, so `no-leader` there always means nothing was proposed.
-//! Three of them are not safe to repeat, and are retried **only** after `no-leader`; any other
-//! failure is returned as [`ClientError::Unavailable`] at once:
-//!
-//! - `enqueue` **without** an external id (a repeat could create a second transaction; with an
-//!   external id, a repeat within the external-id window answers the first one with
-//!   `duplicate: true`, so it is retried like every call);
-//! - `dequeue` (a lost answer leaves its transactions running until the reaper takes them
-//!   back at their deadline, counting an attempt);
-//! - `report_progress` (a repeat announces the report twice).
-//!
-//! The rest are safe: `complete_transaction`, `requeue_transaction` and `sleep_transaction`
-//! repeated with the same claim token answer the same and change nothing; `define_pipeline`,
-//! `delete_pipeline`, `set_switch`, `cancel_transaction`, `acknowledge_notices`,
-//! `set_pipeline_config` and a `get_state` that marks its reply succeed again without a further
-//! change that matters.
 //!
 //! # The CT log
 //!
@@ -137,6 +109,7 @@ mod client;
 mod config;
 mod endpoint;
 mod error;
+mod numbering;
 
 pub use auth::{BearerToken, ClientTls};
 pub use client::{Client, PIPELINE_REPLY_BYTES_MAX};

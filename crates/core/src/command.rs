@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::challenges::{ChallengeCommand, ChallengeError, ChallengeReply};
+use crate::clients::{ClientCommand, ClientError, ClientReply, ClientRequest};
 use crate::ct::{CtCommand, CtError, CtReply};
 use crate::leases::{Lease, LeaseCommand, LeaseError, LeaseReply};
 use crate::pipelines::{PipelineCommand, PipelineError, PipelineReply, PipelineTickReport};
@@ -24,6 +25,17 @@ pub enum Command {
     /// Advance the machine clock and reclaim what has expired. Proposed periodically by the
     /// leader; it decides nothing that time alone has not already decided.
     Tick,
+    /// A client-session command (register, close).
+    Client(ClientCommand),
+    /// A client's numbered request: `command` is applied at most once, and never after the
+    /// client moved past it (see [`crate::clients`]). The answer is `command`'s own, or
+    /// [`Response::Client`] with an error when the request is refused.
+    Once {
+        /// Which request of which client.
+        request: ClientRequest,
+        /// The lease, challenge, CT, session or pipeline command.
+        command: Box<Command>,
+    },
 }
 
 /// What [`crate::apply`] answers, one variant per [`Command`] family.
@@ -42,8 +54,26 @@ pub enum Response {
     Session(Result<SessionReply, SessionError>),
     /// The answer to a pipeline command.
     Pipeline(Result<PipelineReply, PipelineError>),
-    /// The answer to a tick.
-    Tick(TickReply),
+    /// The answer to a tick (boxed: far larger than the other answers).
+    Tick(Box<TickReply>),
+    /// The answer to a client-session command, or the refusal of a client's numbered request.
+    Client(Result<ClientReply, ClientError>),
+}
+
+impl Response {
+    /// Whether the command was refused, which promises that it changed nothing but the machine
+    /// clock and the applied index.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            Response::Lease(result) => result.is_err(),
+            Response::Challenge(result) => result.is_err(),
+            Response::Ct(result) => result.is_err(),
+            Response::Session(result) => result.is_err(),
+            Response::Pipeline(result) => result.is_err(),
+            Response::Client(result) => result.is_err(),
+            Response::Tick(_) => false,
+        }
+    }
 }
 
 /// What a tick did.
@@ -55,11 +85,15 @@ pub struct TickReply {
     pub sessions: SessionTickReport,
     /// Transactions reaped, woken, archived and deleted; windows and records expired.
     pub pipelines: PipelineTickReport,
+    /// Client sessions removed because they sat idle past their time.
+    pub expired_clients: usize,
+    /// Whether more idle client sessions are due than one tick removes.
+    pub more_clients: bool,
 }
 
 impl TickReply {
     /// Whether some part of the tick reached its bound and left work: tick again soon.
     pub fn more(&self) -> bool {
-        self.sessions.more || self.pipelines.more
+        self.sessions.more || self.pipelines.more || self.more_clients
     }
 }

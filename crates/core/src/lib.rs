@@ -12,6 +12,8 @@
 //! One module per concern, each with its invariants written at its top and checked in code:
 //! - [`leases`]: named leases with TTLs and fencing tokens;
 //! - [`challenges`]: HTTP-01 challenge tokens served by every node;
+//! - [`clients`]: client sessions, so that each numbered write is applied at most once and never
+//!   after its client moved past it;
 //! - [`ct`]: the clustered Certificate Transparency log's entries, sequence, node reports and
 //!   serving STH;
 //! - [`sessions`]: CA issuance sessions, their stage queues, claims by workers and retention;
@@ -22,6 +24,7 @@
 #![deny(missing_docs, unreachable_pub)]
 
 pub mod challenges;
+pub mod clients;
 mod command;
 pub mod ct;
 pub mod leases;
@@ -35,6 +38,9 @@ mod time;
 
 pub use challenges::{
     Challenge, ChallengeCommand, ChallengeError, ChallengeReply, ChallengeToken, KeyAuthorization,
+};
+pub use clients::{
+    ClientCommand, ClientError, ClientId, ClientReply, ClientRequest, ClientSession,
 };
 pub use command::{Command, Response, TickReply};
 pub use leases::{

@@ -149,3 +149,26 @@ pub const PIPELINE_STATS_ROWS_MAX: usize = 8192;
 /// Most transactions (or external ids, URLs or statistics rows) each step of a tick touches;
 /// the rest wait for the next tick, which the report asks for.
 pub const PIPELINE_TICK_BATCH_MAX: usize = 1024;
+
+/// Most client sessions open at once; registering past it evicts the session idle longest, if it
+/// has been idle at least [`CLIENT_SESSION_EVICTABLE_IDLE_MS`] (else registration is refused).
+pub const CLIENT_SESSIONS_MAX: usize = 10_000;
+/// The least idle time that lets a session be evicted to make room: longer than any call's
+/// deadline, so a session is never evicted between two attempts of one call (which could then
+/// apply the call twice).
+pub const CLIENT_SESSION_EVICTABLE_IDLE_MS: u64 = 2 * 60 * 1000;
+/// Largest answer a client session keeps for a copy of its request; a larger one is replaced by
+/// a note that the request was applied (a copy gets that, and is still not applied again).
+pub const CLIENT_ANSWER_BYTES_MAX: usize = 64 * 1024;
+/// Most bytes of answers all client sessions keep together; past it, answers are replaced by
+/// notes as above until clients acknowledge theirs.
+pub const CLIENT_ANSWER_BYTES_TOTAL_MAX: usize = 256 * 1024 * 1024;
+/// A client session unused for this long (machine time) expires: ten minutes, far longer than
+/// any call's deadline, so a session never expires between two attempts of one call.
+pub const CLIENT_SESSION_IDLE_MS: u64 = 10 * 60 * 1000;
+/// How far past its first outstanding request a client may number a request: also the most
+/// answers one session remembers.
+pub const CLIENT_OUTSTANDING_MAX: u64 = 128;
+/// Most idle client sessions one `Tick` removes; the rest go on the next tick. Expiry itself
+/// never waits for a tick.
+pub const TICK_EXPIRED_CLIENTS_MAX: usize = 1024;

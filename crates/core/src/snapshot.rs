@@ -1,7 +1,8 @@
 //! The snapshot format: the whole state as deterministic bytes.
 //!
-//! Layout: the 8-byte magic `CERTUS\0\x05` (the last byte is the format version), then the state
-//! in postcard encoding. Older versions are prefixes of the body and still load: version 4 (before
+//! Layout: the 8-byte magic `CERTUS\0\x06` (the last byte is the format version), then the state
+//! in postcard encoding. Older versions are prefixes of the body and still load: version 5 (before
+//! client sessions) lacks the trailing `clients` field and loads with no client sessions; version 4 (before
 //! pipelines) lacks the trailing `pipelines` field and loads with no pipelines and the default
 //! pipeline configuration; version 3 (before sessions) also lacks `sessions` and loads with no
 //! sessions and the default session configuration; version 2 (before mirrors) also lacks
@@ -13,13 +14,16 @@
 use serde::{Deserialize, Serialize};
 
 use crate::challenges::{Challenge, Challenges};
+use crate::clients::{ClientSession, Clients};
 use crate::ct::{CtLog, CtRecords, MirrorState};
 use crate::leases::{FencingToken, Lease, Leases};
 use crate::pipelines::{PipelineRecords, PipelineRecordsRef, Pipelines};
 use crate::sessions::{SessionRecords, SessionRecordsRef, Sessions};
 use crate::state::State;
 
-const MAGIC: [u8; 8] = *b"CERTUS\x00\x05";
+const MAGIC: [u8; 8] = *b"CERTUS\x00\x06";
+/// The format before client sessions: the same body without `clients`.
+const MAGIC_V5: [u8; 8] = *b"CERTUS\x00\x05";
 /// The format before pipelines: the same body without `pipelines`.
 const MAGIC_V4: [u8; 8] = *b"CERTUS\x00\x04";
 /// The format before sessions: the same body without `sessions`.
@@ -31,7 +35,7 @@ const MAGIC_V2: [u8; 8] = *b"CERTUS\x00\x02";
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
     /// The bytes do not start with the snapshot magic and a known version.
-    #[error("not a Certus snapshot of format version 2, 3, 4 or 5 (bad magic or version)")]
+    #[error("not a Certus snapshot of format version 2 to 6 (bad magic or version)")]
     BadMagic,
     /// The body could not be decoded.
     #[error("snapshot body does not decode: {0}")]
@@ -56,6 +60,7 @@ struct BodyRef<'a> {
     ct_mirror: Option<&'a MirrorState>,
     sessions: SessionRecordsRef<'a>,
     pipelines: PipelineRecordsRef<'a>,
+    clients: Vec<&'a ClientSession>,
 }
 
 /// Version 2's body, which is also how later versions begin (postcard writes a struct as its
@@ -86,9 +91,16 @@ struct BodyV4 {
 
 /// Version 5's body: version 4's and the pipelines.
 #[derive(Deserialize)]
-struct Body {
+struct BodyV5 {
     v4: BodyV4,
     pipelines: PipelineRecords,
+}
+
+/// Version 6's body: version 5's and the client sessions.
+#[derive(Deserialize)]
+struct Body {
+    v5: BodyV5,
+    clients: Vec<ClientSession>,
 }
 
 impl State {
@@ -104,6 +116,7 @@ impl State {
             ct_mirror: self.ct.mirror(),
             sessions: self.sessions.records(),
             pipelines: self.pipelines.records(),
+            clients: self.clients.iter().collect(),
         };
         let bytes = MAGIC.to_vec();
         // Encoding into a Vec cannot fail: every field is plainly serializable.
@@ -118,25 +131,32 @@ impl State {
             v3,
             sessions: SessionRecords::default(),
         };
-        let v5_of = |v4| Body {
+        let v5_of = |v4| BodyV5 {
             v4,
             pipelines: PipelineRecords::default(),
         };
+        let v6_of = |v5| Body {
+            v5,
+            clients: Vec::new(),
+        };
         let (body, rest) = if let Some(body) = bytes.strip_prefix(&MAGIC) {
             postcard::take_from_bytes::<Body>(body).map_err(decode)?
+        } else if let Some(body) = bytes.strip_prefix(&MAGIC_V5) {
+            let (v5, rest) = postcard::take_from_bytes::<BodyV5>(body).map_err(decode)?;
+            (v6_of(v5), rest)
         } else if let Some(body) = bytes.strip_prefix(&MAGIC_V4) {
             let (v4, rest) = postcard::take_from_bytes::<BodyV4>(body).map_err(decode)?;
-            (v5_of(v4), rest)
+            (v6_of(v5_of(v4)), rest)
         } else if let Some(body) = bytes.strip_prefix(&MAGIC_V3) {
             let (v3, rest) = postcard::take_from_bytes::<BodyV3>(body).map_err(decode)?;
-            (v5_of(v4_of(v3)), rest)
+            (v6_of(v5_of(v4_of(v3))), rest)
         } else if let Some(body) = bytes.strip_prefix(&MAGIC_V2) {
             let (v2, rest) = postcard::take_from_bytes::<BodyV2>(body).map_err(decode)?;
             let v3 = BodyV3 {
                 v2,
                 ct_mirror: None,
             };
-            (v5_of(v4_of(v3)), rest)
+            (v6_of(v5_of(v4_of(v3))), rest)
         } else {
             return Err(SnapshotError::BadMagic);
         };
@@ -144,16 +164,20 @@ impl State {
             return Err(SnapshotError::TrailingBytes(rest.len()));
         }
         let Body {
-            v4:
-                BodyV4 {
-                    v3:
-                        BodyV3 {
-                            v2: body,
-                            ct_mirror,
+            v5:
+                BodyV5 {
+                    v4:
+                        BodyV4 {
+                            v3:
+                                BodyV3 {
+                                    v2: body,
+                                    ct_mirror,
+                                },
+                            sessions,
                         },
-                    sessions,
+                    pipelines,
                 },
-            pipelines,
+            clients,
         } = body;
         let state = State {
             applied_index: body.applied_index,
@@ -165,6 +189,7 @@ impl State {
             ct: CtLog::from_records(body.ct, ct_mirror).map_err(SnapshotError::Inconsistent)?,
             sessions: Sessions::from_records(sessions).map_err(SnapshotError::Inconsistent)?,
             pipelines: Pipelines::from_records(pipelines).map_err(SnapshotError::Inconsistent)?,
+            clients: Clients::from_records(clients).map_err(SnapshotError::Inconsistent)?,
         };
         state
             .check_invariants()
@@ -204,8 +229,8 @@ mod tests {
         // 100000, 1000, 300000, 10, 5, 60000, 600000), last id, token and queue position 0, no
         // definitions, transactions, external ids or switches; no webhooks (last event and
         // notice 0, none dropped, none pending, no URLs, no notices); no notifications (last 0,
-        // none kept); no statistics rows at any of the three resolutions.
-        let expected: &[u8] = b"CERTUS\x00\x05\x00\x00\x00\x00\x00\
+        // none kept); no statistics rows at any of the three resolutions; no client sessions.
+        let expected: &[u8] = b"CERTUS\x00\x06\x00\x00\x00\x00\x00\
             \x02\xf4\x03\xa0\x8d\x06\x64\xc8\x01\x64\xb0\xea\x01\
             \x00\x00\x00\x00\x00\x00\x00\
             \x80\xdd\xdb\x01\x0a\xd0\x0f\x80\xb8\x99\x29\x80\x88\xb2\xa0\x02\xa0\x8d\x06\
@@ -215,7 +240,8 @@ mod tests {
             \x00\x00\x00\x00\x00\x00\x00\
             \x00\x00\x00\x00\x00\x00\
             \x00\x00\
-            \x00\x00\x00";
+            \x00\x00\x00\
+            \x00";
         assert_eq!(State::new().to_snapshot(), expected);
     }
 
@@ -229,10 +255,36 @@ mod tests {
         postcard::to_stdvec(&Pipelines::default().records()).unwrap()
     }
 
+    /// The encoding of a state without client sessions ends with this.
+    const NO_CLIENTS_SUFFIX: &[u8] = &[0];
+
+    /// The state's encoding as version 5 (no client sessions), under the current magic.
+    fn without_clients(state: &State) -> Vec<u8> {
+        let bytes = state.to_snapshot();
+        assert!(bytes.ends_with(NO_CLIENTS_SUFFIX));
+        bytes[..bytes.len() - NO_CLIENTS_SUFFIX.len()].to_vec()
+    }
+
+    #[test]
+    fn a_version_5_snapshot_loads_with_no_client_sessions() {
+        let state = state_with_a_lease();
+        let bytes = without_clients(&state);
+        let mut v5 = MAGIC_V5.to_vec();
+        v5.extend_from_slice(&bytes[MAGIC.len()..]);
+        assert_eq!(State::from_snapshot(&v5), Ok(state.clone()));
+        // A version 6 body under the version 5 magic has the client sessions too many.
+        let mut mislabelled = MAGIC_V5.to_vec();
+        mislabelled.extend_from_slice(&state.to_snapshot()[MAGIC.len()..]);
+        assert_eq!(
+            State::from_snapshot(&mislabelled),
+            Err(SnapshotError::TrailingBytes(NO_CLIENTS_SUFFIX.len()))
+        );
+    }
+
     #[test]
     fn a_version_4_snapshot_loads_with_no_pipelines() {
         let state = state_with_a_lease();
-        let bytes = state.to_snapshot();
+        let bytes = without_clients(&state);
         // Version 4 is version 5 without the trailing pipelines.
         let suffix = empty_pipelines_suffix();
         assert!(bytes.ends_with(&suffix));
@@ -251,7 +303,7 @@ mod tests {
     #[test]
     fn a_version_3_snapshot_loads_with_no_sessions() {
         let state = state_with_a_lease();
-        let bytes = state.to_snapshot();
+        let bytes = without_clients(&state);
         let bytes = &bytes[..bytes.len() - empty_pipelines_suffix().len()];
         // Version 3 is version 4 without the trailing sessions.
         let suffix = empty_sessions_suffix();
@@ -271,7 +323,7 @@ mod tests {
     #[test]
     fn a_version_2_snapshot_loads_as_a_log_that_is_no_mirror_with_no_sessions() {
         let state = state_with_a_lease();
-        let bytes = state.to_snapshot();
+        let bytes = without_clients(&state);
         // Version 2 is version 5 without the trailing "no mirror", sessions and pipelines.
         let cut = empty_pipelines_suffix().len() + empty_sessions_suffix().len() + 1;
         assert_eq!(bytes[bytes.len() - cut], 0);
@@ -295,7 +347,7 @@ mod tests {
             Err(SnapshotError::BadMagic)
         );
         let mut newer = bytes.clone();
-        newer[7] = 6;
+        newer[7] = 7;
         assert_eq!(State::from_snapshot(&newer), Err(SnapshotError::BadMagic));
         let mut longer = bytes.clone();
         longer.push(0);
@@ -325,6 +377,7 @@ mod tests {
             ct_mirror: None,
             sessions: empty.records(),
             pipelines: no_pipelines.records(),
+            clients: Vec::new(),
         };
         // A token above the last issued one.
         let bytes = encode(&body(2, 10_000, vec![&lease]));

@@ -1,6 +1,7 @@
 //! The whole replicated state and the one function that changes it.
 
 use crate::challenges::{Challenge, ChallengeToken, Challenges};
+use crate::clients::{Admission, ClientId, ClientRequest, ClientSession, Clients};
 use crate::command::{Command, Response, TickReply};
 use crate::ct::{CtLog, EntryKey, HeldEntry, LogConfig, NodeReport, ServingSth, select_serving};
 use crate::leases::{FencingToken, Lease, LeaseError, LeaseName, Leases};
@@ -22,6 +23,7 @@ pub struct State {
     pub(crate) ct: CtLog,
     pub(crate) sessions: Sessions,
     pub(crate) pipelines: Pipelines,
+    pub(crate) clients: Clients,
 }
 
 /// Applies one command at one log position. The only way the state changes.
@@ -45,32 +47,7 @@ pub fn apply(state: &mut State, command: Command, stamp: Stamp) -> Response {
     state.clock_ms = state.clock_ms.max(stamp.now_ms);
     let now_ms = state.clock_ms;
 
-    let response = match command {
-        Command::Lease(command) => {
-            let last_token = &mut state.last_token;
-            let issue_token = || {
-                // The grant's log index, or the next number if this entry already granted one.
-                *last_token = FencingToken(stamp.index.max(last_token.0 + 1));
-                *last_token
-            };
-            Response::Lease(state.leases.apply(command, now_ms, issue_token))
-        }
-        Command::Challenge(command) => Response::Challenge(state.challenges.apply(command, now_ms)),
-        Command::Ct(command) => Response::Ct(state.ct.apply(command, now_ms)),
-        Command::Session(command) => {
-            // Session ids and claim tokens come from the log index.
-            Response::Session(state.sessions.apply(command, now_ms, stamp.index))
-        }
-        Command::Pipeline(command) => {
-            // Transaction ids, claim tokens and webhook event ids come from the log index.
-            Response::Pipeline(state.pipelines.apply(command, now_ms, stamp.index))
-        }
-        Command::Tick => Response::Tick(TickReply {
-            expired_leases: state.leases.reclaim_expired(now_ms),
-            sessions: state.sessions.tick(now_ms),
-            pipelines: state.pipelines.tick(now_ms, stamp.index),
-        }),
-    };
+    let response = dispatch(state, command, stamp.index, now_ms);
 
     assert!(
         state.clock_ms >= clock_before,
@@ -81,6 +58,60 @@ pub fn apply(state: &mut State, command: Command, stamp: Stamp) -> Response {
         "fencing tokens never decrease"
     );
     response
+}
+
+/// Applies one command at machine time `now_ms`, from log entry `index`.
+fn dispatch(state: &mut State, command: Command, index: u64, now_ms: u64) -> Response {
+    match command {
+        Command::Lease(command) => {
+            let last_token = &mut state.last_token;
+            let issue_token = || {
+                // The grant's log index, or the next number if this entry already granted one.
+                *last_token = FencingToken(index.max(last_token.0 + 1));
+                *last_token
+            };
+            Response::Lease(state.leases.apply(command, now_ms, issue_token))
+        }
+        Command::Challenge(command) => Response::Challenge(state.challenges.apply(command, now_ms)),
+        Command::Ct(command) => Response::Ct(state.ct.apply(command, now_ms)),
+        Command::Session(command) => {
+            // Session ids and claim tokens come from the log index.
+            Response::Session(state.sessions.apply(command, now_ms, index))
+        }
+        Command::Pipeline(command) => {
+            // Transaction ids, claim tokens and webhook event ids come from the log index.
+            Response::Pipeline(state.pipelines.apply(command, now_ms, index))
+        }
+        Command::Client(command) => Response::Client(state.clients.apply(command, now_ms)),
+        Command::Once { request, command } => {
+            match state.clients.admit(&request, &command, now_ms) {
+                Admission::Refused(error) => Response::Client(Err(error)),
+                Admission::Answered(response) => {
+                    state.clients.settle(&request, now_ms, None);
+                    *response
+                }
+                Admission::Fresh => {
+                    // A refusal is remembered too: a request has one outcome, so a copy arriving
+                    // after the client was told "refused" must not succeed.
+                    let response = dispatch(state, *command, index, now_ms);
+                    state
+                        .clients
+                        .settle(&request, now_ms, Some(response.clone()));
+                    response
+                }
+            }
+        }
+        Command::Tick => {
+            let (expired_clients, more_clients) = state.clients.expire(now_ms);
+            Response::Tick(Box::new(TickReply {
+                expired_leases: state.leases.reclaim_expired(now_ms),
+                sessions: state.sessions.tick(now_ms),
+                pipelines: state.pipelines.tick(now_ms, index),
+                expired_clients,
+                more_clients,
+            }))
+        }
+    }
 }
 
 impl State {
@@ -176,7 +207,35 @@ impl State {
         self.pipelines
             .check(self.clock_ms)
             .map_err(InvariantViolation)?;
+        self.clients
+            .check(self.clock_ms)
+            .map_err(InvariantViolation)?;
         Ok(())
+    }
+
+    /// The live client session `client` at `max(clock, now_ms)`.
+    pub fn client_session(&self, client: ClientId, now_ms: u64) -> Option<&ClientSession> {
+        self.clients.get(client, self.read_time(now_ms))
+    }
+
+    /// The client request `command` would apply for the first time if applied now at `stamp`:
+    /// `None` for an unnumbered command, a copy of a request already applied, and a refusal by
+    /// the session layer. For observers counting how often each request is applied.
+    pub fn fresh_request(&self, command: &Command, stamp: Stamp) -> Option<ClientRequest> {
+        let Command::Once { request, command } = command else {
+            return None;
+        };
+        let now_ms = self.clock_ms.max(stamp.now_ms);
+        matches!(
+            self.clients.admit(request, command, now_ms),
+            Admission::Fresh
+        )
+        .then_some(*request)
+    }
+
+    /// Number of client sessions stored, including idle ones not yet reclaimed.
+    pub fn client_session_count(&self) -> usize {
+        self.clients.len()
     }
 
     /// The CT log's configuration.

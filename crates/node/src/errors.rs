@@ -1,7 +1,7 @@
 //! Errors a client sees: each becomes a gRPC status with a message that says what was wrong and
 //! an ASCII metadata entry `certus-error` with a stable, machine-readable reason.
 
-use certus_core::{ChallengeError, LeaseError, PipelineError};
+use certus_core::{ChallengeError, ClientError, LeaseError, PipelineError};
 use tonic::{Code, Status};
 
 /// The metadata key that carries the stable reason of a refusal.
@@ -30,6 +30,9 @@ pub enum ServiceError {
     /// cluster cannot take now).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// The client-session layer refused a numbered request; it was not applied.
+    #[error("{0}")]
+    Client(ClientError),
 }
 
 impl ServiceError {
@@ -41,6 +44,7 @@ impl ServiceError {
             ServiceError::Unavailable(_) => "unavailable",
             ServiceError::Timeout(_) => "timeout",
             ServiceError::FailedPrecondition(_) => "failed-precondition",
+            ServiceError::Client(_) => "client-session",
         }
     }
 
@@ -51,7 +55,9 @@ impl ServiceError {
             | ServiceError::OutcomeUnknown(_)
             | ServiceError::Unavailable(_) => Code::Unavailable,
             ServiceError::Timeout(_) => Code::DeadlineExceeded,
-            ServiceError::FailedPrecondition(_) => Code::FailedPrecondition,
+            ServiceError::FailedPrecondition(_) | ServiceError::Client(_) => {
+                Code::FailedPrecondition
+            }
         }
     }
 }
@@ -68,6 +74,9 @@ pub fn status(code: Code, reason: &'static str, message: impl Into<String>) -> S
 
 impl From<ServiceError> for Status {
     fn from(error: ServiceError) -> Status {
+        if let ServiceError::Client(error) = &error {
+            return client_status(error);
+        }
         status(error.code(), error.reason(), error.to_string())
     }
 }
@@ -82,6 +91,21 @@ pub fn lease_status(error: &LeaseError) -> Status {
         LeaseError::InvalidTtl { .. } => (Code::InvalidArgument, "invalid-ttl"),
         LeaseError::InvalidText(_) => (Code::InvalidArgument, "invalid-argument"),
         LeaseError::TooManyLeases { .. } => (Code::ResourceExhausted, "too-many-leases"),
+    };
+    status(code, reason, error.to_string())
+}
+
+/// The status for a refusal by the client-session layer (`certus.v1.Clients` and the numbered
+/// requests of every write RPC): the request was not applied.
+pub fn client_status(error: &ClientError) -> Status {
+    let (code, reason) = match error {
+        ClientError::UnknownClient { .. } => (Code::NotFound, "unknown-client"),
+        ClientError::Superseded { .. } => (Code::FailedPrecondition, "superseded"),
+        ClientError::TooManyOutstanding { .. } => (Code::ResourceExhausted, "too-many-outstanding"),
+        ClientError::ClientIdTaken { .. } => (Code::AlreadyExists, "client-id-taken"),
+        ClientError::InvalidRequest(_) => (Code::InvalidArgument, "invalid-argument"),
+        ClientError::TooManyClients { .. } => (Code::ResourceExhausted, "too-many-clients"),
+        ClientError::AnswerNotKept { .. } => (Code::FailedPrecondition, "answer-not-kept"),
     };
     status(code, reason, error.to_string())
 }

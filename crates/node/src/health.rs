@@ -19,7 +19,13 @@ use crate::limits::{HEALTH_SERVICE_NAME_BYTES_MAX, READY_APPLY_LAG_MAX};
 use crate::replica::Replica;
 
 /// The services the health checker knows by name; "" is the whole node.
-pub const SERVICE_NAMES: &[&str] = &["", "certus.v1.Leases", "certus.v1.Admin", "certus.v1.Raft"];
+pub const SERVICE_NAMES: &[&str] = &[
+    "",
+    "certus.v1.Leases",
+    "certus.v1.Clients",
+    "certus.v1.Admin",
+    "certus.v1.Raft",
+];
 
 /// Whether this node can serve, and why not.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

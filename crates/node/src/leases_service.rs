@@ -3,13 +3,14 @@
 use std::sync::Arc;
 
 use certus_core::{
-    ChallengeCommand, ChallengeReply, Command, FencingToken, LeaseCommand, LeaseError, LeaseReply,
-    Response as CommandResponse,
+    ChallengeCommand, ChallengeReply, ClientRequest, Command, FencingToken, LeaseCommand,
+    LeaseError, LeaseReply, Response as CommandResponse,
 };
 use certus_proto::v1;
 use certus_proto::v1::leases_server::Leases;
 use tonic::{Code, Request, Response, Status};
 
+use crate::clients_service::client_request;
 use crate::convert;
 use crate::errors::{challenge_status, lease_status, status};
 use crate::replica::Replica;
@@ -26,21 +27,31 @@ impl LeasesService {
         LeasesService { replica }
     }
 
-    async fn one(&self, command: Command) -> Result<CommandResponse, Status> {
-        let mut responses = self.replica.write(vec![command]).await?;
-        assert_eq!(responses.len(), 1, "one response per command");
-        Ok(responses.remove(0))
-    }
-
-    async fn lease(&self, command: LeaseCommand) -> Result<LeaseReply, Status> {
-        match self.one(Command::Lease(command)).await? {
+    async fn lease(
+        &self,
+        client: Option<ClientRequest>,
+        command: LeaseCommand,
+    ) -> Result<LeaseReply, Status> {
+        match self
+            .replica
+            .write_for(client, Command::Lease(command))
+            .await?
+        {
             CommandResponse::Lease(result) => result.map_err(|error| lease_status(&error)),
             other => Err(mismatch(&other)),
         }
     }
 
-    async fn challenge(&self, command: ChallengeCommand) -> Result<ChallengeReply, Status> {
-        match self.one(Command::Challenge(command)).await? {
+    async fn challenge(
+        &self,
+        client: Option<ClientRequest>,
+        command: ChallengeCommand,
+    ) -> Result<ChallengeReply, Status> {
+        match self
+            .replica
+            .write_for(client, Command::Challenge(command))
+            .await?
+        {
             CommandResponse::Challenge(result) => result.map_err(|error| challenge_status(&error)),
             other => Err(mismatch(&other)),
         }
@@ -61,13 +72,14 @@ impl Leases for LeasesService {
         &self,
         request: Request<v1::AcquireRequest>,
     ) -> Result<Response<v1::AcquireReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let command = LeaseCommand::Acquire {
             name: convert::lease_name(request.name)?,
             holder: convert::holder(request.holder)?,
             ttl: convert::ttl(request.ttl_ms)?,
         };
-        match self.lease(command).await? {
+        match self.lease(client, command).await? {
             LeaseReply::Acquired { lease, how } => {
                 let (how, previous_holder) = convert::acquisition(&how);
                 Ok(Response::new(v1::AcquireReply {
@@ -88,13 +100,14 @@ impl Leases for LeasesService {
         &self,
         request: Request<v1::RenewRequest>,
     ) -> Result<Response<v1::RenewReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let command = LeaseCommand::Renew {
             name: convert::lease_name(request.name)?,
             holder: convert::holder(request.holder)?,
             ttl: convert::ttl(request.ttl_ms)?,
         };
-        match self.lease(command).await? {
+        match self.lease(client, command).await? {
             LeaseReply::Renewed { lease } => Ok(Response::new(v1::RenewReply {
                 lease: Some(convert::lease(&lease)),
             })),
@@ -110,12 +123,13 @@ impl Leases for LeasesService {
         &self,
         request: Request<v1::ReleaseRequest>,
     ) -> Result<Response<v1::ReleaseReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let command = LeaseCommand::Release {
             name: convert::lease_name(request.name)?,
             holder: convert::holder(request.holder)?,
         };
-        match self.lease(command).await? {
+        match self.lease(client, command).await? {
             LeaseReply::Released { lease } => Ok(Response::new(v1::ReleaseReply {
                 lease: Some(convert::lease(&lease)),
             })),
@@ -197,12 +211,13 @@ impl Leases for LeasesService {
         &self,
         request: Request<v1::PutChallengeRequest>,
     ) -> Result<Response<v1::PutChallengeReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let command = ChallengeCommand::Put {
             token: convert::challenge_token(request.token)?,
             key_authorization: convert::key_authorization(request.key_authorization)?,
         };
-        match self.challenge(command).await? {
+        match self.challenge(client, command).await? {
             ChallengeReply::Stored { replaced } => {
                 Ok(Response::new(v1::PutChallengeReply { replaced }))
             }
@@ -236,8 +251,12 @@ impl Leases for LeasesService {
         &self,
         request: Request<v1::DeleteChallengeRequest>,
     ) -> Result<Response<v1::DeleteChallengeReply>, Status> {
+        let client = client_request(request.metadata())?;
         let token = convert::challenge_token(request.into_inner().token)?;
-        match self.challenge(ChallengeCommand::Delete { token }).await? {
+        match self
+            .challenge(client, ChallengeCommand::Delete { token })
+            .await?
+        {
             ChallengeReply::Deleted { existed } => {
                 Ok(Response::new(v1::DeleteChallengeReply { existed }))
             }
@@ -277,9 +296,10 @@ impl Leases for LeasesService {
         &self,
         request: Request<v1::PurgeChallengesRequest>,
     ) -> Result<Response<v1::PurgeChallengesReply>, Status> {
+        let client = client_request(request.metadata())?;
         let age_ms = request.into_inner().older_than_ms;
         match self
-            .challenge(ChallengeCommand::DeleteOlderThan { age_ms })
+            .challenge(client, ChallengeCommand::DeleteOlderThan { age_ms })
             .await?
         {
             ChallengeReply::Purged { removed } => {

@@ -9,6 +9,7 @@
 
 pub mod admin_service;
 pub mod client_limits;
+pub mod clients_service;
 pub mod clock;
 pub mod codec;
 pub mod config;

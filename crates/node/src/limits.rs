@@ -94,3 +94,7 @@ pub const CLIENTS_TRACKED_MAX: usize = 65_536;
 /// one to end (HTTP/2 flow control), it is not refused. Bounds what one connection costs the
 /// server, below [`CLIENT_STREAMS_MAX`] per address.
 pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;
+
+/// Most ids one `Clients/Register` draws when the ones it drew were taken (with 64-bit random
+/// ids, more than one is already all but impossible).
+pub const CLIENT_REGISTER_DRAWS_MAX: u32 = 3;

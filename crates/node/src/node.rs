@@ -131,17 +131,19 @@ impl Node {
         } else {
             SessionParts::default()
         };
-        Node::start_with_parts(config, disk, clock, ct, sessions).await
+        Node::start_with_parts(config, disk, clock, ct, sessions, None).await
     }
 
     /// Starts a node on any disk and clock with the given CT setup and the parts its session
-    /// daemons work with (the simulation passes its own tester, upstream CA and observer).
+    /// daemons work with (the simulation passes its own tester, upstream CA and observer), and
+    /// an observer of every client request its state machine applies for the first time.
     pub async fn start_with_parts<D>(
         config: NodeConfig,
         disk: Arc<D>,
         clock: Clock,
         ct: Option<CtSetup>,
         sessions: SessionParts,
+        applied: Option<certus_store::ApplyObserver>,
     ) -> Result<Node, StartError>
     where
         D: Disk + Send + Sync + 'static,
@@ -191,11 +193,14 @@ impl Node {
                 path: config.data_dir.display().to_string(),
                 reason,
             })?;
-        let state_machine =
+        let mut state_machine =
             StateMachineStore::open(Arc::clone(&disk)).map_err(|error| StartError::Storage {
                 path: config.data_dir.display().to_string(),
                 reason: error.to_string(),
             })?;
+        if let Some(observer) = applied {
+            state_machine = state_machine.with_observer(observer);
+        }
         let reader = state_machine.reader();
         let peers = Peers::new(peer_tls);
         let raft = Raft::new(
@@ -394,12 +399,14 @@ macro_rules! with_node_services {
     ($builder:expr, $replica:expr, $ct:expr, $stop:expr) => {{
         use certus_proto::health::health_server::HealthServer;
         use certus_proto::v1::admin_server::AdminServer;
+        use certus_proto::v1::clients_server::ClientsServer;
         use certus_proto::v1::leases_server::LeasesServer;
         use certus_proto::v1::log_server::LogServer;
         use certus_proto::v1::pipelines_server::PipelinesServer;
         use certus_proto::v1::raft_server::RaftServer;
         use certus_proto::v1::sessions_server::SessionsServer;
 
+        use crate::clients_service::ClientsService;
         use crate::pipelines_service::PipelinesService;
         use crate::sessions_service::SessionsService;
         let replica: &Arc<Replica> = $replica;
@@ -413,6 +420,11 @@ macro_rules! with_node_services {
             )
             .add_service(
                 LeasesServer::new(LeasesService::new(Arc::clone(replica)))
+                    .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+            )
+            .add_service(
+                ClientsServer::new(ClientsService::new(Arc::clone(replica)))
                     .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
                     .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
             )

@@ -29,8 +29,8 @@ use certus_core::pipelines::{
     WebhookKind, WebhookUrl,
 };
 use certus_core::{
-    Command, PipelineCommand, PipelineConfig, PipelineError, PipelineReads, PipelineReply,
-    Response as CommandResponse, WorkerId,
+    ClientRequest, Command, PipelineCommand, PipelineConfig, PipelineError, PipelineReads,
+    PipelineReply, Response as CommandResponse, WorkerId,
 };
 use certus_proto::v1;
 use certus_proto::v1::pipelines_server::Pipelines;
@@ -41,6 +41,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status};
 
+use crate::clients_service::client_request;
 use crate::convert::page_limit;
 use crate::errors::{pipeline_status, status};
 use crate::limits::{
@@ -64,12 +65,17 @@ impl PipelinesService {
         PipelinesService { replica, stop }
     }
 
-    async fn command(&self, command: PipelineCommand) -> Result<PipelineReply, Status> {
-        let mut responses = self.replica.write(vec![Command::Pipeline(command)]).await?;
-        match responses.pop() {
-            Some(CommandResponse::Pipeline(result)) => {
-                result.map_err(|error| pipeline_status(&error))
-            }
+    async fn command(
+        &self,
+        client: Option<ClientRequest>,
+        command: PipelineCommand,
+    ) -> Result<PipelineReply, Status> {
+        match self
+            .replica
+            .write_for(client, Command::Pipeline(command))
+            .await?
+        {
+            CommandResponse::Pipeline(result) => result.map_err(|error| pipeline_status(&error)),
             other => Err(status(
                 Code::Internal,
                 "internal",
@@ -105,14 +111,18 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::DefinePipelineRequest>,
     ) -> Result<Response<v1::DefinePipelineReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let name = required(request.name, "name", PipelineName::new)?;
         let node_group = required(request.node_group, "node_group", NodeGroup::new)?;
         let reply = self
-            .command(PipelineCommand::Define {
-                name: name.clone(),
-                node_group,
-            })
+            .command(
+                client,
+                PipelineCommand::Define {
+                    name: name.clone(),
+                    node_group,
+                },
+            )
             .await?;
         let PipelineReply::Defined { previous } = reply else {
             return Err(unexpected("define", &reply));
@@ -130,8 +140,12 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::DeletePipelineRequest>,
     ) -> Result<Response<v1::DeletePipelineReply>, Status> {
+        let client = client_request(request.metadata())?;
         let name = required(request.into_inner().name, "name", PipelineName::new)?;
-        match self.command(PipelineCommand::Delete { name }).await? {
+        match self
+            .command(client, PipelineCommand::Delete { name })
+            .await?
+        {
             PipelineReply::Deleted { existed } => {
                 Ok(Response::new(v1::DeletePipelineReply { existed }))
             }
@@ -171,6 +185,7 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::EnqueueRequest>,
     ) -> Result<Response<v1::EnqueueReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let route = match request.route {
             Some(v1::enqueue_request::Route::Pipeline(name)) => {
@@ -192,7 +207,7 @@ impl Pipelines for PipelinesService {
             event: optional(request.event, "event", JsonDocument::new)?,
             metadata: metadata_from_proto(request.metadata)?,
         };
-        match self.command(PipelineCommand::Enqueue(new)).await? {
+        match self.command(client, PipelineCommand::Enqueue(new)).await? {
             PipelineReply::Enqueued {
                 transaction,
                 duplicate,
@@ -253,7 +268,7 @@ impl Pipelines for PipelinesService {
         };
         if request.mark_replied {
             match self
-                .command(PipelineCommand::MarkReplied { transaction: id })
+                .command(None, PipelineCommand::MarkReplied { transaction: id })
                 .await?
             {
                 PipelineReply::Replied {
@@ -281,9 +296,10 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::CancelRequest>,
     ) -> Result<Response<v1::CancelReply>, Status> {
+        let client = client_request(request.metadata())?;
         let id = transaction_id(request.into_inner().transaction_id)?;
         match self
-            .command(PipelineCommand::Cancel { transaction: id })
+            .command(client, PipelineCommand::Cancel { transaction: id })
             .await?
         {
             PipelineReply::Cancelled {
@@ -340,6 +356,7 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::DequeueRequest>,
     ) -> Result<Response<v1::DequeueReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let node_group = required(request.node_group, "node_group", NodeGroup::new)?;
         let worker = required(request.worker, "worker", WorkerId::new)?;
@@ -354,7 +371,7 @@ impl Pipelines for PipelinesService {
             worker,
             max: request.max,
         };
-        match self.command(command).await? {
+        match self.command(client, command).await? {
             PipelineReply::Dequeued(transactions) => Ok(Response::new(v1::DequeueReply {
                 transactions: transactions.iter().map(transaction_to_proto).collect(),
             })),
@@ -366,6 +383,7 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::CompleteTransactionRequest>,
     ) -> Result<Response<v1::CompleteTransactionReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let status = status_from_proto(request.status)?;
         if !status.is_terminal() {
@@ -377,7 +395,7 @@ impl Pipelines for PipelinesService {
             status,
             state: optional(request.state, "state", JsonDocument::new)?,
         };
-        match self.command(command).await? {
+        match self.command(client, command).await? {
             PipelineReply::Completed {
                 transaction,
                 status,
@@ -393,6 +411,7 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::RequeueRequest>,
     ) -> Result<Response<v1::RequeueReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let route =
             match request.route {
@@ -412,7 +431,7 @@ impl Pipelines for PipelinesService {
             state: optional(request.state, "state", JsonDocument::new)?,
             event: optional(request.event, "event", JsonDocument::new)?,
         };
-        match self.command(command).await? {
+        match self.command(client, command).await? {
             PipelineReply::Requeued {
                 transaction,
                 node_group,
@@ -430,13 +449,14 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::ProgressRequest>,
     ) -> Result<Response<v1::ProgressReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let command = PipelineCommand::Progress {
             transaction: transaction_id(request.transaction_id)?,
             token: claim_token(request.claim_token)?,
             report: required(request.report, "report", JsonDocument::new)?,
         };
-        match self.command(command).await? {
+        match self.command(client, command).await? {
             PipelineReply::ProgressRecorded {
                 transaction,
                 deadline_ms,
@@ -454,6 +474,7 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::SleepRequest>,
     ) -> Result<Response<v1::SleepReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let until_ms = match request.wake {
             Some(v1::sleep_request::Wake::UntilMs(until_ms)) => until_ms,
@@ -476,7 +497,7 @@ impl Pipelines for PipelinesService {
             queue: queue_from_proto(request.queue, "queue")?,
             state: optional(request.state, "state", JsonDocument::new)?,
         };
-        match self.command(command).await? {
+        match self.command(client, command).await? {
             PipelineReply::Sleeping {
                 transaction,
                 until_ms,
@@ -492,13 +513,14 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::SetSwitchRequest>,
     ) -> Result<Response<v1::SetSwitchReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let name = required(request.name, "name", SwitchName::new)?;
         let command = PipelineCommand::SetSwitch {
             name,
             value: request.value,
         };
-        match self.command(command).await? {
+        match self.command(client, command).await? {
             PipelineReply::SwitchSet { changed, woken } => Ok(Response::new(v1::SetSwitchReply {
                 changed,
                 woken: woken.into_iter().map(|id| id.0).collect(),
@@ -629,6 +651,7 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::AcknowledgeNoticesRequest>,
     ) -> Result<Response<v1::AcknowledgeNoticesReply>, Status> {
+        let client = client_request(request.metadata())?;
         let up_to = request.into_inner().up_to;
         if up_to == 0 {
             return Err(invalid(
@@ -637,9 +660,12 @@ impl Pipelines for PipelinesService {
             ));
         }
         match self
-            .command(PipelineCommand::AcknowledgeNotices {
-                up_to: NoticeId(up_to),
-            })
+            .command(
+                client,
+                PipelineCommand::AcknowledgeNotices {
+                    up_to: NoticeId(up_to),
+                },
+            )
             .await?
         {
             PipelineReply::NoticesAcknowledged { removed } => {
@@ -696,13 +722,17 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::SetPipelineConfigRequest>,
     ) -> Result<Response<v1::PipelineConfig>, Status> {
+        let client = client_request(request.metadata())?;
         let config = request
             .into_inner()
             .config
             .ok_or_else(|| invalid("config", "missing"))?;
         let config = config_from_proto(&config);
         config.validate().map_err(|error| pipeline_status(&error))?;
-        match self.command(PipelineCommand::Configure(config)).await? {
+        match self
+            .command(client, PipelineCommand::Configure(config))
+            .await?
+        {
             PipelineReply::Configured => {}
             other => return Err(unexpected("configure", &other)),
         }

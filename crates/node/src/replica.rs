@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use certus_core::{Command, Response, State};
+use certus_core::{ClientRequest, Command, Response, State};
 use openraft::error::{CheckIsLeaderError, RaftError};
 use openraft::{ChangeMembers, ServerState};
 use tokio::sync::{mpsc, oneshot};
@@ -187,6 +187,30 @@ impl Replica {
         Err(ServiceError::NoLeader(format!(
             "leadership changed {LEADER_HOPS_MAX} times while forwarding"
         )))
+    }
+
+    /// Proposes one command of a client call, as the call's numbered request when it carried one
+    /// (see [`crate::clients_service`]): applied at most once, never after the client moved past
+    /// it. A refusal by the session layer comes back as [`ServiceError::Client`]; otherwise the
+    /// command's own response.
+    pub async fn write_for(
+        &self,
+        client: Option<ClientRequest>,
+        command: Command,
+    ) -> Result<Response, ServiceError> {
+        let command = match client {
+            Some(request) => Command::Once {
+                request,
+                command: Box::new(command),
+            },
+            None => command,
+        };
+        let mut responses = self.write(vec![command]).await?;
+        assert_eq!(responses.len(), 1, "one response per command");
+        match responses.remove(0) {
+            Response::Client(Err(error)) if client.is_some() => Err(ServiceError::Client(error)),
+            response => Ok(response),
+        }
     }
 
     /// Waits until a read of this node's state is linearizable: the leader confirmed it still
@@ -523,6 +547,7 @@ fn error_refusal(error: ServiceError) -> ForwardRefusal {
         ServiceError::Unavailable(message) | ServiceError::Timeout(message) => {
             ForwardRefusal::Unavailable(message)
         }
+        ServiceError::Client(error) => ForwardRefusal::FailedPrecondition(error.to_string()),
     }
 }
 

@@ -21,6 +21,8 @@ pub enum Permission {
     Read,
     /// Hold leases: acquire, renew, release.
     Lease,
+    /// Open and close a client session (for exactly-once writes): every role that writes.
+    ClientSession,
     /// Submit work and data: enqueue, create sessions, publish challenge tokens, add chains.
     Write,
     /// Do work: claim and finish sessions, dequeue and complete transactions.
@@ -79,8 +81,14 @@ impl Role {
         match self {
             Role::Node => true,
             Role::Admin => permission != P::Peer,
-            Role::Client => matches!(permission, P::Public | P::Read | P::Lease | P::Write),
-            Role::Worker => matches!(permission, P::Public | P::Read | P::Lease | P::Work),
+            Role::Client => matches!(
+                permission,
+                P::Public | P::Read | P::Lease | P::ClientSession | P::Write
+            ),
+            Role::Worker => matches!(
+                permission,
+                P::Public | P::Read | P::Lease | P::ClientSession | P::Work
+            ),
             Role::Reader => matches!(permission, P::Public | P::Read),
         }
     }
@@ -133,6 +141,7 @@ pub fn method_permission(path: &str) -> Option<Permission> {
         ) => P::Read,
         ("certus.v1.Raft", "AppendEntries" | "Vote" | "InstallSnapshot" | "Forward") => P::Peer,
         ("certus.v1.Admin", "Status") => P::Read,
+        ("certus.v1.Clients", "Register" | "Close") => P::ClientSession,
         ("certus.v1.Admin", "AddLearner" | "ChangeMembership" | "TriggerSnapshot") => P::Admin,
         ("certus.v1.Leases", "Acquire" | "Renew" | "Release") => P::Lease,
         ("certus.v1.Leases", "Get" | "List" | "CheckFence" | "GetChallenge" | "ListChallenges") => {
@@ -457,6 +466,8 @@ mod tests {
         assert!(may(Role::Admin, P::Admin) && may(Role::Admin, P::Work));
         assert!(may(Role::Worker, P::Work) && may(Role::Worker, P::Lease));
         assert!(!may(Role::Worker, P::Admin) && !may(Role::Worker, P::Write));
+        assert!(may(Role::Worker, P::ClientSession) && may(Role::Client, P::ClientSession));
+        assert!(!may(Role::Reader, P::ClientSession));
         assert!(may(Role::Client, P::Write) && !may(Role::Client, P::Work));
         assert!(may(Role::Reader, P::Read) && !may(Role::Reader, P::Lease));
         // The example: a worker claims and completes but does not change membership.

@@ -17,14 +17,15 @@ use certus_core::limits::{
     SESSION_VISIBILITY_MS_MAX, SESSION_VISIBILITY_MS_MIN,
 };
 use certus_core::{
-    Command, DnsName, KillReason, NewChallenge, Reason, RequestKey, Response as CommandResponse,
-    Session, SessionCommand, SessionConfig, SessionError, SessionId, SessionReply, Stage,
-    StepOutcome, TestResult, WorkerId,
+    ClientRequest, Command, DnsName, KillReason, NewChallenge, Reason, RequestKey,
+    Response as CommandResponse, Session, SessionCommand, SessionConfig, SessionError, SessionId,
+    SessionReply, Stage, StepOutcome, TestResult, WorkerId,
 };
 use certus_proto::v1;
 use certus_proto::v1::sessions_server::Sessions;
 use tonic::{Code, Request, Response, Status};
 
+use crate::clients_service::client_request;
 use crate::errors::status;
 use crate::replica::Replica;
 
@@ -45,12 +46,17 @@ impl SessionsService {
         SessionsService { replica }
     }
 
-    async fn command(&self, command: SessionCommand) -> Result<SessionReply, Status> {
-        let mut responses = self.replica.write(vec![Command::Session(command)]).await?;
-        match responses.pop() {
-            Some(CommandResponse::Session(result)) => {
-                result.map_err(|error| session_status(&error))
-            }
+    async fn command(
+        &self,
+        client: Option<ClientRequest>,
+        command: SessionCommand,
+    ) -> Result<SessionReply, Status> {
+        match self
+            .replica
+            .write_for(client, Command::Session(command))
+            .await?
+        {
+            CommandResponse::Session(result) => result.map_err(|error| session_status(&error)),
             other => Err(status(
                 Code::Internal,
                 "internal",
@@ -99,6 +105,7 @@ impl Sessions for SessionsService {
         &self,
         request: Request<v1::CreateSessionRequest>,
     ) -> Result<Response<v1::Session>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let csr = checked_csr(&request.csr)?;
         in_range(
@@ -139,7 +146,7 @@ impl Sessions for SessionsService {
             csr: csr.der().to_vec(),
             names,
         };
-        match self.command(command).await? {
+        match self.command(client, command).await? {
             SessionReply::Created { session, .. } => {
                 Ok(Response::new(self.session(session).await?))
             }
@@ -192,9 +199,10 @@ impl Sessions for SessionsService {
         &self,
         request: Request<v1::AcknowledgeSessionRequest>,
     ) -> Result<Response<v1::Session>, Status> {
+        let client = client_request(request.metadata())?;
         let id = SessionId(request.into_inner().id);
         match self
-            .command(SessionCommand::Acknowledge { session: id })
+            .command(client, SessionCommand::Acknowledge { session: id })
             .await?
         {
             SessionReply::Acknowledged { .. } => {
@@ -208,14 +216,18 @@ impl Sessions for SessionsService {
         &self,
         request: Request<v1::KillSessionRequest>,
     ) -> Result<Response<v1::Session>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let id = SessionId(request.id);
         let reason = Reason::new(request.reason).map_err(|error| invalid("reason", error))?;
         match self
-            .command(SessionCommand::Kill {
-                session: id,
-                reason,
-            })
+            .command(
+                client,
+                SessionCommand::Kill {
+                    session: id,
+                    reason,
+                },
+            )
             .await?
         {
             SessionReply::Killed { .. } => Ok(Response::new(self.session_after_write(id).await?)),
@@ -258,6 +270,7 @@ impl Sessions for SessionsService {
         &self,
         request: Request<v1::ClaimRequest>,
     ) -> Result<Response<v1::ClaimReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         visibility(request.visibility_ms)?;
         in_range("max", request.max.into(), 1, SESSION_CLAIM_BATCH_MAX.into())?;
@@ -267,7 +280,7 @@ impl Sessions for SessionsService {
             visibility_ms: request.visibility_ms,
             max: request.max,
         };
-        match self.command(command).await? {
+        match self.command(client, command).await? {
             SessionReply::Claimed(sessions) => Ok(Response::new(v1::ClaimReply {
                 sessions: sessions.iter().map(session_to_proto).collect(),
             })),
@@ -279,6 +292,7 @@ impl Sessions for SessionsService {
         &self,
         request: Request<v1::ExtendRequest>,
     ) -> Result<Response<v1::ExtendReply>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         visibility(request.visibility_ms)?;
         let command = SessionCommand::Extend {
@@ -286,7 +300,7 @@ impl Sessions for SessionsService {
             token: request.claim_token,
             visibility_ms: request.visibility_ms,
         };
-        match self.command(command).await? {
+        match self.command(client, command).await? {
             SessionReply::Extended { deadline_ms, .. } => Ok(Response::new(v1::ExtendReply {
                 claim_deadline_ms: deadline_ms,
             })),
@@ -298,6 +312,7 @@ impl Sessions for SessionsService {
         &self,
         request: Request<v1::CompleteRequest>,
     ) -> Result<Response<v1::Session>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let id = SessionId(request.id);
         let outcome = outcome_from_proto(request.outcome)?;
@@ -306,7 +321,7 @@ impl Sessions for SessionsService {
             token: request.claim_token,
             outcome,
         };
-        self.command(command).await?;
+        self.command(client, command).await?;
         Ok(Response::new(self.session_after_write(id).await?))
     }
 
@@ -314,6 +329,7 @@ impl Sessions for SessionsService {
         &self,
         request: Request<v1::ReleaseClaimRequest>,
     ) -> Result<Response<v1::Session>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let id = SessionId(request.id);
         in_range("delay_ms", request.delay_ms, 0, SESSION_DELAY_MS_MAX)?;
@@ -323,7 +339,7 @@ impl Sessions for SessionsService {
             delay_ms: request.delay_ms,
             note: optional(request.note, "note", Reason::new)?,
         };
-        self.command(command).await?;
+        self.command(client, command).await?;
         Ok(Response::new(self.session_after_write(id).await?))
     }
 
@@ -331,6 +347,7 @@ impl Sessions for SessionsService {
         &self,
         request: Request<v1::FailRequest>,
     ) -> Result<Response<v1::Session>, Status> {
+        let client = client_request(request.metadata())?;
         let request = request.into_inner();
         let id = SessionId(request.id);
         let command = SessionCommand::Fail {
@@ -338,7 +355,7 @@ impl Sessions for SessionsService {
             token: request.claim_token,
             reason: Reason::new(request.reason).map_err(|error| invalid("reason", error))?,
         };
-        self.command(command).await?;
+        self.command(client, command).await?;
         Ok(Response::new(self.session_after_write(id).await?))
     }
 
@@ -380,13 +397,15 @@ impl Sessions for SessionsService {
         &self,
         request: Request<v1::SetSessionConfigRequest>,
     ) -> Result<Response<v1::SessionConfig>, Status> {
+        let client = client_request(request.metadata())?;
         let config = request
             .into_inner()
             .config
             .ok_or_else(|| invalid("config", "missing"))?;
         let config = config_from_proto(&config);
         config.validate().map_err(|error| session_status(&error))?;
-        self.command(SessionCommand::Configure(config)).await?;
+        self.command(client, SessionCommand::Configure(config))
+            .await?;
         let now = self
             .replica
             .read(|state, _| config_to_proto(state.session_config()))

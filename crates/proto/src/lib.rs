@@ -1,7 +1,9 @@
 //! The generated gRPC code of Certus, from the `.proto` files in `proto/`.
 //!
-//! **API boundary:** `certus.v1.Leases`, `certus.v1.Log`, `certus.v1.Admin` and `grpc.health.v1.Health` are the
-//! public client API and change only compatibly. `certus.v1.Raft` is internal to the cluster.
+//! **API boundary:** `certus.v1.Leases`, `certus.v1.Log`, `certus.v1.Admin`, `certus.v1.Sessions`,
+//! `certus.v1.Pipelines`, `certus.v1.Clients` and `grpc.health.v1.Health` are the public client API
+//! and change only compatibly, as do the numbered-request metadata entries below.
+//! `certus.v1.Raft` is internal to the cluster.
 
 #![allow(
     missing_docs,
@@ -16,6 +18,14 @@
 pub mod v1 {
     tonic::include_proto!("certus.v1");
 }
+
+/// The metadata entry that carries a numbered request's client session id (decimal), as
+/// `proto/certus/v1/clients.proto` describes.
+pub const CLIENT_ID_METADATA: &str = "certus-client-id";
+/// The metadata entry that carries a numbered request's sequence number (decimal, from 1).
+pub const CLIENT_SEQUENCE_METADATA: &str = "certus-client-sequence";
+/// The metadata entry that carries the lowest sequence number the client still waits for.
+pub const CLIENT_FIRST_OUTSTANDING_METADATA: &str = "certus-client-first-outstanding";
 
 /// Every service and message above as a serialized `google.protobuf.FileDescriptorSet`: what gRPC
 /// server reflection serves, so generic tools (grpcurl, Postman, grpcui) can explore the API.

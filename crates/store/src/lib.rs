@@ -24,4 +24,4 @@ pub use disk::{Disk, DiskError, FlushDone, Pairs, WriteBatch};
 pub use log_store::{AppendObserver, AppendTiming, LogStore, REPLICATION_READ_BYTES_MAX};
 pub use sim_disk::SimDisk;
 pub use sled_disk::{CORRUPT, Rebuilt, SledDisk, rebuild_keeping_vote};
-pub use state_machine::{Applied, SnapshotBuilder, StateMachineStore, StateReader};
+pub use state_machine::{Applied, ApplyObserver, SnapshotBuilder, StateMachineStore, StateReader};

@@ -10,7 +10,7 @@ use std::io::Cursor;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use certus_core::{Stamp, State, apply};
+use certus_core::{ClientRequest, Stamp, State, apply};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
@@ -72,6 +72,25 @@ struct StoredSnapshot<C: CertusConfig> {
     data: Vec<u8>,
 }
 
+/// Told of every client request the state machine applies for the first time (a copy answered
+/// from the client's session is not): the request and the log index that carried it. An
+/// observer for checks — a request applied at two indexes was applied twice.
+#[derive(Clone)]
+pub struct ApplyObserver(Arc<dyn Fn(ClientRequest, u64) + Send + Sync>);
+
+impl ApplyObserver {
+    /// An observer calling `observe`.
+    pub fn new(observe: impl Fn(ClientRequest, u64) + Send + Sync + 'static) -> ApplyObserver {
+        ApplyObserver(Arc::new(observe))
+    }
+}
+
+impl std::fmt::Debug for ApplyObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApplyObserver")
+    }
+}
+
 /// The state machine store.
 #[derive(Debug)]
 pub struct StateMachineStore<C: CertusConfig, D> {
@@ -79,6 +98,7 @@ pub struct StateMachineStore<C: CertusConfig, D> {
     applied: Arc<RwLock<Applied<C>>>,
     saved: SavedSnapshot<C>,
     snapshots_built: u64,
+    observer: Option<ApplyObserver>,
     _config: PhantomData<C>,
 }
 
@@ -103,6 +123,12 @@ fn sm_read_err<C: CertusConfig>(e: DiskError) -> StorageError<C::NodeId> {
 }
 
 impl<C: CertusConfig, D: Disk> StateMachineStore<C, D> {
+    /// The same store, telling `observer` of every client request it applies for the first time.
+    pub fn with_observer(mut self, observer: ApplyObserver) -> StateMachineStore<C, D> {
+        self.observer = Some(observer);
+        self
+    }
+
     /// Opens the state machine on `disk`, restoring the last snapshot if there is one. A stored
     /// snapshot that does not decode or validate is an error: the node must not serve.
     pub fn open(disk: Arc<D>) -> Result<StateMachineStore<C, D>, DiskError> {
@@ -128,6 +154,7 @@ impl<C: CertusConfig, D: Disk> StateMachineStore<C, D> {
             applied: Arc::new(RwLock::new(applied)),
             saved,
             snapshots_built: 0,
+            observer: None,
             _config: PhantomData,
         })
     }
@@ -232,10 +259,18 @@ impl<C: CertusConfig, D: Disk> RaftStateMachine<C> for StateMachineStore<C, D> {
                 EntryPayload::Normal(proposal) => {
                     let stamp = Stamp::new(entry.log_id.index, proposal.proposed_at_ms);
                     let state = &mut applied.state;
+                    let observer = self.observer.as_ref();
                     proposal
                         .commands
                         .into_iter()
-                        .map(|command| apply(state, command, stamp))
+                        .map(|command| {
+                            let fresh = observer.and(state.fresh_request(&command, stamp));
+                            let response = apply(state, command, stamp);
+                            if let (Some(observer), Some(request)) = (observer, fresh) {
+                                (observer.0)(request, stamp.index);
+                            }
+                            response
+                        })
                         .collect()
                 }
                 EntryPayload::Membership(membership) => {
