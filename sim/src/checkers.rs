@@ -20,7 +20,7 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    fn pass(checker: &str, detail: String) -> Verdict {
+    pub(crate) fn pass(checker: &str, detail: String) -> Verdict {
         Verdict {
             checker: checker.to_owned(),
             passed: true,
@@ -28,7 +28,7 @@ impl Verdict {
         }
     }
 
-    fn fail(checker: &str, detail: String) -> Verdict {
+    pub(crate) fn fail(checker: &str, detail: String) -> Verdict {
         Verdict {
             checker: checker.to_owned(),
             passed: false,
@@ -79,8 +79,9 @@ pub fn exclusive_holding(history: &History, skew_bound_ms: u64) -> Verdict {
     // take effect only before the cluster applies the same client's next request: never after a
     // later grant of that client was answered. What can still cut a hold short is an unanswered
     // call the holder made during it — a release, or a renewal (an acquire by the holder renews)
-    // to a time before the hold's end. The workload already ends its holds at such calls, so
-    // none should need excusing; a hold that does is left out rather than judged.
+    // to a time before the hold's end, unless an answered renewal came after it. The workload
+    // already ends its holds at such calls, so none should need excusing; a hold that does is
+    // left out rather than judged.
     let mut cutting: BTreeMap<(u32, &str), Vec<(u64, u64)>> = BTreeMap::new();
     for operation in &history.operations {
         if !matches!(operation.outcome, Outcome::Unknown { .. }) {
@@ -98,16 +99,37 @@ pub fn exclusive_holding(history: &History, skew_bound_ms: u64) -> Verdict {
             .or_default()
             .push((operation.invoked_ms, ends_by_ms));
     }
+    // An answered renewal (or acquire) by the holder after such a call takes effect after it
+    // (the call can apply only before the client's next request), so its new expiry stands.
+    let mut renewed: BTreeMap<(u32, &str), Vec<u64>> = BTreeMap::new();
+    for operation in &history.operations {
+        if matches!(
+            operation.outcome,
+            Outcome::Renewed { .. } | Outcome::Acquired { .. }
+        ) {
+            renewed
+                .entry((operation.client, operation.lease.as_str()))
+                .or_default()
+                .push(operation.invoked_ms);
+        }
+    }
     let excused = |hold: &crate::history::Hold| {
-        cutting
-            .get(&(hold.client, hold.lease.as_str()))
-            .is_some_and(|calls| {
-                calls.iter().any(|(invoked_ms, ends_by_ms)| {
-                    hold.from_ms <= *invoked_ms
-                        && *invoked_ms < hold.until_ms
-                        && *ends_by_ms < hold.until_ms
-                })
+        let key = (hold.client, hold.lease.as_str());
+        let renewed_after = |invoked_ms: u64| {
+            renewed.get(&key).is_some_and(|renewals| {
+                renewals
+                    .iter()
+                    .any(|at_ms| invoked_ms < *at_ms && *at_ms < hold.until_ms)
             })
+        };
+        cutting.get(&key).is_some_and(|calls| {
+            calls.iter().any(|(invoked_ms, ends_by_ms)| {
+                hold.from_ms <= *invoked_ms
+                    && *invoked_ms < hold.until_ms
+                    && *ends_by_ms < hold.until_ms
+                    && !renewed_after(*invoked_ms)
+            })
+        })
     };
     let mut skipped = 0;
     let mut by_lease: BTreeMap<&str, Vec<&crate::history::Hold>> = BTreeMap::new();

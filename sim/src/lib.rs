@@ -29,6 +29,8 @@ pub mod ct_run;
 #[cfg(madsim)]
 pub mod ct_workload;
 #[cfg(madsim)]
+pub mod duplicates;
+#[cfg(madsim)]
 pub mod faults;
 #[cfg(madsim)]
 pub mod pipeline_run;

@@ -555,6 +555,7 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     let cluster = Arc::new(SimCluster::start_with(&spec, started));
     let driver = FaultDriver::new(Arc::clone(&cluster), started);
     let running = workload::start_leases(&scenario.workload, nodes, schedule.seed, started);
+    let duplicator = crate::duplicates::Duplicator::start(nodes, schedule.seed, started);
     let ct = scenario
         .ct
         .as_ref()
@@ -616,6 +617,8 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     let end_of_phase = started + Duration::from_millis(config.safety_ms + config.liveness_ms);
     tokio::time::sleep_until(end_of_phase).await;
     let history = running.stop().await;
+    let (copies_verdict, _copies) = duplicator.finish().await;
+    verdicts.push(copies_verdict);
     let ct_report = match ct {
         Some(ct) => {
             let (ct_verdicts, report) = ct.finish(&cluster, heal_ms, started).await;
