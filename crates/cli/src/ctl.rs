@@ -207,10 +207,19 @@ enum TokensCommand {
 pub(crate) async fn run(args: CtlArgs) -> Result<(), String> {
     let client = Client::with_config(&args.endpoints, args.connect.client_config()?)
         .map_err(|error| error.to_string())?;
+    let result = command(&client, args).await;
+    // A one-shot command's client session (opened by its first write) is closed at once rather
+    // than left to expire, so scripts running many commands do not fill the session table. Best
+    // effort: an open session costs little and expires on its own.
+    let _ = client.close_client_session().await;
+    result
+}
+
+async fn command(client: &Client, args: CtlArgs) -> Result<(), String> {
     let out = Output { json: args.json };
     match args.command {
-        CtlCommand::Status => status(&client, &out).await,
-        CtlCommand::Members { command: None } => members(&client, &out).await,
+        CtlCommand::Status => status(client, &out).await,
+        CtlCommand::Members { command: None } => members(client, &out).await,
         CtlCommand::Members {
             command:
                 Some(MembersCommand::AddLearner {
@@ -242,13 +251,13 @@ pub(crate) async fn run(args: CtlArgs) -> Result<(), String> {
                 Some(endpoint) => vec![endpoint],
                 None => client.endpoints().to_vec(),
             };
-            snapshot(&client, &out, &endpoints).await
+            snapshot(client, &out, &endpoints).await
         }
-        CtlCommand::Leases { command } => leases(&client, &out, command).await,
-        CtlCommand::Tokens { command } => tokens(&client, &out, command).await,
-        CtlCommand::Log { command } => log::run(&client, &out, command).await,
-        CtlCommand::Session { command } => session::run(&client, &out, command).await,
-        CtlCommand::Pipeline { command } => pipeline::run(&client, &out, command).await,
+        CtlCommand::Leases { command } => leases(client, &out, command).await,
+        CtlCommand::Tokens { command } => tokens(client, &out, command).await,
+        CtlCommand::Log { command } => log::run(client, &out, command).await,
+        CtlCommand::Session { command } => session::run(client, &out, command).await,
+        CtlCommand::Pipeline { command } => pipeline::run(client, &out, command).await,
     }
 }
 
