@@ -1028,3 +1028,67 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_answer_too_large_to_keep_is_noted_and_its_copy_still_not_applied_again() {
+    use certus_core::limits::CLIENT_ANSWER_BYTES_MAX;
+    use certus_core::pipelines::{
+        JsonDocument, NewTransaction, NodeGroup, Owner, PipelineName, QueueType, Route, TxMetadata,
+    };
+    use certus_core::{PipelineCommand, PipelineReply, WorkerId};
+
+    let mut m = Machine::new();
+    m.register(7, T0).unwrap();
+    let group = NodeGroup::new("g").unwrap();
+    m.run(
+        Command::Pipeline(PipelineCommand::Define {
+            name: PipelineName::new("p").unwrap(),
+            node_group: group.clone(),
+        }),
+        T0,
+    );
+    // Two transactions whose states together outweigh the largest answer a session keeps.
+    let big_state = format!(
+        "{{\"pad\":\"{}\"}}",
+        "x".repeat(CLIENT_ANSWER_BYTES_MAX / 2 + 1)
+    );
+    for _ in 0..2 {
+        let enqueued = m.run(
+            Command::Pipeline(PipelineCommand::Enqueue(NewTransaction {
+                owner: Owner::new("o").unwrap(),
+                external_id: None,
+                route: Route::NodeGroup(group.clone()),
+                queue: QueueType::In,
+                state: JsonDocument::new(&big_state).unwrap(),
+                event: None,
+                metadata: TxMetadata::default(),
+            })),
+            T0,
+        );
+        assert!(
+            matches!(enqueued, Response::Pipeline(Ok(_))),
+            "{enqueued:?}"
+        );
+    }
+    let dequeue = Command::Pipeline(PipelineCommand::Dequeue {
+        node_group: group,
+        worker: WorkerId::new("w").unwrap(),
+        max: 2,
+    });
+    let first = m.run(once(request(7, 1, 1), dequeue.clone()), T0 + 1);
+    let Response::Pipeline(Ok(PipelineReply::Dequeued(claimed))) = &first else {
+        panic!("the dequeue answered {first:?}");
+    };
+    assert_eq!(claimed.len(), 2, "both transactions were claimed");
+    // The copy gets the note, not the transactions, and claims nothing: each transaction keeps
+    // the claim the first application gave it.
+    let copy = m.run(once(request(7, 1, 1), dequeue), T0 + 2);
+    assert_eq!(
+        copy,
+        Response::Client(Err(ClientError::AnswerNotKept { sequence: 1 }))
+    );
+    for transaction in claimed {
+        let now = m.state.pipelines().transaction(transaction.id).cloned();
+        assert_eq!(now.and_then(|t| t.claim), transaction.claim.clone());
+    }
+}
