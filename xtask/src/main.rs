@@ -191,7 +191,7 @@ fn sim(args: &[String]) -> Result<(), String> {
 const BENCHMARKS: &[(&str, &str)] = &[
     (
         "raft",
-        "durable writes and linearizable reads through Raft [--clients 1,16,64,256] [--seconds 5] [--tls]",
+        "durable writes and linearizable reads through Raft [--clients 1,16,64,256] [--seconds 5] [--tls] [--numbered]",
     ),
     (
         "ct",

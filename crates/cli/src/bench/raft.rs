@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use certus_node::NodeConfig;
+use certus_proto::v1::clients_client::ClientsClient;
 use certus_proto::v1::leases_client::LeasesClient;
-use certus_proto::v1::{GetChallengeRequest, PutChallengeRequest};
+use certus_proto::v1::{GetChallengeRequest, PutChallengeRequest, RegisterClientRequest};
 use comfy_table::Table;
 use serde_json::json;
 use tonic::transport::{Channel, Endpoint};
@@ -34,6 +35,10 @@ pub(crate) struct RaftArgs {
     /// transport security costs.
     #[arg(long)]
     tls: bool,
+    /// Number every write in a client session of its client (`certus.v1.Clients`, as
+    /// certus-client does by default), to measure what exactly-once writes cost.
+    #[arg(long)]
+    numbered: bool,
 }
 
 /// Bytes of each written value (the key authorization).
@@ -118,8 +123,13 @@ pub(super) async fn run(args: RaftArgs) -> Result<(), String> {
         .map(|config| config.grpc_addr)
         .ok_or("the leader is not a configured node")?;
     eprintln!(
-        "bench: 3 nodes on loopback (sled, fsync per batch, {}), leader node {leader}",
-        if args.tls { "mutual TLS" } else { "plain text" }
+        "bench: 3 nodes on loopback (sled, fsync per batch, {}{}), leader node {leader}",
+        if args.tls { "mutual TLS" } else { "plain text" },
+        if args.numbered {
+            ", writes numbered in client sessions"
+        } else {
+            ""
+        }
     );
 
     let mut runs = Vec::new();
@@ -131,6 +141,7 @@ pub(super) async fn run(args: RaftArgs) -> Result<(), String> {
                 op,
                 clients,
                 Duration::from_secs(args.seconds),
+                args.numbered,
             )
             .await?;
             eprintln!(
@@ -154,6 +165,7 @@ async fn measure(
     op: Op,
     clients: usize,
     duration: Duration,
+    numbered: bool,
 ) -> Result<Run, String> {
     let value: String = "v".repeat(VALUE_BYTES);
     let start = Instant::now() + WARM_UP;
@@ -174,6 +186,15 @@ async fn measure(
             .await
             .map_err(|error| error.to_string())?;
         let value = value.clone();
+        let session = if numbered && matches!(op, Op::Write) {
+            let reply = ClientsClient::new(channel.clone())
+                .register(RegisterClientRequest {})
+                .await
+                .map_err(|status| format!("registering a client session: {status}"))?;
+            Some(reply.into_inner().client_id)
+        } else {
+            None
+        };
         tasks.push(tokio::spawn(async move {
             let mut grpc = LeasesClient::new(channel);
             let mut latencies = Vec::new();
@@ -189,10 +210,14 @@ async fn measure(
                 n += 1;
                 let result = match op {
                     Op::Write => grpc
-                        .put_challenge(PutChallengeRequest {
-                            token,
-                            key_authorization: value.clone(),
-                        })
+                        .put_challenge(numbered_request(
+                            session,
+                            n,
+                            PutChallengeRequest {
+                                token,
+                                key_authorization: value.clone(),
+                            },
+                        ))
                         .await
                         .map(|_| ()),
                     Op::Read => match grpc.get_challenge(GetChallengeRequest { token }).await {
@@ -228,6 +253,22 @@ async fn measure(
         elapsed: duration,
         latencies_us,
     })
+}
+
+/// `message` as request number `sequence` of `session` (one call at a time: every earlier one
+/// is answered), or plain without a session.
+fn numbered_request<M>(session: Option<u64>, sequence: u64, message: M) -> tonic::Request<M> {
+    let mut request = tonic::Request::new(message);
+    if let Some(client) = session {
+        let metadata = request.metadata_mut();
+        metadata.insert(certus_proto::CLIENT_ID_METADATA, client.into());
+        metadata.insert(certus_proto::CLIENT_SEQUENCE_METADATA, sequence.into());
+        metadata.insert(
+            certus_proto::CLIENT_FIRST_OUTSTANDING_METADATA,
+            sequence.into(),
+        );
+    }
+    request
 }
 
 fn report(runs: &[Run], as_json: bool) {
