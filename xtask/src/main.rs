@@ -19,7 +19,9 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "sim",
-        "`sim --seed S [--scenario NAME]` replays one run; `sim --seeds N [--check-determinism]` sweeps",
+        "`sim --seed S [--scenario NAME]` replays one run; `sim --seeds N [--scenario all|each|NAME] \
+         [--check-determinism]` sweeps (`all` spreads the seeds over the scenarios, `each` runs \
+         every seed in every scenario)",
     ),
     (
         "bench",
