@@ -238,10 +238,12 @@ pub fn enqueues_durable(enqueued: &[Enqueued], finals: &Finals) -> Verdict {
     )
 }
 
-/// **An external id is accepted once within its window**: two acknowledged enqueues of one
-/// external id that were certainly applied within `window_ms` of each other (the later one
-/// answered before the earlier one's invocation plus the window, less `slack_ms` for the
-/// machine clocks) got the same transaction id.
+/// **An external id is accepted once within its window**: an acknowledged enqueue that created
+/// a transaction opens its external id's window, and any later acknowledged enqueue of that id
+/// certainly applied within it (answered before the creating enqueue's invocation plus the
+/// window, less `slack_ms` for the machine clocks) got the same transaction id. An enqueue
+/// answered as a duplicate opens no window: the window runs from the creation, which may lie
+/// long before (its own answer lost), and a duplicate does not extend it.
 pub fn external_ids_once(enqueued: &[Enqueued], window_ms: u64, slack_ms: u64) -> Verdict {
     const NAME: &str = "external-ids-once";
     let mut by_id: BTreeMap<&str, Vec<&Enqueued>> = BTreeMap::new();
@@ -257,6 +259,9 @@ pub fn external_ids_once(enqueued: &[Enqueued], window_ms: u64, slack_ms: u64) -
         list.sort_by_key(|enqueue| enqueue.invoked_ms);
         repeats += list.len() - 1;
         for (index, earlier) in list.iter().enumerate() {
+            if earlier.duplicate {
+                continue;
+            }
             for later in &list[index + 1..] {
                 let within = later.acknowledged_ms + slack_ms < earlier.invoked_ms + window_ms;
                 if within && later.transaction != earlier.transaction {

@@ -182,6 +182,18 @@ fn external_ids_fail_when_a_repeat_within_the_window_made_a_new_transaction() {
 }
 
 #[test]
+fn external_ids_measure_the_window_from_the_creation_not_from_a_duplicate_answer() {
+    // Pipelines seed 353: the creating enqueue's answer was lost (not in the history), a repeat
+    // was answered as the duplicate it was, and a repeat after the creation's window (but within
+    // the window measured from the duplicate) rightly made a new transaction.
+    let mut duplicate = enqueued("x-1", 41, 6_000);
+    duplicate.duplicate = true;
+    let after_window = enqueued("x-1", 57, 10_000);
+    let list = [duplicate, after_window];
+    assert!(external_ids_once(&list, WINDOW_MS, SLACK_MS).passed);
+}
+
+#[test]
 fn external_ids_do_not_judge_a_repeat_at_the_edge_of_the_window() {
     // Answered within the slack of the window's end: the window may have ended when it applied.
     let list = [enqueued("x-1", 41, 1_000), enqueued("x-1", 44, 10_500)];
