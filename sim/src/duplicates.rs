@@ -16,9 +16,6 @@ use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::{
     AcquireRequest, GetLeaseRequest, Lease, RegisterClientRequest, ReleaseRequest, RenewRequest,
 };
-use certus_proto::{
-    CLIENT_FIRST_OUTSTANDING_METADATA, CLIENT_ID_METADATA, CLIENT_SEQUENCE_METADATA,
-};
 use madsim::runtime::Handle;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -269,12 +266,11 @@ impl Run {
 /// `message` carrying `request`'s numbering.
 fn numbered<M>(client: u64, request: &Numbered, message: M) -> tonic::Request<M> {
     let mut wrapped = tonic::Request::new(message);
-    let metadata = wrapped.metadata_mut();
-    metadata.insert(CLIENT_ID_METADATA, client.into());
-    metadata.insert(CLIENT_SEQUENCE_METADATA, request.sequence.into());
-    metadata.insert(
-        CLIENT_FIRST_OUTSTANDING_METADATA,
-        request.first_outstanding.into(),
+    certus_proto::number_request(
+        &mut wrapped,
+        client,
+        request.sequence,
+        request.first_outstanding,
     );
     wrapped
 }

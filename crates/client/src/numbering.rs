@@ -10,9 +10,6 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use certus_proto::{
-    CLIENT_FIRST_OUTSTANDING_METADATA, CLIENT_ID_METADATA, CLIENT_SEQUENCE_METADATA,
-};
 use tokio::sync::Notify;
 
 /// One registered session and its numbering.
@@ -124,14 +121,7 @@ impl Number {
     pub(crate) fn wrap<M>(&self, message: M) -> tonic::Request<M> {
         let mut request = tonic::Request::new(message);
         if let Some((client, sequence, first_outstanding)) = self.0 {
-            let metadata = request.metadata_mut();
-            for (key, value) in [
-                (CLIENT_ID_METADATA, client),
-                (CLIENT_SEQUENCE_METADATA, sequence),
-                (CLIENT_FIRST_OUTSTANDING_METADATA, first_outstanding),
-            ] {
-                metadata.insert(key, value.into());
-            }
+            certus_proto::number_request(&mut request, client, sequence, first_outstanding);
         }
         request
     }
@@ -140,6 +130,9 @@ impl Number {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use certus_proto::{
+        CLIENT_FIRST_OUTSTANDING_METADATA, CLIENT_ID_METADATA, CLIENT_SEQUENCE_METADATA,
+    };
 
     fn parts(number: Number) -> (u64, u64, u64) {
         number.0.expect("numbered")

@@ -27,6 +27,20 @@ pub const CLIENT_SEQUENCE_METADATA: &str = "certus-client-sequence";
 /// The metadata entry that carries the lowest sequence number the client still waits for.
 pub const CLIENT_FIRST_OUTSTANDING_METADATA: &str = "certus-client-first-outstanding";
 
+/// Puts the three entries of a numbered request on `request`: request `sequence` of client
+/// session `client`, whose lowest unanswered request is `first_outstanding`.
+pub fn number_request<M>(
+    request: &mut tonic::Request<M>,
+    client: u64,
+    sequence: u64,
+    first_outstanding: u64,
+) {
+    let metadata = request.metadata_mut();
+    metadata.insert(CLIENT_ID_METADATA, client.into());
+    metadata.insert(CLIENT_SEQUENCE_METADATA, sequence.into());
+    metadata.insert(CLIENT_FIRST_OUTSTANDING_METADATA, first_outstanding.into());
+}
+
 /// Every service and message above as a serialized `google.protobuf.FileDescriptorSet`: what gRPC
 /// server reflection serves, so generic tools (grpcurl, Postman, grpcui) can explore the API.
 pub const FILE_DESCRIPTOR_SET: &[u8] =

@@ -260,13 +260,7 @@ async fn measure(
 fn numbered_request<M>(session: Option<u64>, sequence: u64, message: M) -> tonic::Request<M> {
     let mut request = tonic::Request::new(message);
     if let Some(client) = session {
-        let metadata = request.metadata_mut();
-        metadata.insert(certus_proto::CLIENT_ID_METADATA, client.into());
-        metadata.insert(certus_proto::CLIENT_SEQUENCE_METADATA, sequence.into());
-        metadata.insert(
-            certus_proto::CLIENT_FIRST_OUTSTANDING_METADATA,
-            sequence.into(),
-        );
+        certus_proto::number_request(&mut request, client, sequence, sequence);
     }
     request
 }
