@@ -210,12 +210,14 @@ impl ClientSession {
         now_ms < self.last_active_ms.saturating_add(CLIENT_SESSION_IDLE_MS)
     }
 
-    /// Drops answers the client acknowledged.
-    fn acknowledge_below(&mut self, first_outstanding: u64) {
-        if first_outstanding > self.first_outstanding {
-            self.first_outstanding = first_outstanding;
-            self.answered = self.answered.split_off(&first_outstanding);
+    /// Drops answers the client acknowledged, and returns them.
+    fn acknowledge_below(&mut self, first_outstanding: u64) -> BTreeMap<u64, Response> {
+        if first_outstanding <= self.first_outstanding {
+            return BTreeMap::new();
         }
+        self.first_outstanding = first_outstanding;
+        let kept = self.answered.split_off(&first_outstanding);
+        std::mem::replace(&mut self.answered, kept)
     }
 }
 
@@ -344,22 +346,26 @@ impl Clients {
     /// one outcome: a copy arriving after the client was told "refused" must not succeed).
     pub(crate) fn settle(&mut self, request: &ClientRequest, now_ms: u64, fresh: Option<Response>) {
         let client = request.client;
-        let mut session = self
-            .remove(client)
+        let session = self
+            .by_id
+            .get_mut(&client)
             .expect("an admitted request has a session");
-        // Removed, the session's answers no longer count; those it still keeps count again when
-        // it goes back in.
-        session.acknowledge_below(request.first_outstanding);
+        let was_indexed = self.by_activity.remove(&(session.last_active_ms, client));
+        assert!(was_indexed, "every session is in the activity index");
+        session.last_active_ms = now_ms;
+        let fresh_index = self.by_activity.insert((now_ms, client));
+        assert!(fresh_index, "one activity entry per session");
+        // Each answer is sized twice in its life: when kept and when dropped.
+        let acknowledged = session.acknowledge_below(request.first_outstanding);
+        self.answer_bytes -= answers_size(&acknowledged);
         assert!(
             request.sequence >= session.first_outstanding,
             "an admitted request is not superseded"
         );
-        session.last_active_ms = now_ms;
         if let Some(response) = fresh {
             let size = encoded_size(&response);
             let keep = size <= CLIENT_ANSWER_BYTES_MAX
-                && self.answer_bytes + answers_size(&session.answered) + size
-                    <= CLIENT_ANSWER_BYTES_TOTAL_MAX;
+                && self.answer_bytes + size <= CLIENT_ANSWER_BYTES_TOTAL_MAX;
             let kept = if keep {
                 response
             } else {
@@ -367,10 +373,10 @@ impl Clients {
                     sequence: request.sequence,
                 }))
             };
+            self.answer_bytes += encoded_size(&kept);
             let earlier = session.answered.insert(request.sequence, kept);
             assert!(earlier.is_none(), "a request is applied at most once");
         }
-        self.insert(session);
     }
 
     /// Removes up to [`TICK_EXPIRED_CLIENTS_MAX`] sessions idle past their time, oldest first.

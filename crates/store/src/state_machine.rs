@@ -264,7 +264,8 @@ impl<C: CertusConfig, D: Disk> RaftStateMachine<C> for StateMachineStore<C, D> {
                         .commands
                         .into_iter()
                         .map(|command| {
-                            let fresh = observer.and(state.fresh_request(&command, stamp));
+                            // Only with an observer: the check clones a remembered answer.
+                            let fresh = observer.and_then(|_| state.fresh_request(&command, stamp));
                             let response = apply(state, command, stamp);
                             if let (Some(observer), Some(request)) = (observer, fresh) {
                                 (observer.0)(request, stamp.index);
