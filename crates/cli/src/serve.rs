@@ -101,6 +101,7 @@ fn ct_files(file: CtFiles, key_file: Option<PathBuf>, roots_file: Option<PathBuf
     CtFiles {
         key_file: key_file.or(file.key_file),
         roots_file: roots_file.or(file.roots_file),
+        tile_cache_tiles: file.tile_cache_tiles,
     }
 }
 
@@ -416,6 +417,7 @@ mod tests {
             CtFiles {
                 key_file: Some(PathBuf::from("/etc/certus/ct-log-key.pem")),
                 roots_file: Some(PathBuf::from("/etc/certus/roots.pem")),
+                ..CtFiles::default()
             }
         );
         let file: ServeFile = toml::from_str("id = 1\n").expect("parses");
@@ -442,6 +444,7 @@ mod tests {
         let file = CtFiles {
             key_file: Some(PathBuf::from("file-key.pem")),
             roots_file: Some(PathBuf::from("file-roots.pem")),
+            ..CtFiles::default()
         };
         assert_eq!(ct_files(file.clone(), None, None), file);
         assert_eq!(
@@ -449,6 +452,7 @@ mod tests {
             CtFiles {
                 key_file: Some(PathBuf::from("flag-key.pem")),
                 roots_file: Some(PathBuf::from("file-roots.pem")),
+                ..CtFiles::default()
             }
         );
     }

@@ -91,6 +91,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
     let ct = CtFiles {
         key_file: Some(key_file.clone()),
         roots_file: args.ct_roots.clone(),
+        ..CtFiles::default()
     };
     // Read the files once here, so a bad roots file is reported before any node starts.
     let roots = certus_node::node::load_ct_setup(&ct)?.map_or(0, |setup| setup.roots.len());
@@ -182,6 +183,7 @@ mod tests {
         let ct = CtFiles {
             key_file: Some(PathBuf::from("data/ct-log-key.pem")),
             roots_file: Some(PathBuf::from("roots.pem")),
+            ..CtFiles::default()
         };
         let sessions = SessionsSetup {
             ca_key_file: Some(PathBuf::from("data/ca-key.pem")),

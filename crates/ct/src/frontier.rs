@@ -7,7 +7,7 @@
 //! log's signed tree head (or proves consistency with it), without touching its own tree.
 
 use crate::Hash;
-use crate::merkle::{MerkleError, MerkleTree, empty_root, node_hash};
+use crate::merkle::{MerkleError, MerkleTree, StoredNodes, empty_root, node_hash};
 
 /// The complete-subtree roots covering leaves `[0, size)`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,19 +35,23 @@ impl Frontier {
 
     /// The frontier of `tree`'s first `size` leaves, read from its stored nodes.
     pub fn of_tree(tree: &MerkleTree, size: u64) -> Result<Self, MerkleError> {
-        if size > tree.size() {
+        Frontier::of_nodes(tree, size)
+    }
+
+    /// The frontier of the first `size` leaves of any stored tree (in memory or in tiles).
+    pub fn of_nodes<S: StoredNodes + ?Sized>(nodes: &S, size: u64) -> Result<Self, S::Error> {
+        if size > nodes.size() {
             return Err(MerkleError::SizeBeyondTree {
                 tree_size: size,
-                local_size: tree.size(),
-            });
+                local_size: nodes.size(),
+            }
+            .into());
         }
-        let levels = tree.levels();
         let mut subtrees = Vec::new();
         let mut start: u64 = 0;
         for level in (0..u64::BITS).rev() {
             if (size >> level) & 1 == 1 {
-                let index = usize::try_from(start >> level).expect("within the stored tree");
-                subtrees.push(levels[level as usize][index]);
+                subtrees.push(nodes.node(level, start >> level)?);
                 start += 1 << level;
             }
         }

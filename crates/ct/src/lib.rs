@@ -17,5 +17,6 @@ pub mod merkle;
 pub mod oids;
 pub mod signer;
 pub mod structures;
+pub mod tiles;
 
 pub use entry::{Hash, LogEntry, sha256};

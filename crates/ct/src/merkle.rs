@@ -305,13 +305,12 @@ impl MerkleTree {
 
     /// The root of the whole tree.
     pub fn root(&self) -> Hash {
-        self.subtree_hash(0, self.leaf_count())
+        root_at(self, self.size()).expect("the tree's own size is within it")
     }
 
     /// The root of the tree's first `tree_size` leaves (the empty root for 0).
     pub fn root_at(&self, tree_size: u64) -> Result<Hash, MerkleError> {
-        let size = self.local_size(tree_size)?;
-        Ok(self.subtree_hash(0, size))
+        root_at(self, tree_size)
     }
 
     /// The stored hash of leaf `index`.
@@ -327,14 +326,7 @@ impl MerkleTree {
     /// The RFC 6962 §2.1.1 audit path of leaf `index` in the tree of the first `tree_size`
     /// leaves, from the leaf's sibling up to the root's child.
     pub fn inclusion_proof(&self, index: u64, tree_size: u64) -> Result<Vec<Hash>, MerkleError> {
-        let size = self.local_size(tree_size)?;
-        let leaf = match usize::try_from(index) {
-            Ok(leaf) if leaf < size => leaf,
-            _ => return Err(MerkleError::IndexOutOfRange { index, tree_size }),
-        };
-        let mut proof = Vec::new();
-        self.push_path(leaf, size, 0, &mut proof);
-        Ok(proof)
+        inclusion_proof(self, index, tree_size)
     }
 
     /// The RFC 6962 §2.1.2 consistency proof between the trees of the first `old_size` and
@@ -347,29 +339,7 @@ impl MerkleTree {
         old_size: u64,
         new_size: u64,
     ) -> Result<Vec<Hash>, MerkleError> {
-        let new = self.local_size(new_size)?;
-        if old_size > new_size {
-            return Err(MerkleError::SizesReversed { old_size, new_size });
-        }
-        if old_size == 0 {
-            return Err(MerkleError::EmptyOldTree);
-        }
-        // old_size <= new_size, which fits in usize.
-        let old = self.local_size(old_size)?;
-        let mut proof = Vec::new();
-        if old == new {
-            return Ok(proof);
-        }
-        // The old tree's last leaf sits in the largest complete subtree ending at old_size. That
-        // subtree's audit path in the new tree is the proof, preceded by the subtree's own hash
-        // unless it is the whole old tree, whose root the verifier already has.
-        let level = old.trailing_zeros() as usize;
-        let index = (old - 1) >> level;
-        if index != 0 {
-            proof.push(self.levels[level][index]);
-        }
-        self.push_path(old - 1, new, level, &mut proof);
-        Ok(proof)
+        consistency_proof(self, old_size, new_size)
     }
 
     /// Recomputes level `level` from level `level - 1` and reports the first stored node that
@@ -400,62 +370,159 @@ impl MerkleTree {
     fn leaf_count(&self) -> usize {
         self.levels[0].len()
     }
+}
 
-    /// `tree_size` as a usize, if the local tree has reached it.
-    fn local_size(&self, tree_size: u64) -> Result<usize, MerkleError> {
-        usize::try_from(tree_size)
+impl StoredNodes for MerkleTree {
+    type Error = MerkleError;
+
+    fn size(&self) -> u64 {
+        self.leaf_count() as u64
+    }
+
+    fn node(&self, level: u32, index: u64) -> Result<Hash, MerkleError> {
+        let stored = usize::try_from(level)
             .ok()
-            .filter(|&size| size <= self.leaf_count())
-            .ok_or(MerkleError::SizeBeyondTree {
-                tree_size,
-                local_size: self.size(),
-            })
+            .and_then(|level| self.levels.get(level))
+            .and_then(|nodes| nodes.get(usize::try_from(index).ok()?));
+        stored.copied().ok_or(MerkleError::SizeBeyondTree {
+            tree_size: index.saturating_add(1).saturating_mul(1u64 << level.min(63)),
+            local_size: self.size(),
+        })
     }
+}
 
-    /// The RFC 6962 hash of leaves [start, start + width), folded from the stored complete
-    /// subtrees of the binary decomposition of `width`, right to left.
-    ///
-    /// `start` must be a multiple of the largest power of two not above `width`, as every range
-    /// in the RFC's recursion is; then each of those subtrees is aligned and stored.
-    fn subtree_hash(&self, start: usize, width: usize) -> Hash {
-        let mut end = start + width;
-        let mut folded: Option<Hash> = None;
-        for level in 0..bit_len(width) {
-            if (width >> level) & 1 == 1 {
-                end -= 1 << level;
-                let node = self.levels[level][end >> level];
-                folded = Some(match folded {
-                    None => node,
-                    Some(right) => node_hash(&node, &right),
-                });
-            }
-        }
-        folded.unwrap_or_else(empty_root)
-    }
+/// Where the complete-subtree hashes of an append-only tree come from: every hash of the tree at
+/// any size up to [`StoredNodes::size`] is one of them or a fold of O(log n) of them, so roots
+/// and proofs need nothing else. [`MerkleTree`] holds them all in memory; a tiled store reads them
+/// from tiles ([`crate::tiles`]).
+pub trait StoredNodes {
+    /// What a failed read is; lookups past the tree are [`MerkleError`]s.
+    type Error: From<MerkleError>;
 
-    /// Appends to `proof` the audit path of leaf `leaf` in the tree of `size` leaves, leaving out
-    /// the levels below `from_level`.
-    ///
-    /// Below level `inner` the path of `leaf` and the path of the last leaf differ, so every
-    /// sibling there is a complete stored subtree, except the one at `inner - 1`, which holds the
-    /// last leaf and may be a partial subtree. From `inner` up the two paths coincide on the
-    /// tree's right edge, where only left siblings exist.
-    fn push_path(&self, leaf: usize, size: usize, from_level: usize, proof: &mut Vec<Hash>) {
-        let inner = bit_len(leaf ^ (size - 1));
-        for level in from_level..inner {
-            let start = ((leaf >> level) ^ 1) << level;
-            let width = (1 << level).min(size - start);
-            proof.push(self.subtree_hash(start, width));
-        }
-        let mut level = inner;
-        while leaf >> level != 0 {
-            let index = leaf >> level;
-            if index & 1 == 1 {
-                proof.push(self.levels[level][index - 1]);
-            }
-            level += 1;
+    /// How many leaves the tree holds.
+    fn size(&self) -> u64;
+
+    /// The hash of the complete subtree over leaves [index·2^level, (index+1)·2^level), which
+    /// the callers here ask only within [`StoredNodes::size`].
+    fn node(&self, level: u32, index: u64) -> Result<Hash, Self::Error>;
+}
+
+/// The root of the first `tree_size` leaves of `nodes` (the empty root for 0).
+pub fn root_at<S: StoredNodes + ?Sized>(nodes: &S, tree_size: u64) -> Result<Hash, S::Error> {
+    within(nodes, tree_size)?;
+    subtree_hash(nodes, 0, tree_size)
+}
+
+/// The RFC 6962 §2.1.1 audit path of leaf `index` in the tree of the first `tree_size` leaves
+/// of `nodes`, from the leaf's sibling up to the root's child.
+pub fn inclusion_proof<S: StoredNodes + ?Sized>(
+    nodes: &S,
+    index: u64,
+    tree_size: u64,
+) -> Result<Vec<Hash>, S::Error> {
+    within(nodes, tree_size)?;
+    if index >= tree_size {
+        return Err(MerkleError::IndexOutOfRange { index, tree_size }.into());
+    }
+    let mut proof = Vec::new();
+    push_path(nodes, index, tree_size, 0, &mut proof)?;
+    Ok(proof)
+}
+
+/// The RFC 6962 §2.1.2 consistency proof between the trees of the first `old_size` and
+/// `new_size` leaves of `nodes`; empty when the sizes are equal, an error from the empty tree.
+pub fn consistency_proof<S: StoredNodes + ?Sized>(
+    nodes: &S,
+    old_size: u64,
+    new_size: u64,
+) -> Result<Vec<Hash>, S::Error> {
+    within(nodes, new_size)?;
+    if old_size > new_size {
+        return Err(MerkleError::SizesReversed { old_size, new_size }.into());
+    }
+    if old_size == 0 {
+        return Err(MerkleError::EmptyOldTree.into());
+    }
+    let mut proof = Vec::new();
+    if old_size == new_size {
+        return Ok(proof);
+    }
+    // The old tree's last leaf sits in the largest complete subtree ending at old_size. That
+    // subtree's audit path in the new tree is the proof, preceded by the subtree's own hash
+    // unless it is the whole old tree, whose root the verifier already has.
+    let level = old_size.trailing_zeros();
+    let index = (old_size - 1) >> level;
+    if index != 0 {
+        proof.push(nodes.node(level, index)?);
+    }
+    push_path(nodes, old_size - 1, new_size, level as usize, &mut proof)?;
+    Ok(proof)
+}
+
+fn within<S: StoredNodes + ?Sized>(nodes: &S, tree_size: u64) -> Result<(), MerkleError> {
+    if tree_size > nodes.size() {
+        return Err(MerkleError::SizeBeyondTree {
+            tree_size,
+            local_size: nodes.size(),
+        });
+    }
+    Ok(())
+}
+
+/// The RFC 6962 hash of leaves [start, start + width), folded from the stored complete subtrees
+/// of the binary decomposition of `width`, right to left.
+///
+/// `start` must be a multiple of the largest power of two not above `width`, as every range in
+/// the RFC's recursion is; then each of those subtrees is aligned and stored.
+fn subtree_hash<S: StoredNodes + ?Sized>(
+    nodes: &S,
+    start: u64,
+    width: u64,
+) -> Result<Hash, S::Error> {
+    let mut end = start + width;
+    let mut folded: Option<Hash> = None;
+    for level in 0..bit_len64(width) as u32 {
+        if (width >> level) & 1 == 1 {
+            end -= 1 << level;
+            let node = nodes.node(level, end >> level)?;
+            folded = Some(match folded {
+                None => node,
+                Some(right) => node_hash(&node, &right),
+            });
         }
     }
+    Ok(folded.unwrap_or_else(empty_root))
+}
+
+/// Appends to `proof` the audit path of leaf `leaf` in the tree of `size` leaves, leaving out
+/// the levels below `from_level`.
+///
+/// Below level `inner` the path of `leaf` and the path of the last leaf differ, so every sibling
+/// there is a complete stored subtree, except the one at `inner - 1`, which holds the last leaf
+/// and may be a partial subtree. From `inner` up the two paths coincide on the tree's right
+/// edge, where only left siblings exist.
+fn push_path<S: StoredNodes + ?Sized>(
+    nodes: &S,
+    leaf: u64,
+    size: u64,
+    from_level: usize,
+    proof: &mut Vec<Hash>,
+) -> Result<(), S::Error> {
+    let inner = bit_len64(leaf ^ (size - 1));
+    for level in from_level..inner {
+        let start = ((leaf >> level) ^ 1) << level;
+        let width = (1u64 << level).min(size - start);
+        proof.push(subtree_hash(nodes, start, width)?);
+    }
+    let mut level = inner as u32;
+    while level < u64::BITS && leaf >> level != 0 {
+        let index = leaf >> level;
+        if index & 1 == 1 {
+            proof.push(nodes.node(level, index - 1)?);
+        }
+        level += 1;
+    }
+    Ok(())
 }
 
 /// Checks an inclusion proof (RFC 9162 §2.1.3.2, which RFC 6962 proofs satisfy unchanged) for
@@ -607,10 +674,6 @@ pub fn verify_consistency(
 }
 
 /// The number of significant bits of `x`: 0 for 0, k + 1 for 2^k ≤ x < 2^(k+1).
-fn bit_len(x: usize) -> usize {
-    (usize::BITS - x.leading_zeros()) as usize
-}
-
 fn bit_len64(x: u64) -> usize {
     (u64::BITS - x.leading_zeros()) as usize
 }

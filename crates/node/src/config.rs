@@ -116,7 +116,7 @@ impl Default for SessionsSetup {
 
 /// Where a node finds what the CT log needs. Without a key the node takes no part in the log
 /// (its `/ct/v1/` endpoints are absent).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CtFiles {
     /// The log's ECDSA P-256 private key, PKCS#8 PEM ("BEGIN PRIVATE KEY"); the same on every
@@ -124,6 +124,18 @@ pub struct CtFiles {
     pub key_file: Option<PathBuf>,
     /// A PEM bundle of the root certificates the log accepts chains up to.
     pub roots_file: Option<PathBuf>,
+    /// Full Merkle tree tiles kept in memory (16 KiB each); the rest are read from disk.
+    pub tile_cache_tiles: usize,
+}
+
+impl Default for CtFiles {
+    fn default() -> Self {
+        CtFiles {
+            key_file: None,
+            roots_file: None,
+            tile_cache_tiles: certus_store::CT_TILE_CACHE_TILES_DEFAULT,
+        }
+    }
 }
 
 /// Raft timing and log compaction.

@@ -21,7 +21,6 @@ use std::time::Duration;
 use certus_core::ct::{AddOutcome, CtCommand, CtError, CtReply, EntryKey, Submission};
 use certus_core::{Command, Response};
 use certus_ct::chain::{AcceptedRoots, ChainError, ChainLimits, check_chain, check_pre_chain};
-use certus_ct::merkle::MerkleTree;
 use certus_ct::signer::{LogVerifier, Signer};
 use certus_ct::structures::{
     ExtraData, PrecertChainEntry, SignedCertificateTimestamp, SignedTreeHead, leaf_input,
@@ -29,7 +28,7 @@ use certus_ct::structures::{
 use certus_ct::{Hash, LogEntry, sha256};
 use certus_store::{CtDatabase, LocalEntry};
 use tokio::sync::watch;
-use tracing::{debug, error};
+use tracing::{debug, error, warn};
 
 use crate::ct_peers::{FETCH_BATCH, LogPeers};
 use crate::errors::ServiceError;
@@ -362,9 +361,16 @@ impl CtNode {
             .read(|applied| applied.state.ct_serving().cloned());
         let Some(serving) = serving else { return };
         let size = serving.sth.tree_size;
-        let root = self.db.with_tree(|tree| {
-            (tree.size() >= size).then(|| tree.root_at(size).expect("size is within the tree"))
-        });
+        let root = (self.db.tree_size() >= size)
+            .then(|| self.db.root_at(size))
+            .transpose();
+        let root = match root {
+            Ok(root) => root,
+            Err(error) => {
+                warn!(id = replica.id, %error, "reading the local root failed");
+                return;
+            }
+        };
         if let Some(root) = root
             && root != serving.sth.root_hash
             && !self.corrupt.swap(true, Ordering::Relaxed)
@@ -425,7 +431,7 @@ impl CtNode {
         serving_ms: Option<u64>,
         now_ms: u64,
     ) -> Result<certus_core::ct::SignedTreeHead, String> {
-        let (tree_size, root) = self.db.with_tree(|tree| (tree.size(), tree.root()));
+        let (tree_size, root) = self.db.size_and_root().map_err(|e| e.to_string())?;
         let last = self.db.last_sth();
         let fresh = last.as_ref().is_some_and(|last| {
             last.tree_size == tree_size && now_ms.saturating_sub(last.timestamp_ms) < STH_REFRESH_MS
@@ -465,7 +471,7 @@ impl CtNode {
         let Some(sth) = newest else { return Ok(None) };
         let root = self
             .db
-            .with_tree(|tree| tree.root_at(sth.tree_size))
+            .root_at(sth.tree_size)
             .map_err(|error| error.to_string())?;
         if root != sth.root_hash {
             if !self.corrupt.swap(true, Ordering::Relaxed) {
@@ -574,10 +580,7 @@ impl CtNode {
         replica: &Replica,
         source: &certus_core::ct::MirrorSource,
     ) -> Result<(), String> {
-        let frontier_at = |size: u64| {
-            self.db
-                .with_tree(|tree| certus_ct::frontier::Frontier::of_tree(tree, size).ok())
-        };
+        let frontier_at = |size: u64| self.db.frontier(size).ok();
         self.mirror
             .follow(replica, source, frontier_at, self.metrics.mirror_errors())
             .await
@@ -614,9 +617,7 @@ impl CtNode {
             .unwrap_or(&self.verifier)
             .verify_sth(&signed)
             .map_err(|error| format!("candidate STH does not verify: {error}"))?;
-        let own_root = self
-            .db
-            .with_tree(|tree| (tree.size() >= sth.tree_size).then(|| tree.root_at(sth.tree_size)));
+        let own_root = (self.db.tree_size() >= sth.tree_size).then(|| self.db.root_at(sth.tree_size));
         if let Some(Ok(root)) = own_root
             && root != sth.root_hash
         {
@@ -642,11 +643,6 @@ impl CtNode {
             });
         }
         from_core_sth(&serving.sth).map_err(ServeError::Internal)
-    }
-
-    /// Runs `read` on the local tree.
-    pub fn with_tree<T>(&self, read: impl FnOnce(&MerkleTree) -> T) -> T {
-        self.db.with_tree(read)
     }
 
     fn serving_or_read_error(&self, replica: &Replica) -> Result<SignedTreeHead, ReadError> {
@@ -676,7 +672,8 @@ impl CtNode {
         if first == 0 {
             return Ok(Vec::new());
         }
-        self.with_tree(|tree| tree.consistency_proof(first, second))
+        self.db
+            .consistency_proof(first, second)
             .map_err(|error| ReadError::Internal(error.to_string()))
     }
 
@@ -704,7 +701,8 @@ impl CtNode {
             Err(error) => return Err(ReadError::Internal(error.to_string())),
         };
         let path = self
-            .with_tree(|tree| tree.inclusion_proof(index, tree_size))
+            .db
+            .inclusion_proof(index, tree_size)
             .map_err(|error| ReadError::Internal(error.to_string()))?;
         Ok((index, path))
     }
@@ -760,7 +758,8 @@ impl CtNode {
             Err(error) => return Err(ReadError::Internal(error.to_string())),
         };
         let path = self
-            .with_tree(|tree| tree.inclusion_proof(index, tree_size))
+            .db
+            .inclusion_proof(index, tree_size)
             .map_err(|error| ReadError::Internal(error.to_string()))?;
         Ok((entry, path))
     }

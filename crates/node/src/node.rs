@@ -168,7 +168,10 @@ impl Node {
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let ct = match ct {
             Some(setup) => {
-                let db = CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>).map_err(|error| {
+                let store = certus_store::CtStoreConfig {
+                    tile_cache_tiles: config.ct.tile_cache_tiles,
+                };
+                let db = CtDatabase::open_with(Arc::clone(&disk) as Arc<dyn Disk>, store).map_err(|error| {
                     StartError::Storage {
                         path: config.data_dir.display().to_string(),
                         reason: error.to_string(),

@@ -1,36 +1,70 @@
-//! A node's local CT database: the sequenced entries it holds and its Merkle tree.
+//! A node's local CT database: the sequenced entries it holds and its Merkle tree, in tiles.
 //!
 //! Seed 004 keeps entries in the replicated store only until the serving STH covers them; from
 //! then on they live in every node's local database, which serves get-entries and proofs. Here
-//! that database shares the node's [`Disk`] under the `ct/` prefix.
+//! that database shares the node's [`Disk`] under the `ct/` prefix, laid out so that a log of a
+//! billion entries needs memory only for its right edge and a bounded cache:
 //!
-//! Layout: `ct/entry/<seq>` → the entry; `ct/leaf/<leaf hash>` → its first sequence number (for
-//! get-proof-by-hash); `ct/node/<level><index>` → every complete-subtree hash, written once (so
-//! a restart loads the tree instead of rehashing it); `ct/meta/sth` → the node's last signed tree
-//! head. Numbers are big-endian so keys sort by them.
+//! - `ct/tile/<level><index>` → a tile of the tree as C2SP tlog-tiles lays it out (see
+//!   [`certus_ct::tiles`]): 256 hashes of tree level 8·level once full, fewer on the right edge
+//!   (rewritten as it grows, one per tile level);
+//! - `ct/bundle/<index>` → entries `256·index ..` as one value once 256 of them are stored; the
+//!   entries of the bundle not yet full are `ct/edge-entry/<seq>`, one value each, so a batch
+//!   of one entry writes one entry (the bundle is written once, when it fills);
+//! - `ct/leaf-index/<leaf hash><seq>` → nothing: a leaf's sequence numbers, found by the first
+//!   key after the hash (get-proof-by-hash, duplicate detection), on disk and never read when
+//!   written;
+//! - `ct/meta/tree-size`, `ct/meta/sth` (the node's last signed tree head), `ct/meta/layout`.
+//!
+//! Numbers are big-endian so keys sort by them.
 //!
 //! Invariants: entries `0..contiguous_size` are all stored, nothing above is; the tree covers
 //! `0..tree_size` with `tree_size <= contiguous_size`, and its leaf hashes are recomputed from
 //! the stored entries when they are integrated — never taken from a peer or the replicated state
-//! (a single corrupted leaf hash has ended production logs). Every change is flushed before the
-//! call returns, so what the node reports holding survives a crash.
+//! (a single corrupted leaf hash has ended production logs). The tree's size, its new tiles and
+//! its right edge are written in one batch. Every change is flushed before the call returns, so
+//! what the node reports holding survives a crash. At open the right edge is rechecked: each
+//! partial tile's hashes against the tiles below it, the leaf tile's against the entries.
+//!
+//! A database of the layout before tiles (one key per entry and per tree node) is converted when
+//! it is opened; see [`CtDatabase::open`].
 
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use certus_core::ct::SignedTreeHead;
 use certus_ct::Hash;
-use certus_ct::merkle::{MerkleTree, leaf_hash};
+use certus_ct::frontier::Frontier;
+use certus_ct::merkle::{self, MerkleError, leaf_hash};
+use certus_ct::tiles::{ExpandedTile, TILE_WIDTH, TileEdge, TileId, TileReader, TiledNodes};
 use serde::{Deserialize, Serialize};
 
 use crate::disk::{Disk, DiskError, WriteBatch};
 
-const ENTRY_PREFIX: &[u8] = b"ct/entry/";
-const LEAF_PREFIX: &[u8] = b"ct/leaf/";
-const NODE_PREFIX: &[u8] = b"ct/node/";
+const TILE_PREFIX: &[u8] = b"ct/tile/";
+const BUNDLE_PREFIX: &[u8] = b"ct/bundle/";
+const EDGE_ENTRY_PREFIX: &[u8] = b"ct/edge-entry/";
+const LEAF_INDEX_PREFIX: &[u8] = b"ct/leaf-index/";
+const TREE_SIZE_KEY: &[u8] = b"ct/meta/tree-size";
 const STH_KEY: &[u8] = b"ct/meta/sth";
-/// Entries read per disk scan when integrating or loading.
+/// Marks a database in the tiled layout, written once a conversion from the old one is complete.
+const LAYOUT_KEY: &[u8] = b"ct/meta/layout";
+const LAYOUT: &[u8] = b"tiles-1";
+/// The layout before tiles: one key per entry, per leaf hash and per tree node.
+const OLD_PREFIXES: [&[u8]; 3] = [b"ct/entry/", b"ct/leaf/", b"ct/node/"];
+
+/// Entries per bundle: one tile's worth, as C2SP's data tiles.
+const BUNDLE_ENTRIES: u64 = TILE_WIDTH as u64;
+/// Entries read per disk scan when integrating or converting.
 const SCAN_BATCH: usize = 4096;
+/// Keys removed per batch when clearing a layout.
+const DELETE_BATCH: usize = 16_384;
+
+/// Full tiles a database keeps in memory by default: 4,096 expanded tiles of 16 KiB, 64 MiB.
+/// A proof reads at most two tiles per tile level (four levels hold 2^32 leaves), so a cache of
+/// this size holds the upper levels of any tree and the recently proved leaf tiles.
+pub const CT_TILE_CACHE_TILES_DEFAULT: usize = 4096;
 
 /// One sequenced entry as a node stores and serves it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,46 +93,190 @@ pub enum CtDbError {
         /// Where the batch started.
         got: u64,
     },
+    /// A root or proof the tree cannot give (a size past it, an index outside it).
+    #[error(transparent)]
+    Tree(#[from] MerkleError),
     /// Stored data contradicts itself.
     #[error("local CT database is corrupt: {0}")]
     Corrupt(String),
 }
 
+/// How a database uses memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtStoreConfig {
+    /// Full tiles kept in memory, expanded (16 KiB each).
+    pub tile_cache_tiles: usize,
+}
+
+impl Default for CtStoreConfig {
+    fn default() -> Self {
+        CtStoreConfig {
+            tile_cache_tiles: CT_TILE_CACHE_TILES_DEFAULT,
+        }
+    }
+}
+
+/// What the writer alone changes: the working edge and the entries of the bundle not yet full.
 #[derive(Debug)]
-struct Inner {
-    tree: MerkleTree,
+struct Writer {
+    edge: TileEdge,
+    bundle: Vec<LocalEntry>,
+    contiguous_size: u64,
+}
+
+/// What readers see, swapped whole by the writer once a change is durable.
+#[derive(Debug)]
+struct Published {
+    edge: Arc<TileEdge>,
     contiguous_size: u64,
     newest_sct_ms: u64,
     last_sth: Option<SignedTreeHead>,
 }
 
+/// Full tiles in memory, least recently used evicted first.
+#[derive(Debug)]
+struct TileCache {
+    capacity: usize,
+    tiles: BTreeMap<TileId, (Arc<ExpandedTile>, u64)>,
+    by_use: BTreeMap<u64, TileId>,
+    uses: u64,
+}
+
+impl TileCache {
+    fn get(&mut self, id: TileId) -> Option<Arc<ExpandedTile>> {
+        self.uses += 1;
+        let uses = self.uses;
+        let (tile, used) = self.tiles.get_mut(&id)?;
+        self.by_use.remove(used);
+        *used = uses;
+        self.by_use.insert(uses, id);
+        Some(Arc::clone(tile))
+    }
+
+    fn insert(&mut self, id: TileId, tile: Arc<ExpandedTile>) {
+        if self.capacity == 0 || self.tiles.contains_key(&id) {
+            return;
+        }
+        while self.tiles.len() >= self.capacity {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            self.tiles.remove(&oldest);
+        }
+        self.uses += 1;
+        self.by_use.insert(self.uses, id);
+        self.tiles.insert(id, (tile, self.uses));
+    }
+}
+
+/// Reads full tiles from the disk through the cache.
+struct Tiles<'a> {
+    disk: &'a dyn Disk,
+    cache: &'a Mutex<TileCache>,
+}
+
+impl TileReader for Tiles<'_> {
+    type Error = CtDbError;
+
+    fn full_tile(&self, id: TileId) -> Result<Arc<ExpandedTile>, CtDbError> {
+        if let Some(tile) = lock(self.cache).get(id) {
+            return Ok(tile);
+        }
+        let bytes = self.disk.get(&tile_key(id))?.ok_or_else(|| {
+            CtDbError::Corrupt(format!("tile {}/{} is missing", id.level, id.index))
+        })?;
+        let hashes = hashes_of(&bytes)?;
+        let tile = Arc::new(
+            ExpandedTile::new(&hashes)
+                .map_err(|error| CtDbError::Corrupt(format!("tile {}/{}: {error}", id.level, id.index)))?,
+        );
+        lock(self.cache).insert(id, Arc::clone(&tile));
+        Ok(tile)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock already failed the caller that caused it.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The local CT database of one node.
 pub struct CtDatabase {
     disk: Arc<dyn Disk>,
-    inner: Mutex<Inner>,
+    writer: Mutex<Writer>,
+    published: Mutex<Published>,
+    cache: Mutex<TileCache>,
 }
 
 impl std::fmt::Debug for CtDatabase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let inner = self.lock();
+        let published = lock(&self.published);
         f.debug_struct("CtDatabase")
-            .field("contiguous_size", &inner.contiguous_size)
-            .field("tree_size", &inner.tree.size())
+            .field("contiguous_size", &published.contiguous_size)
+            .field("tree_size", &published.edge.size())
             .finish_non_exhaustive()
     }
 }
 
 impl CtDatabase {
-    /// Opens the database on `disk`: loads the stored tree and finds the contiguous run.
+    /// Opens the database on `disk` with the default cache.
     pub fn open(disk: Arc<dyn Disk>) -> Result<CtDatabase, CtDbError> {
-        let tree = load_tree(&*disk)?;
-        let contiguous_size = find_contiguous_size(&*disk)?;
-        if tree.size() > contiguous_size {
+        CtDatabase::open_with(disk, CtStoreConfig::default())
+    }
+
+    /// Opens the database on `disk`: loads the right edge and rechecks it.
+    ///
+    /// A database in the layout before tiles is converted first: its entries are copied into
+    /// bundles and integrated again (leaf hashes recomputed), the root is checked against the
+    /// node's last STH, the layout is marked, and only then are the old keys removed. A crash
+    /// during the conversion redoes it at the next open; after the mark, it finishes removing.
+    pub fn open_with(disk: Arc<dyn Disk>, config: CtStoreConfig) -> Result<CtDatabase, CtDbError> {
+        let marked = disk.get(LAYOUT_KEY)?.is_some_and(|layout| layout == LAYOUT);
+        if !marked {
+            // New-layout keys without the mark are a conversion that did not finish.
+            for prefix in [TILE_PREFIX, BUNDLE_PREFIX, EDGE_ENTRY_PREFIX, LEAF_INDEX_PREFIX] {
+                delete_prefix(&*disk, prefix)?;
+            }
+            delete_keys(&*disk, &[TREE_SIZE_KEY])?;
+            let db = CtDatabase::load(Arc::clone(&disk), config)?;
+            db.convert_old_layout()?;
+            let mut batch = WriteBatch::new();
+            batch.put(LAYOUT_KEY, LAYOUT);
+            disk.write(batch)?;
+            disk.flush()?;
+        }
+        for prefix in OLD_PREFIXES {
+            delete_prefix(&*disk, prefix)?;
+        }
+        CtDatabase::load(disk, config)
+    }
+
+    fn load(disk: Arc<dyn Disk>, config: CtStoreConfig) -> Result<CtDatabase, CtDbError> {
+        let (contiguous_size, bundle) = load_contiguous(&*disk)?;
+        let tree_size = match disk.get(TREE_SIZE_KEY)? {
+            Some(bytes) => u64::from_be_bytes(bytes.as_slice().try_into().map_err(|_| {
+                CtDbError::Corrupt("the tree size is not 8 bytes".into())
+            })?),
+            None => 0,
+        };
+        if tree_size > contiguous_size {
             return Err(CtDbError::Corrupt(format!(
-                "the tree has {} leaves but only {contiguous_size} entries are stored",
-                tree.size()
+                "the tree has {tree_size} leaves but only {contiguous_size} entries are stored"
             )));
         }
+        let mut partial = Vec::new();
+        for (id, count) in TileEdge::partial_tiles_for(tree_size) {
+            let hashes = match count {
+                0 => Vec::new(),
+                _ => match disk.get(&tile_key(id))? {
+                    Some(bytes) => hashes_of(&bytes)?,
+                    None => Vec::new(),
+                },
+            };
+            partial.push(hashes);
+        }
+        let edge = TileEdge::from_partial(tree_size, partial)
+            .map_err(|error| CtDbError::Corrupt(error.to_string()))?;
         // Integrated entries' SCT timestamps were folded into the last STH; a lower bound is
         // enough here, so start from its timestamp.
         let last_sth: Option<SignedTreeHead> = match disk.get(STH_KEY)? {
@@ -106,50 +284,154 @@ impl CtDatabase {
             None => None,
         };
         let newest_sct_ms = last_sth.as_ref().map_or(0, |sth| sth.timestamp_ms);
-        Ok(CtDatabase {
+        let db = CtDatabase {
             disk,
-            inner: Mutex::new(Inner {
-                tree,
+            writer: Mutex::new(Writer {
+                edge: edge.clone(),
+                bundle,
+                contiguous_size,
+            }),
+            published: Mutex::new(Published {
+                edge: Arc::new(edge),
                 contiguous_size,
                 newest_sct_ms,
                 last_sth,
             }),
-        })
+            cache: Mutex::new(TileCache {
+                capacity: config.tile_cache_tiles,
+                tiles: BTreeMap::new(),
+                by_use: BTreeMap::new(),
+                uses: 0,
+            }),
+        };
+        db.check_edge()?;
+        Ok(db)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// Rechecks the right edge: the leaf tile's hashes against the stored entries, and each
+    /// higher partial tile's hashes against the roots of the full tiles below it. A torn or
+    /// damaged store is caught at start, not when a proof comes out wrong.
+    fn check_edge(&self) -> Result<(), CtDbError> {
+        let edge = Arc::clone(&lock(&self.published).edge);
+        let tiles = self.tiles();
+        for (id, hashes) in edge.partial_tiles() {
+            for (offset, hash) in hashes.iter().enumerate() {
+                let position = id.index * TILE_WIDTH as u64 + offset as u64;
+                let expected = if id.level == 0 {
+                    let entry = self.entry(position)?.ok_or_else(|| {
+                        CtDbError::Corrupt(format!("integrated entry {position} is missing"))
+                    })?;
+                    leaf_hash(&entry.leaf_input)
+                } else {
+                    tiles
+                        .full_tile(TileId {
+                            level: id.level - 1,
+                            index: position,
+                        })?
+                        .root()
+                };
+                if *hash != expected {
+                    return Err(CtDbError::Corrupt(format!(
+                        "hash {offset} of tile {}/{} does not match what it covers",
+                        id.level, id.index
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn tiles(&self) -> Tiles<'_> {
+        Tiles {
+            disk: &*self.disk,
+            cache: &self.cache,
+        }
+    }
+
+    /// Copies a database of the old layout into this (empty) one and integrates it as far as
+    /// the old tree went; checks the result against the last STH the node signed.
+    fn convert_old_layout(&self) -> Result<(), CtDbError> {
+        let [old_entries, _, old_nodes] = OLD_PREFIXES;
+        let leaf_level = [old_nodes, &[0u8]].concat();
+        let old_tree_size = match last_under(&*self.disk, &leaf_level)? {
+            Some(key) => number_of(&key, &leaf_level)? + 1,
+            None => 0,
+        };
+        let mut next = 0u64;
+        loop {
+            let from = numbered_key(old_entries, next);
+            let to = prefix_end(old_entries);
+            let pairs = self.disk.scan(
+                Bound::Included(from.as_slice()),
+                Bound::Excluded(to.as_slice()),
+                false,
+                SCAN_BATCH,
+            )?;
+            if pairs.is_empty() {
+                break;
+            }
+            let mut entries = Vec::with_capacity(pairs.len());
+            for (key, value) in pairs {
+                if number_of(&key, old_entries)? != next + entries.len() as u64 {
+                    // Old entries above a gap were never part of the contiguous run.
+                    break;
+                }
+                entries.push(decode::<LocalEntry>(&value, "an entry")?);
+            }
+            if entries.is_empty() {
+                break;
+            }
+            self.store_entries(next, &entries)?;
+            next += entries.len() as u64;
+        }
+        if old_tree_size > next {
+            return Err(CtDbError::Corrupt(format!(
+                "the old tree has {old_tree_size} leaves but only {next} entries are stored"
+            )));
+        }
+        while self.tree_size() < old_tree_size {
+            let left = usize::try_from(old_tree_size - self.tree_size()).unwrap_or(usize::MAX);
+            self.integrate(left.min(SCAN_BATCH * 16))?;
+        }
+        if let Some(sth) = self.last_sth()
+            && sth.tree_size <= self.tree_size()
+            && self.root_at(sth.tree_size)? != sth.root_hash
+        {
+            return Err(CtDbError::Corrupt(format!(
+                "the converted tree's root at {} is not the last STH's",
+                sth.tree_size
+            )));
+        }
+        Ok(())
     }
 
     /// How many leading entries are stored.
     pub fn contiguous_size(&self) -> u64 {
-        self.lock().contiguous_size
+        lock(&self.published).contiguous_size
     }
 
     /// How many entries the Merkle tree covers.
     pub fn tree_size(&self) -> u64 {
-        self.lock().tree.size()
+        lock(&self.published).edge.size()
     }
 
     /// The newest SCT timestamp among integrated entries (at least the last STH's timestamp
     /// after a restart).
     pub fn newest_sct_ms(&self) -> u64 {
-        self.lock().newest_sct_ms
+        lock(&self.published).newest_sct_ms
     }
 
     /// The last STH this node signed over its tree.
     pub fn last_sth(&self) -> Option<SignedTreeHead> {
-        self.lock().last_sth.clone()
+        lock(&self.published).last_sth.clone()
     }
 
     /// Stores entries `first..first + entries.len()`; `first` must be the contiguous size (a
     /// batch that only repeats stored entries is accepted and changes nothing). Flushed on
     /// return.
     pub fn store_entries(&self, first: u64, entries: &[LocalEntry]) -> Result<(), CtDbError> {
-        let mut inner = self.lock();
-        let contiguous_size = inner.contiguous_size;
+        let mut writer = lock(&self.writer);
+        let contiguous_size = writer.contiguous_size;
         let end = first + entries.len() as u64;
         if first > contiguous_size {
             return Err(CtDbError::NotContiguous {
@@ -162,186 +444,348 @@ impl CtDatabase {
         }
         let skip = usize::try_from(contiguous_size - first).expect("within the batch");
         let mut batch = WriteBatch::new();
-        for (offset, entry) in entries.iter().enumerate().skip(skip) {
-            let sequence = first + offset as u64;
-            batch.put(numbered_key(ENTRY_PREFIX, sequence), encode(entry));
+        let mut bundle = writer.bundle.clone();
+        let mut sequence = contiguous_size;
+        for entry in &entries[skip..] {
+            bundle.push(entry.clone());
+            if bundle.len() as u64 == BUNDLE_ENTRIES {
+                let index = sequence / BUNDLE_ENTRIES;
+                batch.put(numbered_key(BUNDLE_PREFIX, index), encode_bundle(&bundle));
+                // Entries of this bundle written singly by earlier calls are in it now.
+                for earlier in index * BUNDLE_ENTRIES..sequence {
+                    batch.delete(numbered_key(EDGE_ENTRY_PREFIX, earlier));
+                }
+                bundle.clear();
+            }
+            sequence += 1;
+        }
+        let bundle_start = end - bundle.len() as u64;
+        for (offset, entry) in bundle.iter().enumerate() {
+            let sequence = bundle_start + offset as u64;
+            if sequence >= contiguous_size {
+                batch.put(numbered_key(EDGE_ENTRY_PREFIX, sequence), encode(entry));
+            }
         }
         self.disk.write(batch)?;
         self.disk.flush()?;
-        inner.contiguous_size = end;
+        writer.bundle = bundle;
+        writer.contiguous_size = end;
+        lock(&self.published).contiguous_size = end;
         Ok(())
     }
 
     /// Integrates up to `max_entries` stored entries into the tree, hashing each leaf from its
-    /// stored `leaf_input`, and persists the new nodes. Returns the new tree size.
+    /// stored `leaf_input`, and persists the new tiles, the right edge and the size in one
+    /// flushed batch. Returns the new tree size.
     pub fn integrate(&self, max_entries: usize) -> Result<u64, CtDbError> {
-        let mut inner = self.lock();
-        let start = inner.tree.size();
-        let end = inner
+        let mut writer = lock(&self.writer);
+        let start = writer.edge.size();
+        let end = writer
             .contiguous_size
             .min(start.saturating_add(max_entries as u64));
+        if end == start {
+            return Ok(start);
+        }
+        let mut edge = writer.edge.clone();
+        let mut newest_sct_ms = self.newest_sct_ms();
         let mut batch = WriteBatch::new();
-        let mut next = start;
-        while next < end {
+        while edge.size() < end {
+            let next = edge.size();
             let limit = usize::try_from(end - next)
                 .unwrap_or(usize::MAX)
                 .min(SCAN_BATCH);
-            let entries = self.scan_entries(next, limit)?;
+            let entries = self.entries(next, limit)?;
             if entries.is_empty() {
                 return Err(CtDbError::Corrupt(format!("entry {next} is missing")));
             }
-            for (sequence, entry) in entries {
-                if sequence != next {
-                    return Err(CtDbError::Corrupt(format!(
-                        "entry {next} is missing (found {sequence})"
-                    )));
-                }
+            for entry in entries {
                 let hash = leaf_hash(&entry.leaf_input);
-                inner.newest_sct_ms = inner.newest_sct_ms.max(entry.sct_timestamp_ms);
-                if self.disk.get(&leaf_key(&hash))?.is_none() {
-                    batch.put(leaf_key(&hash), sequence.to_be_bytes().to_vec());
+                newest_sct_ms = newest_sct_ms.max(entry.sct_timestamp_ms);
+                batch.put(leaf_index_key(&hash, edge.size()), Vec::new());
+                for (id, hashes) in edge.push(hash) {
+                    batch.put(tile_key(id), hashes.concat());
                 }
-                for node in inner.tree.push(hash) {
-                    batch.put(node_key(node.level, node.index), node.hash.to_vec());
-                }
-                next += 1;
             }
         }
-        if !batch.is_empty() {
-            self.disk.write(batch)?;
-            self.disk.flush()?;
+        for (id, hashes) in edge.partial_tiles() {
+            if !hashes.is_empty() {
+                batch.put(tile_key(id), hashes.concat());
+            }
         }
-        Ok(inner.tree.size())
+        batch.put(TREE_SIZE_KEY, edge.size().to_be_bytes().to_vec());
+        self.disk.write(batch)?;
+        self.disk.flush()?;
+        let size = edge.size();
+        writer.edge = edge.clone();
+        let mut published = lock(&self.published);
+        published.edge = Arc::new(edge);
+        published.newest_sct_ms = newest_sct_ms;
+        Ok(size)
     }
 
     /// Records the STH this node just signed (flushed), so its next one follows it even after
     /// a restart.
     pub fn save_sth(&self, sth: &SignedTreeHead) -> Result<(), CtDbError> {
-        let mut inner = self.lock();
+        let _writer = lock(&self.writer);
         let mut batch = WriteBatch::new();
         batch.put(STH_KEY.to_vec(), encode(sth));
         self.disk.write(batch)?;
         self.disk.flush()?;
-        inner.last_sth = Some(sth.clone());
+        lock(&self.published).last_sth = Some(sth.clone());
         Ok(())
     }
 
     /// The stored entry `sequence`.
     pub fn entry(&self, sequence: u64) -> Result<Option<LocalEntry>, CtDbError> {
-        match self.disk.get(&numbered_key(ENTRY_PREFIX, sequence))? {
-            Some(bytes) => Ok(Some(decode(&bytes, "an entry")?)),
-            None => Ok(None),
-        }
+        Ok(self.entries(sequence, 1)?.pop())
     }
 
     /// Stored entries from `start`, at most `limit`, in order (stops at the first gap).
     pub fn entries(&self, start: u64, limit: usize) -> Result<Vec<LocalEntry>, CtDbError> {
-        Ok(self
-            .scan_entries(start, limit)?
-            .into_iter()
-            .enumerate()
-            .take_while(|(offset, (sequence, _))| *sequence == start + *offset as u64)
-            .map(|(_, (_, entry))| entry)
-            .collect())
+        let mut entries = Vec::new();
+        let mut next = start;
+        while entries.len() < limit {
+            let index = next / BUNDLE_ENTRIES;
+            let wanted = limit - entries.len();
+            if let Some(bytes) = self.disk.get(&numbered_key(BUNDLE_PREFIX, index))? {
+                let from = usize::try_from(next % BUNDLE_ENTRIES).expect("below 256");
+                let taken = decode_bundle(&bytes, from, wanted)?;
+                next += taken.len() as u64;
+                entries.extend(taken);
+                continue;
+            }
+            let singles = self.edge_entries(next, wanted)?;
+            if singles.is_empty() {
+                // The bundle may have filled (and its single entries gone) since it was looked
+                // for: look once more before calling this the end.
+                if self.disk.get(&numbered_key(BUNDLE_PREFIX, index))?.is_some() {
+                    continue;
+                }
+                break;
+            }
+            next += singles.len() as u64;
+            entries.extend(singles);
+        }
+        Ok(entries)
+    }
+
+    /// The singly stored entries from `start` on, as far as they are contiguous.
+    fn edge_entries(&self, start: u64, limit: usize) -> Result<Vec<LocalEntry>, CtDbError> {
+        let from = numbered_key(EDGE_ENTRY_PREFIX, start);
+        let to = prefix_end(EDGE_ENTRY_PREFIX);
+        let pairs = self.disk.scan(
+            Bound::Included(from.as_slice()),
+            Bound::Excluded(to.as_slice()),
+            false,
+            limit,
+        )?;
+        let mut entries = Vec::with_capacity(pairs.len());
+        for (key, value) in pairs {
+            if number_of(&key, EDGE_ENTRY_PREFIX)? != start + entries.len() as u64 {
+                break;
+            }
+            entries.push(decode(&value, "an entry")?);
+        }
+        Ok(entries)
     }
 
     /// The first sequence number whose leaf hash is `hash`, if integrated.
     pub fn index_of_leaf(&self, hash: &Hash) -> Result<Option<u64>, CtDbError> {
-        match self.disk.get(&leaf_key(hash))? {
-            Some(bytes) => {
-                let bytes: [u8; 8] = bytes
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| CtDbError::Corrupt("a leaf index value is not 8 bytes".into()))?;
-                Ok(Some(u64::from_be_bytes(bytes)))
-            }
-            None => Ok(None),
-        }
+        let from = leaf_index_key(hash, 0);
+        let to = leaf_index_key(hash, u64::MAX);
+        let found = self.disk.scan(
+            Bound::Included(from.as_slice()),
+            Bound::Included(to.as_slice()),
+            false,
+            1,
+        )?;
+        let Some((key, _)) = found.first() else {
+            return Ok(None);
+        };
+        let sequence = key
+            .get(LEAF_INDEX_PREFIX.len() + 32..)
+            .and_then(|rest| <[u8; 8]>::try_from(rest).ok())
+            .map(u64::from_be_bytes)
+            .ok_or_else(|| CtDbError::Corrupt("a leaf index key is malformed".into()))?;
+        // Integrated means below the tree size: a crash cannot leave index keys past it (one
+        // batch), but say so rather than serve a leaf the tree does not cover.
+        Ok((sequence < self.tree_size()).then_some(sequence))
     }
 
-    /// Runs `read` on the tree (roots and proofs at any size up to [`Self::tree_size`]).
-    pub fn with_tree<T>(&self, read: impl FnOnce(&MerkleTree) -> T) -> T {
-        read(&self.lock().tree)
+    /// Runs `read` on the tree as it is now (roots and proofs at any size up to its size).
+    fn with_nodes<T>(
+        &self,
+        read: impl FnOnce(&TiledNodes<'_, Tiles<'_>>) -> Result<T, CtDbError>,
+    ) -> Result<T, CtDbError> {
+        let edge = Arc::clone(&lock(&self.published).edge);
+        let tiles = self.tiles();
+        read(&TiledNodes::new(&edge, &tiles))
     }
 
-    fn scan_entries(&self, start: u64, limit: usize) -> Result<Vec<(u64, LocalEntry)>, CtDbError> {
-        let from = numbered_key(ENTRY_PREFIX, start);
-        let to = prefix_end(ENTRY_PREFIX);
-        self.disk
-            .scan(
-                Bound::Included(from.as_slice()),
-                Bound::Excluded(to.as_slice()),
-                false,
-                limit,
-            )?
-            .into_iter()
-            .map(|(key, value)| Ok((number_of(&key, ENTRY_PREFIX)?, decode(&value, "an entry")?)))
-            .collect()
+    /// The root of the tree's first `tree_size` leaves.
+    pub fn root_at(&self, tree_size: u64) -> Result<Hash, CtDbError> {
+        self.with_nodes(|nodes| merkle::root_at(nodes, tree_size))
+    }
+
+    /// The size and root of the whole tree, read together.
+    pub fn size_and_root(&self) -> Result<(u64, Hash), CtDbError> {
+        self.with_nodes(|nodes| {
+            use certus_ct::merkle::StoredNodes;
+            let size = nodes.size();
+            Ok((size, merkle::root_at(nodes, size)?))
+        })
+    }
+
+    /// The RFC 6962 audit path of leaf `index` in the tree of the first `tree_size` leaves.
+    pub fn inclusion_proof(&self, index: u64, tree_size: u64) -> Result<Vec<Hash>, CtDbError> {
+        self.with_nodes(|nodes| merkle::inclusion_proof(nodes, index, tree_size))
+    }
+
+    /// The RFC 6962 consistency proof between the trees of `old_size` and `new_size` leaves.
+    pub fn consistency_proof(&self, old_size: u64, new_size: u64) -> Result<Vec<Hash>, CtDbError> {
+        self.with_nodes(|nodes| merkle::consistency_proof(nodes, old_size, new_size))
+    }
+
+    /// The right edge of the tree's first `size` leaves (a mirror extends it to check fetched
+    /// leaves).
+    pub fn frontier(&self, size: u64) -> Result<Frontier, CtDbError> {
+        self.with_nodes(|nodes| Frontier::of_nodes(nodes, size))
+    }
+
+    /// Full tiles in the cache now.
+    pub fn cached_tiles(&self) -> usize {
+        lock(&self.cache).tiles.len()
     }
 }
 
-fn load_tree(disk: &dyn Disk) -> Result<MerkleTree, CtDbError> {
-    let mut levels: Vec<Vec<Hash>> = Vec::new();
-    let end = prefix_end(NODE_PREFIX);
-    let mut from = NODE_PREFIX.to_vec();
-    let mut bound = Bound::Included(from.as_slice());
-    loop {
-        let pairs = disk.scan(bound, Bound::Excluded(end.as_slice()), false, SCAN_BATCH)?;
-        let Some((last, _)) = pairs.last() else { break };
-        let last = last.clone();
-        for (key, value) in pairs {
-            let rest = &key[NODE_PREFIX.len()..];
-            let (level, index) = match rest {
-                [level, index @ ..] if index.len() == 8 => (
-                    usize::from(*level),
-                    u64::from_be_bytes(index.try_into().expect("8 bytes")),
-                ),
-                _ => return Err(CtDbError::Corrupt("a tree node key is malformed".into())),
-            };
-            let hash: Hash = value
-                .as_slice()
-                .try_into()
-                .map_err(|_| CtDbError::Corrupt("a tree node is not 32 bytes".into()))?;
-            if levels.len() <= level {
-                levels.resize_with(level + 1, Vec::new);
-            }
-            if levels[level].len() as u64 != index {
-                return Err(CtDbError::Corrupt(format!(
-                    "tree level {level} misses node {}",
-                    levels[level].len()
-                )));
-            }
-            levels[level].push(hash);
+/// The contiguous size and the entries of the bundle not yet full, from what is stored.
+fn load_contiguous(disk: &dyn Disk) -> Result<(u64, Vec<LocalEntry>), CtDbError> {
+    let full = match last_under(disk, BUNDLE_PREFIX)? {
+        Some(key) => (number_of(&key, BUNDLE_PREFIX)? + 1) * BUNDLE_ENTRIES,
+        None => 0,
+    };
+    let from = numbered_key(EDGE_ENTRY_PREFIX, full);
+    let to = prefix_end(EDGE_ENTRY_PREFIX);
+    // At most 255 of them, unless the store is damaged: read one more to tell.
+    let pairs = disk.scan(
+        Bound::Included(EDGE_ENTRY_PREFIX),
+        Bound::Excluded(to.as_slice()),
+        false,
+        BUNDLE_ENTRIES as usize,
+    )?;
+    let mut bundle = Vec::new();
+    for (key, value) in pairs {
+        if key.as_slice() < from.as_slice() {
+            return Err(CtDbError::Corrupt(format!(
+                "entry {} is stored singly and in a full bundle",
+                number_of(&key, EDGE_ENTRY_PREFIX)?
+            )));
         }
-        from = last;
-        bound = Bound::Excluded(from.as_slice());
+        let sequence = number_of(&key, EDGE_ENTRY_PREFIX)?;
+        if sequence != full + bundle.len() as u64 || bundle.len() as u64 >= BUNDLE_ENTRIES - 1 {
+            return Err(CtDbError::Corrupt(format!(
+                "singly stored entry {sequence} does not follow entry {}",
+                full + bundle.len() as u64
+            )));
+        }
+        bundle.push(decode(&value, "an entry")?);
     }
-    let tree =
-        MerkleTree::from_levels(levels).map_err(|error| CtDbError::Corrupt(error.to_string()))?;
-    // The top levels are few hashes: recheck them against the level below so a torn or
-    // corrupted store is caught at start, not when a proof comes out wrong.
-    for level in (1..tree.levels().len()).rev().take(8) {
-        tree.verify_level(level)
-            .map_err(|error| CtDbError::Corrupt(error.to_string()))?;
-    }
-    Ok(tree)
+    Ok((full + bundle.len() as u64, bundle))
 }
 
-fn find_contiguous_size(disk: &dyn Disk) -> Result<u64, CtDbError> {
-    let from = ENTRY_PREFIX.to_vec();
-    let to = prefix_end(ENTRY_PREFIX);
+/// Entries bundled: a count, the end offset of each entry, then the entries (postcard), so one
+/// entry is decoded without the others.
+fn encode_bundle(entries: &[LocalEntry]) -> Vec<u8> {
+    let encoded: Vec<Vec<u8>> = entries.iter().map(encode).collect();
+    let payload: usize = encoded.iter().map(Vec::len).sum();
+    let mut bytes = Vec::with_capacity(4 + 4 * entries.len() + payload);
+    bytes.extend_from_slice(&u32::try_from(entries.len()).expect("256 entries").to_be_bytes());
+    let mut end = 0usize;
+    for entry in &encoded {
+        end += entry.len();
+        bytes.extend_from_slice(&u32::try_from(end).expect("a bundle under 4 GiB").to_be_bytes());
+    }
+    for entry in encoded {
+        bytes.extend_from_slice(&entry);
+    }
+    bytes
+}
+
+/// Up to `limit` entries of a bundle, from entry `from` on.
+fn decode_bundle(bytes: &[u8], from: usize, limit: usize) -> Result<Vec<LocalEntry>, CtDbError> {
+    let corrupt = || CtDbError::Corrupt("a bundle of entries is malformed".into());
+    let word = |at: usize| -> Result<usize, CtDbError> {
+        let word: [u8; 4] = bytes.get(at..at + 4).and_then(|w| w.try_into().ok()).ok_or_else(corrupt)?;
+        Ok(u32::from_be_bytes(word) as usize)
+    };
+    let count = word(0)?;
+    if count as u64 != BUNDLE_ENTRIES {
+        return Err(corrupt());
+    }
+    let payload = 4 + 4 * count;
+    let mut entries = Vec::new();
+    for index in from..count.min(from.saturating_add(limit)) {
+        let start = if index == 0 { 0 } else { word(4 + 4 * (index - 1))? };
+        let end = word(4 + 4 * index)?;
+        let slice = bytes
+            .get(payload + start..payload + end)
+            .ok_or_else(corrupt)?;
+        entries.push(decode(slice, "an entry")?);
+    }
+    Ok(entries)
+}
+
+fn hashes_of(bytes: &[u8]) -> Result<Vec<Hash>, CtDbError> {
+    if !bytes.len().is_multiple_of(32) || bytes.len() > 32 * TILE_WIDTH {
+        return Err(CtDbError::Corrupt(format!("a tile of {} bytes", bytes.len())));
+    }
+    Ok(bytes
+        .chunks_exact(32)
+        .map(|hash| hash.try_into().expect("32 bytes"))
+        .collect())
+}
+
+/// The last key under `prefix`, if any.
+fn last_under(disk: &dyn Disk, prefix: &[u8]) -> Result<Option<Vec<u8>>, DiskError> {
+    let to = prefix_end(prefix);
     let last = disk.scan(
-        Bound::Included(from.as_slice()),
+        Bound::Included(prefix),
         Bound::Excluded(to.as_slice()),
         true,
         1,
     )?;
-    // Entries are only ever written as extensions of the contiguous run, in flushed batches,
-    // so the highest number stored is the run's end.
-    match last.first() {
-        Some((key, _)) => Ok(number_of(key, ENTRY_PREFIX)? + 1),
-        None => Ok(0),
+    Ok(last.into_iter().next().map(|(key, _)| key))
+}
+
+/// Removes every key under `prefix`, in flushed batches.
+fn delete_prefix(disk: &dyn Disk, prefix: &[u8]) -> Result<(), DiskError> {
+    let to = prefix_end(prefix);
+    loop {
+        let pairs = disk.scan(
+            Bound::Included(prefix),
+            Bound::Excluded(to.as_slice()),
+            false,
+            DELETE_BATCH,
+        )?;
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::new();
+        for (key, _) in pairs {
+            batch.delete(key);
+        }
+        disk.write(batch)?;
+        disk.flush()?;
     }
+}
+
+fn delete_keys(disk: &dyn Disk, keys: &[&[u8]]) -> Result<(), DiskError> {
+    let mut batch = WriteBatch::new();
+    for key in keys {
+        batch.delete(key.to_vec());
+    }
+    disk.write(batch)?;
+    disk.flush()
 }
 
 fn numbered_key(prefix: &[u8], number: u64) -> Vec<u8> {
@@ -350,16 +794,17 @@ fn numbered_key(prefix: &[u8], number: u64) -> Vec<u8> {
     key
 }
 
-fn node_key(level: usize, index: u64) -> Vec<u8> {
-    let mut key = NODE_PREFIX.to_vec();
-    key.push(u8::try_from(level).expect("a tree has fewer than 256 levels"));
-    key.extend_from_slice(&index.to_be_bytes());
+fn tile_key(id: TileId) -> Vec<u8> {
+    let mut key = TILE_PREFIX.to_vec();
+    key.push(id.level);
+    key.extend_from_slice(&id.index.to_be_bytes());
     key
 }
 
-fn leaf_key(hash: &Hash) -> Vec<u8> {
-    let mut key = LEAF_PREFIX.to_vec();
+fn leaf_index_key(hash: &Hash, sequence: u64) -> Vec<u8> {
+    let mut key = LEAF_INDEX_PREFIX.to_vec();
     key.extend_from_slice(hash);
+    key.extend_from_slice(&sequence.to_be_bytes());
     key
 }
 
@@ -386,6 +831,9 @@ fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8], what: &str) -> Result<T, C
 
 #[cfg(test)]
 mod tests {
+    use certus_ct::merkle::MerkleTree;
+    use proptest::prelude::*;
+
     use super::*;
     use crate::SimDisk;
 
@@ -398,10 +846,18 @@ mod tests {
         }
     }
 
+    fn open(disk: &Arc<SimDisk>) -> Result<CtDatabase, CtDbError> {
+        CtDatabase::open(Arc::clone(disk) as Arc<dyn Disk>)
+    }
+
+    fn tree_of(entries: &[LocalEntry]) -> MerkleTree {
+        MerkleTree::from_leaf_hashes(entries.iter().map(|e| leaf_hash(&e.leaf_input)))
+    }
+
     #[test]
     fn entries_integrate_into_the_tree_and_survive_a_crash() {
         let disk = Arc::new(SimDisk::new());
-        let db = CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>).unwrap();
+        let db = open(&disk).unwrap();
         let entries: Vec<LocalEntry> = (0..10).map(entry).collect();
         db.store_entries(0, &entries[..6]).unwrap();
         // Overlapping batches extend the run; gaps are refused.
@@ -416,55 +872,320 @@ mod tests {
         assert_eq!(db.integrate(7).unwrap(), 7);
         assert_eq!(db.integrate(100).unwrap(), 10);
         assert_eq!(db.newest_sct_ms(), 1_009);
-        let expected =
-            MerkleTree::from_leaf_hashes(entries.iter().map(|e| leaf_hash(&e.leaf_input)));
-        assert_eq!(db.with_tree(MerkleTree::root), expected.root());
+        let expected = tree_of(&entries);
+        assert_eq!(db.size_and_root().unwrap(), (10, expected.root()));
         assert_eq!(
             db.index_of_leaf(&leaf_hash(&entries[3].leaf_input))
                 .unwrap(),
             Some(3)
         );
+        assert_eq!(db.index_of_leaf(&[9; 32]).unwrap(), None);
         assert_eq!(db.entries(8, 5).unwrap(), entries[8..10].to_vec());
 
-        // Everything was flushed: a crash loses nothing, and the tree loads without rehashing.
+        // Everything was flushed: a crash loses nothing.
         disk.crash();
-        let reopened = CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>).unwrap();
+        let reopened = open(&disk).unwrap();
         assert_eq!(reopened.contiguous_size(), 10);
         assert_eq!(reopened.tree_size(), 10);
-        assert_eq!(reopened.with_tree(MerkleTree::root), expected.root());
+        assert_eq!(reopened.root_at(10).unwrap(), expected.root());
         assert_eq!(reopened.entry(9).unwrap(), Some(entries[9].clone()));
+        assert_eq!(reopened.entry(10).unwrap(), None);
     }
 
     #[test]
-    fn a_tampered_tree_node_is_caught_on_open() {
+    fn entries_fill_bundles_and_tiles_across_their_edges() {
         let disk = Arc::new(SimDisk::new());
-        let db = CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>).unwrap();
-        db.store_entries(0, &(0..8).map(entry).collect::<Vec<_>>())
-            .unwrap();
-        db.integrate(8).unwrap();
-        let mut batch = WriteBatch::new();
-        batch.put(node_key(1, 2), vec![7u8; 32]);
-        disk.write(batch).unwrap();
+        let db = open(&disk).unwrap();
+        let entries: Vec<LocalEntry> = (0..1_000).map(entry).collect();
+        // Batches of every shape: one at a time, then across several bundles at once.
+        for sequence in 0..300 {
+            db.store_entries(sequence, &entries[sequence as usize..=sequence as usize])
+                .unwrap();
+        }
+        db.store_entries(300, &entries[300..]).unwrap();
+        assert_eq!(db.entries(0, 1_000).unwrap(), entries);
+        assert_eq!(db.entries(250, 20).unwrap(), entries[250..270].to_vec());
+        for step in [1, 255, 2, 500, 1_000] {
+            db.integrate(step).unwrap();
+        }
+        assert_eq!(db.tree_size(), 1_000);
+        let expected = tree_of(&entries);
+        for (index, size) in [(0, 1), (255, 256), (256, 257), (511, 700), (999, 1_000)] {
+            assert_eq!(
+                db.inclusion_proof(index, size).unwrap(),
+                expected.inclusion_proof(index, size).unwrap()
+            );
+            assert_eq!(
+                db.consistency_proof(index + 1, size).unwrap(),
+                expected.consistency_proof(index + 1, size).unwrap()
+            );
+        }
+        assert_eq!(
+            db.frontier(513).unwrap(),
+            Frontier::of_tree(&expected, 513).unwrap()
+        );
         assert!(matches!(
-            CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>),
-            Err(CtDbError::Corrupt(_))
+            db.root_at(1_001),
+            Err(CtDbError::Tree(MerkleError::SizeBeyondTree { .. }))
         ));
+        // A full bundle's entries are not kept singly as well.
+        assert!(
+            disk.get(&numbered_key(EDGE_ENTRY_PREFIX, 5))
+                .unwrap()
+                .is_none()
+        );
+        drop(db);
+        let reopened = open(&disk).unwrap();
+        assert_eq!(reopened.root_at(1_000).unwrap(), expected.root());
+        assert_eq!(reopened.entries(990, 20).unwrap(), entries[990..].to_vec());
+    }
+
+    #[test]
+    fn a_duplicate_leaf_is_found_at_its_first_sequence_number() {
+        let disk = Arc::new(SimDisk::new());
+        let db = open(&disk).unwrap();
+        let entries = vec![entry(1), entry(2), entry(1)];
+        db.store_entries(0, &entries).unwrap();
+        db.integrate(2).unwrap();
+        let hash = leaf_hash(&entries[0].leaf_input);
+        assert_eq!(db.index_of_leaf(&hash).unwrap(), Some(0));
+        db.integrate(1).unwrap();
+        assert_eq!(db.index_of_leaf(&hash).unwrap(), Some(0));
+    }
+
+    #[test]
+    fn a_tampered_tile_on_the_edge_is_caught_on_open() {
+        let disk = Arc::new(SimDisk::new());
+        let db = open(&disk).unwrap();
+        db.store_entries(0, &(0..600).map(entry).collect::<Vec<_>>())
+            .unwrap();
+        db.integrate(600).unwrap();
+        drop(db);
+        for (id, offset) in [(TileId { level: 0, index: 2 }, 3), (TileId { level: 1, index: 0 }, 1)] {
+            let original = disk.get(&tile_key(id)).unwrap().unwrap();
+            let mut tampered = original.clone();
+            tampered[offset * 32] ^= 1;
+            let mut batch = WriteBatch::new();
+            batch.put(tile_key(id), tampered);
+            disk.write(batch).unwrap();
+            assert!(matches!(open(&disk), Err(CtDbError::Corrupt(_))), "{id:?}");
+            let mut batch = WriteBatch::new();
+            batch.put(tile_key(id), original);
+            disk.write(batch).unwrap();
+        }
+        open(&disk).unwrap();
     }
 
     #[test]
     fn the_last_sth_is_kept() {
         let disk = Arc::new(SimDisk::new());
-        let db = CtDatabase::open(Arc::clone(&disk) as Arc<dyn Disk>).unwrap();
+        let db = open(&disk).unwrap();
         let sth = SignedTreeHead {
             tree_size: 0,
             timestamp_ms: 5_000,
-            root_hash: certus_ct::merkle::empty_root(),
+            root_hash: merkle::empty_root(),
             signature: vec![1],
         };
         db.save_sth(&sth).unwrap();
         disk.crash();
-        let reopened = CtDatabase::open(disk as Arc<dyn Disk>).unwrap();
+        let reopened = open(&disk).unwrap();
         assert_eq!(reopened.last_sth(), Some(sth));
         assert_eq!(reopened.newest_sct_ms(), 5_000);
+    }
+
+    #[test]
+    fn the_tile_cache_stays_within_its_bound() {
+        let disk = Arc::new(SimDisk::new());
+        let db = CtDatabase::open_with(
+            Arc::clone(&disk) as Arc<dyn Disk>,
+            CtStoreConfig { tile_cache_tiles: 3 },
+        )
+        .unwrap();
+        let entries: Vec<LocalEntry> = (0..2_600).map(entry).collect();
+        db.store_entries(0, &entries).unwrap();
+        db.integrate(2_600).unwrap();
+        let expected = tree_of(&entries);
+        for index in (0..2_600).step_by(97) {
+            assert_eq!(
+                db.inclusion_proof(index, 2_600).unwrap(),
+                expected.inclusion_proof(index, 2_600).unwrap()
+            );
+            assert!(db.cached_tiles() <= 3);
+        }
+    }
+
+    /// Writes a database in the layout before tiles, as that code did.
+    fn write_old_layout(disk: &SimDisk, entries: &[LocalEntry], integrated: usize) {
+        let [old_entries, old_leaves, old_nodes] = OLD_PREFIXES;
+        let mut batch = WriteBatch::new();
+        for (sequence, entry) in entries.iter().enumerate() {
+            batch.put(numbered_key(old_entries, sequence as u64), encode(entry));
+        }
+        let mut tree = MerkleTree::new();
+        for (sequence, entry) in entries[..integrated].iter().enumerate() {
+            let hash = leaf_hash(&entry.leaf_input);
+            batch.put([old_leaves, &hash[..]].concat(), (sequence as u64).to_be_bytes().to_vec());
+            for node in tree.push(hash) {
+                let mut key = old_nodes.to_vec();
+                key.push(u8::try_from(node.level).unwrap());
+                key.extend_from_slice(&node.index.to_be_bytes());
+                batch.put(key, node.hash.to_vec());
+            }
+        }
+        batch.put(
+            STH_KEY,
+            encode(&SignedTreeHead {
+                tree_size: integrated as u64,
+                timestamp_ms: 9_000,
+                root_hash: tree.root(),
+                signature: vec![1],
+            }),
+        );
+        disk.write(batch).unwrap();
+        disk.flush().unwrap();
+    }
+
+    #[test]
+    fn the_old_layout_is_converted_at_open() {
+        let disk = Arc::new(SimDisk::new());
+        let entries: Vec<LocalEntry> = (0..700).map(entry).collect();
+        write_old_layout(&disk, &entries, 650);
+        let db = open(&disk).unwrap();
+        assert_eq!(db.contiguous_size(), 700);
+        assert_eq!(db.tree_size(), 650);
+        assert_eq!(db.root_at(650).unwrap(), tree_of(&entries[..650]).root());
+        assert_eq!(db.entries(0, 700).unwrap(), entries);
+        assert_eq!(db.last_sth().unwrap().tree_size, 650);
+        assert_eq!(
+            db.index_of_leaf(&leaf_hash(&entries[600].leaf_input)).unwrap(),
+            Some(600)
+        );
+        for prefix in OLD_PREFIXES {
+            assert_eq!(last_under(&*disk, prefix).unwrap(), None);
+        }
+        drop(db);
+        assert_eq!(open(&disk).unwrap().tree_size(), 650);
+    }
+
+    /// A disk that stops taking writes after `budget` of them, as a process that crashed there.
+    struct Stopping {
+        disk: Arc<SimDisk>,
+        budget: Mutex<usize>,
+    }
+
+    impl Disk for Stopping {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, DiskError> {
+            self.disk.get(key)
+        }
+
+        fn scan(
+            &self,
+            from: Bound<&[u8]>,
+            to: Bound<&[u8]>,
+            reverse: bool,
+            limit: usize,
+        ) -> Result<crate::Pairs, DiskError> {
+            self.disk.scan(from, to, reverse, limit)
+        }
+
+        fn write(&self, batch: WriteBatch) -> Result<(), DiskError> {
+            let mut budget = lock(&self.budget);
+            if *budget == 0 {
+                return Err(DiskError("stopped".into()));
+            }
+            *budget -= 1;
+            self.disk.write(batch)
+        }
+
+        fn flush(&self) -> Result<(), DiskError> {
+            self.disk.flush()
+        }
+    }
+
+    #[test]
+    fn a_conversion_cut_short_by_a_crash_is_done_again() {
+        let entries: Vec<LocalEntry> = (0..600).map(entry).collect();
+        let expected = tree_of(&entries).root();
+        let mut completed = false;
+        for budget in 0..40 {
+            let disk = Arc::new(SimDisk::new());
+            write_old_layout(&disk, &entries, 600);
+            let stopping = Stopping {
+                disk: Arc::clone(&disk),
+                budget: Mutex::new(budget),
+            };
+            completed = CtDatabase::open(Arc::new(stopping)).is_ok();
+            disk.crash();
+            let db = open(&disk).unwrap();
+            assert_eq!(db.root_at(600).unwrap(), expected, "stopped after {budget} writes");
+            assert_eq!(db.entries(0, 600).unwrap(), entries);
+            for prefix in OLD_PREFIXES {
+                assert_eq!(last_under(&*disk, prefix).unwrap(), None);
+            }
+            if completed {
+                break;
+            }
+        }
+        assert!(completed, "the conversion takes fewer than 40 writes");
+    }
+
+    #[test]
+    fn a_converted_tree_that_misses_the_last_sth_is_refused() {
+        let disk = Arc::new(SimDisk::new());
+        let entries: Vec<LocalEntry> = (0..40).map(entry).collect();
+        write_old_layout(&disk, &entries, 40);
+        let mut batch = WriteBatch::new();
+        batch.put(numbered_key(OLD_PREFIXES[0], 7), encode(&entry(1_000)));
+        disk.write(batch).unwrap();
+        assert!(matches!(open(&disk), Err(CtDbError::Corrupt(_))));
+    }
+
+    proptest! {
+        /// Whatever the batches, crashes and restarts, what was acknowledged is there and the
+        /// tree answers as the whole tree in memory does.
+        #[test]
+        fn acknowledged_entries_and_tree_survive_crashes(
+            steps in proptest::collection::vec((0u8..4, 1usize..400), 1..25),
+        ) {
+            let disk = Arc::new(SimDisk::new());
+            let mut db = open(&disk).unwrap();
+            let all: Vec<LocalEntry> = (0..6_000).map(entry).collect();
+            for (kind, amount) in steps {
+                match kind {
+                    0 | 1 => {
+                        let first = db.contiguous_size() as usize;
+                        let end = (first + amount).min(all.len());
+                        db.store_entries(first as u64, &all[first..end]).unwrap();
+                    }
+                    2 => {
+                        db.integrate(amount).unwrap();
+                    }
+                    _ => {
+                        let (stored, integrated) = (db.contiguous_size(), db.tree_size());
+                        drop(db);
+                        disk.crash();
+                        db = open(&disk).unwrap();
+                        prop_assert_eq!(db.contiguous_size(), stored);
+                        prop_assert_eq!(db.tree_size(), integrated);
+                    }
+                }
+                let size = db.tree_size();
+                let expected = tree_of(&all[..size as usize]);
+                prop_assert_eq!(db.root_at(size).unwrap(), expected.root());
+                if size > 0 {
+                    let index = amount as u64 % size;
+                    prop_assert_eq!(
+                        db.inclusion_proof(index, size).unwrap(),
+                        expected.inclusion_proof(index, size).unwrap()
+                    );
+                    prop_assert_eq!(
+                        db.index_of_leaf(&leaf_hash(&all[index as usize].leaf_input)).unwrap(),
+                        Some(index)
+                    );
+                }
+                let stored = db.contiguous_size() as usize;
+                prop_assert_eq!(db.entries(0, stored + 5).unwrap(), all[..stored].to_vec());
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@ mod sled_disk;
 mod state_machine;
 
 pub use config::{CertusConfig, Proposal, Responses};
-pub use ct_db::{CtDatabase, CtDbError, LocalEntry};
+pub use ct_db::{CT_TILE_CACHE_TILES_DEFAULT, CtDatabase, CtDbError, CtStoreConfig, LocalEntry};
 pub use disk::{Disk, DiskError, FlushDone, Pairs, WriteBatch};
 pub use log_store::{AppendObserver, AppendTiming, LogStore, REPLICATION_READ_BYTES_MAX};
 pub use sim_disk::SimDisk;

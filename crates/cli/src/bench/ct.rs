@@ -153,6 +153,7 @@ pub(super) async fn run(args: CtArgs) -> Result<(), String> {
     let ct = CtFiles {
         key_file: Some(key_file),
         roots_file: Some(roots_file),
+        ..CtFiles::default()
     };
     let mut configs = Vec::new();
     for id in 1..=3 {

@@ -193,6 +193,7 @@ pub async fn start(dir: &Path, name: &str, pki: &Pki) -> (Vec<NodeConfig>, Vec<N
             config.ct = CtFiles {
                 key_file: Some(key_file.clone()),
                 roots_file: Some(roots_file.clone()),
+                ..CtFiles::default()
             };
             config
         })
