@@ -233,7 +233,7 @@ async fn input_past_a_limit_is_refused_before_anything_is_proposed() {
     config.ct = certus_node::CtFiles {
         key_file: Some(key_file),
         roots_file: None,
-        ..CtFiles::default()
+        ..certus_node::CtFiles::default()
     };
     config.sessions.daemons = false;
     let node = Node::start(config.clone()).await.expect("node starts");
