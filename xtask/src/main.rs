@@ -25,7 +25,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "`bench raft|ct|sessions|pipelines|grpc [--clients ...] [--seconds N] [--json]`: a 3-node loopback cluster, release build",
+        "`bench raft|ct|ct-store|sessions|pipelines|grpc [--clients ...] [--seconds N] [--json]`: a 3-node loopback cluster, release build",
     ),
     (
         "fuzz",
@@ -199,6 +199,11 @@ const BENCHMARKS: &[(&str, &str)] = &[
         "ct",
         "the CT log: add-chain/s and merge delay, get-sth and proof reads/s over HTTP and gRPC, \
          memory per million entries [--clients 64,256] [--seconds 10] [--entries 100000]",
+    ),
+    (
+        "ct-store",
+        "one node's CT store at scale, no Raft: leaves/s, RSS, disk bytes per entry, \
+         get-proof-by-hash p99 [--entries 1000000] [--cache-tiles 4096] [--sled-cache-mib 128]",
     ),
     (
         "sessions",

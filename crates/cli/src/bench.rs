@@ -5,6 +5,8 @@
 //! - `raft` ([`raft`]): durable writes and linearizable reads through Raft.
 //! - `ct` ([`ct`]): the CT log — add-chain throughput and merge delay, proof and STH reads over
 //!   RFC 6962 HTTP and gRPC, and memory per logged entry.
+//! - `ct-store` ([`ct_store`]): one node's CT store at scale, without Raft — leaves/s, memory,
+//!   disk bytes per entry and proof latency at N entries.
 //! - `sessions` ([`sessions`]): CA issuance sessions driven end to end (create, HTTP-01, issue,
 //!   check the certificate, acknowledge) per second, with create→done latency.
 //! - `pipelines` ([`pipelines`]): transaction pipelines' enqueue → dequeue → complete cycles per
@@ -16,6 +18,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 mod ct;
+mod ct_store;
 mod grpc;
 mod pipelines;
 mod raft;
@@ -35,6 +38,9 @@ enum Benchmark {
     Raft(raft::RaftArgs),
     /// The CT log: add-chain/s with merge delay, proof and STH reads/s, memory per entry.
     Ct(ct::CtArgs),
+    /// One node's CT store at scale, no Raft: leaves/s, memory, disk per entry, proof latency.
+    #[command(name = "ct-store")]
+    CtStore(ct_store::CtStoreArgs),
     /// CA issuance sessions end to end: sessions/s, create→done latency, failures.
     Sessions(sessions::SessionsArgs),
     /// Transaction pipelines: enqueue → dequeue → complete cycles/s and their latency.
@@ -47,6 +53,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
     match args.what {
         Benchmark::Raft(args) => raft::run(args).await,
         Benchmark::Ct(args) => ct::run(args).await,
+        Benchmark::CtStore(args) => ct_store::run(args).await,
         Benchmark::Sessions(args) => sessions::run(args).await,
         Benchmark::Pipelines(args) => pipelines::run(args).await,
         Benchmark::Grpc(args) => grpc::run(args).await,

@@ -385,7 +385,9 @@ impl StoredNodes for MerkleTree {
             .and_then(|level| self.levels.get(level))
             .and_then(|nodes| nodes.get(usize::try_from(index).ok()?));
         stored.copied().ok_or(MerkleError::SizeBeyondTree {
-            tree_size: index.saturating_add(1).saturating_mul(1u64 << level.min(63)),
+            tree_size: index
+                .saturating_add(1)
+                .saturating_mul(1u64 << level.min(63)),
             local_size: self.size(),
         })
     }

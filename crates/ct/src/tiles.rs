@@ -50,9 +50,7 @@ impl ExpandedTile {
     /// Expands a full tile's 256 hashes (255 node hashes).
     pub fn new(hashes: &[Hash]) -> Result<ExpandedTile, TileError> {
         if hashes.len() != TILE_WIDTH {
-            return Err(TileError::NotFull {
-                len: hashes.len(),
-            });
+            return Err(TileError::NotFull { len: hashes.len() });
         }
         let mut all = Vec::with_capacity(2 * TILE_WIDTH - 1);
         all.extend_from_slice(hashes);
@@ -112,7 +110,9 @@ pub enum TileError {
         len: usize,
     },
     /// A partial tile of the wrong length for the tree size.
-    #[error("tile level {level}'s partial tile holds {len} hashes; tree size {size} needs {expected}")]
+    #[error(
+        "tile level {level}'s partial tile holds {len} hashes; tree size {size} needs {expected}"
+    )]
     WrongEdge {
         /// The tile level.
         level: u8,
@@ -147,7 +147,9 @@ impl TileEdge {
 
     /// The number of tile levels a tree of `size` leaves has.
     pub fn levels_for(size: u64) -> usize {
-        (0..).take_while(|&level| hashes_at(size, level) > 0).count()
+        (0..)
+            .take_while(|&level| hashes_at(size, level) > 0)
+            .count()
     }
 
     /// The tile each level's partial hashes belong to, for a tree of `size` leaves, with how
@@ -217,7 +219,8 @@ impl TileEdge {
             if self.partial[level].len() < TILE_WIDTH {
                 break;
             }
-            let hashes = std::mem::replace(&mut self.partial[level], Vec::with_capacity(TILE_WIDTH));
+            let hashes =
+                std::mem::replace(&mut self.partial[level], Vec::with_capacity(TILE_WIDTH));
             // The tile's index: the hashes the level held before this one filled it, over 256.
             let index = hashes_at(self.size, level) / TILE_WIDTH as u64;
             hash = complete_subtree(&hashes);
@@ -274,7 +277,9 @@ impl<R: TileReader> StoredNodes for TiledNodes<'_, R> {
 
     fn node(&self, level: u32, index: u64) -> Result<Hash, R::Error> {
         let missing = || MerkleError::SizeBeyondTree {
-            tree_size: index.saturating_add(1).saturating_mul(1u64 << level.min(63)),
+            tree_size: index
+                .saturating_add(1)
+                .saturating_mul(1u64 << level.min(63)),
             local_size: self.edge.size,
         };
         let tile_level = (level / TILE_HEIGHT) as usize;
@@ -293,7 +298,9 @@ impl<R: TileReader> StoredNodes for TiledNodes<'_, R> {
                 index: tile,
             };
             let expanded = self.reader.full_tile(id)?;
-            return expanded.node(r, offset >> r).ok_or_else(|| missing().into());
+            return expanded
+                .node(r, offset >> r)
+                .ok_or_else(|| missing().into());
         }
         match self.edge.partial.get(tile_level) {
             Some(partial) if tile == edge_tile && offset + width <= partial.len() => {
@@ -322,7 +329,9 @@ mod tests {
 
         fn full_tile(&self, id: TileId) -> Result<Arc<ExpandedTile>, MerkleError> {
             let hashes = self.0.get(&id).expect("every full tile was stored");
-            Ok(Arc::new(ExpandedTile::new(hashes).expect("stored tiles are full")))
+            Ok(Arc::new(
+                ExpandedTile::new(hashes).expect("stored tiles are full"),
+            ))
         }
     }
 
@@ -369,7 +378,10 @@ mod tests {
         let (edge, tiles, _) = tiled(256 * 256 + 3);
         assert_eq!(tiles.0.len(), 256 + 1);
         assert!(tiles.0.contains_key(&TileId { level: 1, index: 0 }));
-        assert!(tiles.0.contains_key(&TileId { level: 0, index: 255 }));
+        assert!(tiles.0.contains_key(&TileId {
+            level: 0,
+            index: 255
+        }));
         let partial: Vec<(TileId, usize)> = edge
             .partial_tiles()
             .map(|(id, hashes)| (id, hashes.len()))
@@ -377,7 +389,13 @@ mod tests {
         assert_eq!(
             partial,
             vec![
-                (TileId { level: 0, index: 256 }, 3),
+                (
+                    TileId {
+                        level: 0,
+                        index: 256
+                    },
+                    3
+                ),
                 (TileId { level: 1, index: 1 }, 0),
                 (TileId { level: 2, index: 0 }, 1),
             ]

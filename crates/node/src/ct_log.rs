@@ -617,7 +617,8 @@ impl CtNode {
             .unwrap_or(&self.verifier)
             .verify_sth(&signed)
             .map_err(|error| format!("candidate STH does not verify: {error}"))?;
-        let own_root = (self.db.tree_size() >= sth.tree_size).then(|| self.db.root_at(sth.tree_size));
+        let own_root =
+            (self.db.tree_size() >= sth.tree_size).then(|| self.db.root_at(sth.tree_size));
         if let Some(Ok(root)) = own_root
             && root != sth.root_hash
         {

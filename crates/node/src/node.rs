@@ -171,12 +171,12 @@ impl Node {
                 let store = certus_store::CtStoreConfig {
                     tile_cache_tiles: config.ct.tile_cache_tiles,
                 };
-                let db = CtDatabase::open_with(Arc::clone(&disk) as Arc<dyn Disk>, store).map_err(|error| {
-                    StartError::Storage {
+                let db = CtDatabase::open_with(Arc::clone(&disk) as Arc<dyn Disk>, store).map_err(
+                    |error| StartError::Storage {
                         path: config.data_dir.display().to_string(),
                         reason: error.to_string(),
-                    }
-                })?;
+                    },
+                )?;
                 Some(Arc::new(
                     CtNode::new(setup, db, Arc::clone(&metrics))
                         .map_err(StartError::Config)?

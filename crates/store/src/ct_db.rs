@@ -186,10 +186,9 @@ impl TileReader for Tiles<'_> {
             CtDbError::Corrupt(format!("tile {}/{} is missing", id.level, id.index))
         })?;
         let hashes = hashes_of(&bytes)?;
-        let tile = Arc::new(
-            ExpandedTile::new(&hashes)
-                .map_err(|error| CtDbError::Corrupt(format!("tile {}/{}: {error}", id.level, id.index)))?,
-        );
+        let tile = Arc::new(ExpandedTile::new(&hashes).map_err(|error| {
+            CtDbError::Corrupt(format!("tile {}/{}: {error}", id.level, id.index))
+        })?);
         lock(self.cache).insert(id, Arc::clone(&tile));
         Ok(tile)
     }
@@ -197,7 +196,9 @@ impl TileReader for Tiles<'_> {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock already failed the caller that caused it.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The local CT database of one node.
@@ -234,7 +235,12 @@ impl CtDatabase {
         let marked = disk.get(LAYOUT_KEY)?.is_some_and(|layout| layout == LAYOUT);
         if !marked {
             // New-layout keys without the mark are a conversion that did not finish.
-            for prefix in [TILE_PREFIX, BUNDLE_PREFIX, EDGE_ENTRY_PREFIX, LEAF_INDEX_PREFIX] {
+            for prefix in [
+                TILE_PREFIX,
+                BUNDLE_PREFIX,
+                EDGE_ENTRY_PREFIX,
+                LEAF_INDEX_PREFIX,
+            ] {
                 delete_prefix(&*disk, prefix)?;
             }
             delete_keys(&*disk, &[TREE_SIZE_KEY])?;
@@ -254,9 +260,12 @@ impl CtDatabase {
     fn load(disk: Arc<dyn Disk>, config: CtStoreConfig) -> Result<CtDatabase, CtDbError> {
         let (contiguous_size, bundle) = load_contiguous(&*disk)?;
         let tree_size = match disk.get(TREE_SIZE_KEY)? {
-            Some(bytes) => u64::from_be_bytes(bytes.as_slice().try_into().map_err(|_| {
-                CtDbError::Corrupt("the tree size is not 8 bytes".into())
-            })?),
+            Some(bytes) => u64::from_be_bytes(
+                bytes
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| CtDbError::Corrupt("the tree size is not 8 bytes".into()))?,
+            ),
             None => 0,
         };
         if tree_size > contiguous_size {
@@ -558,7 +567,11 @@ impl CtDatabase {
             if singles.is_empty() {
                 // The bundle may have filled (and its single entries gone) since it was looked
                 // for: look once more before calling this the end.
-                if self.disk.get(&numbered_key(BUNDLE_PREFIX, index))?.is_some() {
+                if self
+                    .disk
+                    .get(&numbered_key(BUNDLE_PREFIX, index))?
+                    .is_some()
+                {
                     continue;
                 }
                 break;
@@ -699,11 +712,19 @@ fn encode_bundle(entries: &[LocalEntry]) -> Vec<u8> {
     let encoded: Vec<Vec<u8>> = entries.iter().map(encode).collect();
     let payload: usize = encoded.iter().map(Vec::len).sum();
     let mut bytes = Vec::with_capacity(4 + 4 * entries.len() + payload);
-    bytes.extend_from_slice(&u32::try_from(entries.len()).expect("256 entries").to_be_bytes());
+    bytes.extend_from_slice(
+        &u32::try_from(entries.len())
+            .expect("256 entries")
+            .to_be_bytes(),
+    );
     let mut end = 0usize;
     for entry in &encoded {
         end += entry.len();
-        bytes.extend_from_slice(&u32::try_from(end).expect("a bundle under 4 GiB").to_be_bytes());
+        bytes.extend_from_slice(
+            &u32::try_from(end)
+                .expect("a bundle under 4 GiB")
+                .to_be_bytes(),
+        );
     }
     for entry in encoded {
         bytes.extend_from_slice(&entry);
@@ -715,7 +736,10 @@ fn encode_bundle(entries: &[LocalEntry]) -> Vec<u8> {
 fn decode_bundle(bytes: &[u8], from: usize, limit: usize) -> Result<Vec<LocalEntry>, CtDbError> {
     let corrupt = || CtDbError::Corrupt("a bundle of entries is malformed".into());
     let word = |at: usize| -> Result<usize, CtDbError> {
-        let word: [u8; 4] = bytes.get(at..at + 4).and_then(|w| w.try_into().ok()).ok_or_else(corrupt)?;
+        let word: [u8; 4] = bytes
+            .get(at..at + 4)
+            .and_then(|w| w.try_into().ok())
+            .ok_or_else(corrupt)?;
         Ok(u32::from_be_bytes(word) as usize)
     };
     let count = word(0)?;
@@ -725,7 +749,11 @@ fn decode_bundle(bytes: &[u8], from: usize, limit: usize) -> Result<Vec<LocalEnt
     let payload = 4 + 4 * count;
     let mut entries = Vec::new();
     for index in from..count.min(from.saturating_add(limit)) {
-        let start = if index == 0 { 0 } else { word(4 + 4 * (index - 1))? };
+        let start = if index == 0 {
+            0
+        } else {
+            word(4 + 4 * (index - 1))?
+        };
         let end = word(4 + 4 * index)?;
         let slice = bytes
             .get(payload + start..payload + end)
@@ -737,7 +765,10 @@ fn decode_bundle(bytes: &[u8], from: usize, limit: usize) -> Result<Vec<LocalEnt
 
 fn hashes_of(bytes: &[u8]) -> Result<Vec<Hash>, CtDbError> {
     if !bytes.len().is_multiple_of(32) || bytes.len() > 32 * TILE_WIDTH {
-        return Err(CtDbError::Corrupt(format!("a tile of {} bytes", bytes.len())));
+        return Err(CtDbError::Corrupt(format!(
+            "a tile of {} bytes",
+            bytes.len()
+        )));
     }
     Ok(bytes
         .chunks_exact(32)
@@ -961,7 +992,10 @@ mod tests {
             .unwrap();
         db.integrate(600).unwrap();
         drop(db);
-        for (id, offset) in [(TileId { level: 0, index: 2 }, 3), (TileId { level: 1, index: 0 }, 1)] {
+        for (id, offset) in [
+            (TileId { level: 0, index: 2 }, 3),
+            (TileId { level: 1, index: 0 }, 1),
+        ] {
             let original = disk.get(&tile_key(id)).unwrap().unwrap();
             let mut tampered = original.clone();
             tampered[offset * 32] ^= 1;
@@ -998,7 +1032,9 @@ mod tests {
         let disk = Arc::new(SimDisk::new());
         let db = CtDatabase::open_with(
             Arc::clone(&disk) as Arc<dyn Disk>,
-            CtStoreConfig { tile_cache_tiles: 3 },
+            CtStoreConfig {
+                tile_cache_tiles: 3,
+            },
         )
         .unwrap();
         let entries: Vec<LocalEntry> = (0..2_600).map(entry).collect();
@@ -1024,7 +1060,10 @@ mod tests {
         let mut tree = MerkleTree::new();
         for (sequence, entry) in entries[..integrated].iter().enumerate() {
             let hash = leaf_hash(&entry.leaf_input);
-            batch.put([old_leaves, &hash[..]].concat(), (sequence as u64).to_be_bytes().to_vec());
+            batch.put(
+                [old_leaves, &hash[..]].concat(),
+                (sequence as u64).to_be_bytes().to_vec(),
+            );
             for node in tree.push(hash) {
                 let mut key = old_nodes.to_vec();
                 key.push(u8::try_from(node.level).unwrap());
@@ -1057,7 +1096,8 @@ mod tests {
         assert_eq!(db.entries(0, 700).unwrap(), entries);
         assert_eq!(db.last_sth().unwrap().tree_size, 650);
         assert_eq!(
-            db.index_of_leaf(&leaf_hash(&entries[600].leaf_input)).unwrap(),
+            db.index_of_leaf(&leaf_hash(&entries[600].leaf_input))
+                .unwrap(),
             Some(600)
         );
         for prefix in OLD_PREFIXES {
@@ -1117,7 +1157,11 @@ mod tests {
             completed = CtDatabase::open(Arc::new(stopping)).is_ok();
             disk.crash();
             let db = open(&disk).unwrap();
-            assert_eq!(db.root_at(600).unwrap(), expected, "stopped after {budget} writes");
+            assert_eq!(
+                db.root_at(600).unwrap(),
+                expected,
+                "stopped after {budget} writes"
+            );
             assert_eq!(db.entries(0, 600).unwrap(), entries);
             for prefix in OLD_PREFIXES {
                 assert_eq!(last_under(&*disk, prefix).unwrap(), None);

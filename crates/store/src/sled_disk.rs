@@ -204,10 +204,19 @@ pub fn rebuild_keeping_vote(path: &Path, aside: &Path) -> Result<Rebuilt, DiskEr
 }
 
 impl SledDisk {
-    /// Opens (or creates) the database at `path`.
+    /// Opens (or creates) the database at `path`, with sled's default page cache (1 GiB).
     pub fn open(path: &Path) -> Result<SledDisk, DiskError> {
-        let db = sled::Config::new()
-            .path(path)
+        SledDisk::open_with_cache(path, None)
+    }
+
+    /// Opens (or creates) the database at `path` with a page cache of `cache_bytes` (sled's
+    /// default of 1 GiB if `None`): the bound on what sled keeps in memory.
+    pub fn open_with_cache(path: &Path, cache_bytes: Option<u64>) -> Result<SledDisk, DiskError> {
+        let mut config = sled::Config::new().path(path);
+        if let Some(bytes) = cache_bytes {
+            config = config.cache_capacity(bytes);
+        }
+        let db = config
             .open()
             .map_err(|e| DiskError(format!("opening {}: {e}", path.display())))?;
         verify(&db)?;

@@ -35,7 +35,7 @@ use super::{WARM_UP, free_addr, percentile};
 use crate::cluster::{await_leader, start_local};
 
 mod pki;
-mod process;
+pub(super) mod process;
 mod reads;
 mod sth_watch;
 mod submit;

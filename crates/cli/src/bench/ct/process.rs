@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// The resident set size of this process in bytes (`VmRSS` in `/proc/self/status`); `None`
 /// where there is no such file (not Linux).
-pub(super) fn resident_bytes() -> Option<u64> {
+pub(in crate::bench) fn resident_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     vm_rss_bytes(&status)
 }
@@ -20,7 +20,7 @@ fn vm_rss_bytes(status: &str) -> Option<u64> {
 
 /// CPU time this process has used, user and system, all threads (`utime` + `stime` in
 /// `/proc/self/stat`).
-pub(super) fn cpu_time() -> Option<Duration> {
+pub(in crate::bench) fn cpu_time() -> Option<Duration> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     cpu_time_of(&stat)
 }
