@@ -155,6 +155,51 @@ fn percentile<T: Copy>(sorted: &[T], fraction: f64) -> Option<T> {
 }
 
 /// Microseconds, saturating (a run never lasts 500 000 years).
+/// Errors a run met, by kind: the gRPC code and the node's `certus-error` reason (or, without
+/// one, the start of the message), so a figure with errors says what they were.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct ErrorKinds(std::collections::BTreeMap<String, usize>);
+
+impl ErrorKinds {
+    fn record(&mut self, status: &tonic::Status) {
+        let reason = status
+            .metadata()
+            .get(certus_node::errors::ERROR_REASON_KEY)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+            .unwrap_or_else(|| status.message().chars().take(60).collect());
+        *self
+            .0
+            .entry(format!("{:?}: {reason}", status.code()))
+            .or_default() += 1;
+    }
+
+    fn merge(&mut self, other: ErrorKinds) {
+        for (kind, count) in other.0 {
+            *self.0.entry(kind).or_default() += count;
+        }
+    }
+
+    fn total(&self) -> usize {
+        self.0.values().sum()
+    }
+
+    /// `count × kind` pairs, most frequent first; empty without errors.
+    fn describe(&self) -> String {
+        let mut kinds: Vec<(&String, &usize)> = self.0.iter().collect();
+        kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        kinds
+            .into_iter()
+            .map(|(kind, count)| format!("{count} × {kind}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!(self.0)
+    }
+}
+
 fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }

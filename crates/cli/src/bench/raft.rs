@@ -55,7 +55,7 @@ struct Run {
     op: Op,
     clients: usize,
     ops: usize,
-    errors: usize,
+    errors: super::ErrorKinds,
     elapsed: Duration,
     latencies_us: Vec<u64>,
 }
@@ -198,7 +198,7 @@ async fn measure(
         tasks.push(tokio::spawn(async move {
             let mut grpc = LeasesClient::new(channel);
             let mut latencies = Vec::new();
-            let mut errors = 0usize;
+            let mut errors = super::ErrorKinds::default();
             let mut n = 0u64;
             loop {
                 let began = Instant::now();
@@ -231,18 +231,18 @@ async fn measure(
                 }
                 match result {
                     Ok(()) => latencies.push(micros(began.elapsed())),
-                    Err(_) => errors += 1,
+                    Err(status) => errors.record(&status),
                 }
             }
             (latencies, errors)
         }));
     }
     let mut latencies_us = Vec::new();
-    let mut errors = 0;
+    let mut errors = super::ErrorKinds::default();
     for task in tasks {
         let (latencies, failed) = task.await.map_err(|error| error.to_string())?;
         latencies_us.extend(latencies);
-        errors += failed;
+        errors.merge(failed);
     }
     latencies_us.sort_unstable();
     Ok(Run {
@@ -274,7 +274,8 @@ fn report(runs: &[Run], as_json: bool) {
                     "op": format!("{:?}", run.op).to_lowercase(),
                     "clients": run.clients,
                     "ops": run.ops,
-                    "errors": run.errors,
+                    "errors": run.errors.total(),
+                    "errors_by_kind": run.errors.to_json(),
                     "ops_per_second": run.ops_per_second(),
                     "p50_ms": run.percentile_ms(0.50),
                     "p99_ms": run.percentile_ms(0.99),
@@ -301,8 +302,16 @@ fn report(runs: &[Run], as_json: bool) {
             format!("{:.2}", run.percentile_ms(0.50)),
             format!("{:.2}", run.percentile_ms(0.99)),
             format!("{:.2}", run.percentile_ms(1.0)),
-            run.errors.to_string(),
+            run.errors.total().to_string(),
         ]);
     }
     println!("{table}");
+    for run in runs.iter().filter(|run| run.errors.total() > 0) {
+        println!(
+            "errors, {:?} at {} clients: {}",
+            run.op,
+            run.clients,
+            run.errors.describe()
+        );
+    }
 }
