@@ -11,9 +11,9 @@
 //! - `ct/bundle/<index>` → entries `256·index ..` as one value once 256 of them are stored; the
 //!   entries of the bundle not yet full are `ct/edge-entry/<seq>`, one value each, so a batch
 //!   of one entry writes one entry (the bundle is written once, when it fills);
-//! - `ct/leaf-index/<leaf hash><seq>` → nothing: a leaf's sequence numbers, found by the first
-//!   key after the hash (get-proof-by-hash, duplicate detection), on disk and never read when
-//!   written;
+//! - `ct/index/…` → the leaf-hash index (get-proof-by-hash): leaf hash → first sequence number,
+//!   a log-structured merge index on disk whose records not yet written are read back from the
+//!   tiles at open ([`crate::ct_leaf_index`]);
 //! - `ct/meta/tree-size`, `ct/meta/sth` (the node's last signed tree head), `ct/meta/layout`.
 //!
 //! Numbers are big-endian so keys sort by them.
@@ -40,12 +40,13 @@ use certus_ct::merkle::{self, MerkleError, leaf_hash};
 use certus_ct::tiles::{ExpandedTile, TILE_WIDTH, TileEdge, TileId, TileReader, TiledNodes};
 use serde::{Deserialize, Serialize};
 
+use crate::ct_leaf_index::{IndexView, LeafIndex, Shape};
 use crate::disk::{Disk, DiskError, WriteBatch};
 
 const TILE_PREFIX: &[u8] = b"ct/tile/";
 const BUNDLE_PREFIX: &[u8] = b"ct/bundle/";
 const EDGE_ENTRY_PREFIX: &[u8] = b"ct/edge-entry/";
-const LEAF_INDEX_PREFIX: &[u8] = b"ct/leaf-index/";
+const LEAF_INDEX_PREFIX: &[u8] = b"ct/index/";
 const TREE_SIZE_KEY: &[u8] = b"ct/meta/tree-size";
 const STH_KEY: &[u8] = b"ct/meta/sth";
 /// Marks a database in the tiled layout, written once a conversion from the old one is complete.
@@ -120,6 +121,7 @@ impl Default for CtStoreConfig {
 #[derive(Debug)]
 struct Writer {
     edge: TileEdge,
+    index: LeafIndex,
     bundle: Vec<LocalEntry>,
     contiguous_size: u64,
 }
@@ -128,6 +130,7 @@ struct Writer {
 #[derive(Debug)]
 struct Published {
     edge: Arc<TileEdge>,
+    index: IndexView,
     contiguous_size: u64,
     newest_sct_ms: u64,
     last_sth: Option<SignedTreeHead>,
@@ -204,6 +207,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The local CT database of one node.
 pub struct CtDatabase {
     disk: Arc<dyn Disk>,
+    index_shape: Shape,
     writer: Mutex<Writer>,
     published: Mutex<Published>,
     cache: Mutex<TileCache>,
@@ -232,6 +236,15 @@ impl CtDatabase {
     /// node's last STH, the layout is marked, and only then are the old keys removed. A crash
     /// during the conversion redoes it at the next open; after the mark, it finishes removing.
     pub fn open_with(disk: Arc<dyn Disk>, config: CtStoreConfig) -> Result<CtDatabase, CtDbError> {
+        CtDatabase::open_shaped(disk, config, Shape::default())
+    }
+
+    /// [`CtDatabase::open_with`] with the leaf index's sizes given (tests make them small).
+    pub(crate) fn open_shaped(
+        disk: Arc<dyn Disk>,
+        config: CtStoreConfig,
+        shape: Shape,
+    ) -> Result<CtDatabase, CtDbError> {
         let marked = disk.get(LAYOUT_KEY)?.is_some_and(|layout| layout == LAYOUT);
         if !marked {
             // New-layout keys without the mark are a conversion that did not finish.
@@ -244,7 +257,7 @@ impl CtDatabase {
                 delete_prefix(&*disk, prefix)?;
             }
             delete_keys(&*disk, &[TREE_SIZE_KEY])?;
-            let db = CtDatabase::load(Arc::clone(&disk), config)?;
+            let db = CtDatabase::load(Arc::clone(&disk), config, shape)?;
             db.convert_old_layout()?;
             let mut batch = WriteBatch::new();
             batch.put(LAYOUT_KEY, LAYOUT);
@@ -254,10 +267,14 @@ impl CtDatabase {
         for prefix in OLD_PREFIXES {
             delete_prefix(&*disk, prefix)?;
         }
-        CtDatabase::load(disk, config)
+        CtDatabase::load(disk, config, shape)
     }
 
-    fn load(disk: Arc<dyn Disk>, config: CtStoreConfig) -> Result<CtDatabase, CtDbError> {
+    fn load(
+        disk: Arc<dyn Disk>,
+        config: CtStoreConfig,
+        shape: Shape,
+    ) -> Result<CtDatabase, CtDbError> {
         let (contiguous_size, bundle) = load_contiguous(&*disk)?;
         let tree_size = match disk.get(TREE_SIZE_KEY)? {
             Some(bytes) => u64::from_be_bytes(
@@ -293,25 +310,41 @@ impl CtDatabase {
             None => None,
         };
         let newest_sct_ms = last_sth.as_ref().map_or(0, |sth| sth.timestamp_ms);
+        let cache = Mutex::new(TileCache {
+            capacity: config.tile_cache_tiles,
+            tiles: BTreeMap::new(),
+            by_use: BTreeMap::new(),
+            uses: 0,
+        });
+        let index = LeafIndex::open(&*disk, tree_size, shape, |from, to| {
+            leaf_hashes(
+                &edge,
+                &Tiles {
+                    disk: &*disk,
+                    cache: &cache,
+                },
+                from,
+                to,
+            )
+        })?;
+        let index_view = index.view();
         let db = CtDatabase {
-            disk,
             writer: Mutex::new(Writer {
                 edge: edge.clone(),
+                index,
                 bundle,
                 contiguous_size,
             }),
             published: Mutex::new(Published {
                 edge: Arc::new(edge),
+                index: index_view,
                 contiguous_size,
                 newest_sct_ms,
                 last_sth,
             }),
-            cache: Mutex::new(TileCache {
-                capacity: config.tile_cache_tiles,
-                tiles: BTreeMap::new(),
-                by_use: BTreeMap::new(),
-                uses: 0,
-            }),
+            cache,
+            disk,
+            index_shape: shape,
         };
         db.check_edge()?;
         Ok(db)
@@ -498,6 +531,7 @@ impl CtDatabase {
         let mut edge = writer.edge.clone();
         let mut newest_sct_ms = self.newest_sct_ms();
         let mut batch = WriteBatch::new();
+        let mut records = Vec::with_capacity(usize::try_from(end - start).unwrap_or(0));
         while edge.size() < end {
             let next = edge.size();
             let limit = usize::try_from(end - next)
@@ -510,7 +544,7 @@ impl CtDatabase {
             for entry in entries {
                 let hash = leaf_hash(&entry.leaf_input);
                 newest_sct_ms = newest_sct_ms.max(entry.sct_timestamp_ms);
-                batch.put(leaf_index_key(&hash, edge.size()), Vec::new());
+                records.push((hash, edge.size()));
                 for (id, hashes) in edge.push(hash) {
                     batch.put(tile_key(id), hashes.concat());
                 }
@@ -522,12 +556,28 @@ impl CtDatabase {
             }
         }
         batch.put(TREE_SIZE_KEY, edge.size().to_be_bytes().to_vec());
-        self.disk.write(batch)?;
-        self.disk.flush()?;
+        let indexed = writer.index.add_round(&*self.disk, &mut batch, records);
+        let written = indexed.and_then(|()| {
+            self.disk.write(batch)?;
+            self.disk.flush()?;
+            Ok(())
+        });
+        if let Err(error) = written {
+            // The index changed in memory for a round that is not on disk: read it again.
+            let old_edge = writer.edge.clone();
+            writer.index = LeafIndex::open(
+                &*self.disk,
+                old_edge.size(),
+                self.index_shape,
+                |from, to| leaf_hashes(&old_edge, &self.tiles(), from, to),
+            )?;
+            return Err(error);
+        }
         let size = edge.size();
         writer.edge = edge.clone();
         let mut published = lock(&self.published);
         published.edge = Arc::new(edge);
+        published.index = writer.index.view();
         published.newest_sct_ms = newest_sct_ms;
         Ok(size)
     }
@@ -604,25 +654,17 @@ impl CtDatabase {
 
     /// The first sequence number whose leaf hash is `hash`, if integrated.
     pub fn index_of_leaf(&self, hash: &Hash) -> Result<Option<u64>, CtDbError> {
-        let from = leaf_index_key(hash, 0);
-        let to = leaf_index_key(hash, u64::MAX);
-        let found = self.disk.scan(
-            Bound::Included(from.as_slice()),
-            Bound::Included(to.as_slice()),
-            false,
-            1,
-        )?;
-        let Some((key, _)) = found.first() else {
-            return Ok(None);
-        };
-        let sequence = key
-            .get(LEAF_INDEX_PREFIX.len() + 32..)
-            .and_then(|rest| <[u8; 8]>::try_from(rest).ok())
-            .map(u64::from_be_bytes)
-            .ok_or_else(|| CtDbError::Corrupt("a leaf index key is malformed".into()))?;
-        // Integrated means below the tree size: a crash cannot leave index keys past it (one
-        // batch), but say so rather than serve a leaf the tree does not cover.
-        Ok((sequence < self.tree_size()).then_some(sequence))
+        let view = lock(&self.published).index.clone();
+        match view.lookup(&*self.disk, hash) {
+            Ok(found) => Ok(found),
+            // A merge retired a run this view still named, between taking it and reading: the
+            // view published since names the merged run.
+            Err(CtDbError::Corrupt(_)) => {
+                let view = lock(&self.published).index.clone();
+                view.lookup(&*self.disk, hash)
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// Runs `read` on the tree as it is now (roots and proofs at any size up to its size).
@@ -669,6 +711,45 @@ impl CtDatabase {
     pub fn cached_tiles(&self) -> usize {
         lock(&self.cache).tiles.len()
     }
+}
+
+/// The tree's leaf hashes `from..to` (`to` at most the edge's size), from the level-0 tiles.
+fn leaf_hashes(
+    edge: &TileEdge,
+    tiles: &Tiles<'_>,
+    from: u64,
+    to: u64,
+) -> Result<Vec<Hash>, CtDbError> {
+    let width = TILE_WIDTH as u64;
+    let (partial_id, partial) = edge
+        .partial_tiles()
+        .next()
+        .map(|(id, hashes)| (id.index, hashes.to_vec()))
+        .unwrap_or((0, Vec::new()));
+    let mut hashes = Vec::with_capacity(usize::try_from(to.saturating_sub(from)).unwrap_or(0));
+    let mut next = from;
+    while next < to {
+        let tile = next / width;
+        let offset = (next % width) as usize;
+        let take = usize::try_from((to - next).min(width - next % width)).expect("below 256");
+        let source: &[Hash] = if tile == partial_id {
+            &partial
+        } else {
+            &tiles
+                .full_tile(TileId {
+                    level: 0,
+                    index: tile,
+                })?
+                .hashes()
+                .to_vec()
+        };
+        let slice = source.get(offset..offset + take).ok_or_else(|| {
+            CtDbError::Corrupt(format!("leaf hashes {next}.. are not in the tiles"))
+        })?;
+        hashes.extend_from_slice(slice);
+        next += take as u64;
+    }
+    Ok(hashes)
 }
 
 /// The contiguous size and the entries of the bundle not yet full, from what is stored.
@@ -829,13 +910,6 @@ fn tile_key(id: TileId) -> Vec<u8> {
     let mut key = TILE_PREFIX.to_vec();
     key.push(id.level);
     key.extend_from_slice(&id.index.to_be_bytes());
-    key
-}
-
-fn leaf_index_key(hash: &Hash, sequence: u64) -> Vec<u8> {
-    let mut key = LEAF_INDEX_PREFIX.to_vec();
-    key.extend_from_slice(hash);
-    key.extend_from_slice(&sequence.to_be_bytes());
     key
 }
 
@@ -1190,10 +1264,26 @@ mod tests {
         #[test]
         fn acknowledged_entries_and_tree_survive_crashes(
             steps in proptest::collection::vec((0u8..4, 1usize..400), 1..25),
+            block_records in 1usize..6,
+            fan_in in 2usize..4,
         ) {
             let disk = Arc::new(SimDisk::new());
+            // A small leaf index, so that its runs, merges and garbage happen here.
+            let shape = Shape {
+                fresh_records_max: 37,
+                merge_fan_in: fan_in,
+                merge_work_per_record: 2,
+                block_records,
+            };
+            let open = |disk: &Arc<SimDisk>| {
+                CtDatabase::open_shaped(
+                    Arc::clone(disk) as Arc<dyn Disk>,
+                    CtStoreConfig::default(),
+                    shape,
+                )
+            };
             let mut db = open(&disk).unwrap();
-            let all: Vec<LocalEntry> = (0..6_000).map(entry).collect();
+            let all: Vec<LocalEntry> = (0..6_000).map(|n| entry(n % 1_000)).collect();
             for (kind, amount) in steps {
                 match kind {
                     0 | 1 => {
@@ -1222,9 +1312,19 @@ mod tests {
                         db.inclusion_proof(index, size).unwrap(),
                         expected.inclusion_proof(index, size).unwrap()
                     );
+                }
+                // Every integrated leaf is found at its first number (entries repeat every
+                // 1,000), and nothing past the tree is.
+                for sequence in 0..size.min(1_300) {
                     prop_assert_eq!(
-                        db.index_of_leaf(&leaf_hash(&all[index as usize].leaf_input)).unwrap(),
-                        Some(index)
+                        db.index_of_leaf(&leaf_hash(&all[sequence as usize].leaf_input)).unwrap(),
+                        Some(sequence % 1_000)
+                    );
+                }
+                if size < 1_000 {
+                    prop_assert_eq!(
+                        db.index_of_leaf(&leaf_hash(&all[size as usize].leaf_input)).unwrap(),
+                        None
                     );
                 }
                 let stored = db.contiguous_size() as usize;

@@ -11,6 +11,7 @@
 
 mod config;
 mod ct_db;
+mod ct_leaf_index;
 mod disk;
 mod keys;
 mod log_store;
