@@ -728,23 +728,26 @@ fn leaf_hashes(
     let mut next = from;
     while next < to {
         let tile = next / width;
-        let offset = (next % width) as usize;
+        let offset = usize::try_from(next % width).expect("below 256");
         let take = usize::try_from((to - next).min(width - next % width)).expect("below 256");
-        let source: &[Hash] = if tile == partial_id {
-            &partial
+        let not_in_tiles =
+            || CtDbError::Corrupt(format!("leaf hashes {next}.. are not in the tiles"));
+        if tile == partial_id {
+            let slice = partial
+                .get(offset..offset + take)
+                .ok_or_else(not_in_tiles)?;
+            hashes.extend_from_slice(slice);
         } else {
-            &tiles
-                .full_tile(TileId {
-                    level: 0,
-                    index: tile,
-                })?
+            let full = tiles.full_tile(TileId {
+                level: 0,
+                index: tile,
+            })?;
+            let slice = full
                 .hashes()
-                .to_vec()
-        };
-        let slice = source.get(offset..offset + take).ok_or_else(|| {
-            CtDbError::Corrupt(format!("leaf hashes {next}.. are not in the tiles"))
-        })?;
-        hashes.extend_from_slice(slice);
+                .get(offset..offset + take)
+                .ok_or_else(not_in_tiles)?;
+            hashes.extend_from_slice(slice);
+        }
         next += take as u64;
     }
     Ok(hashes)
@@ -940,6 +943,10 @@ mod tests {
     use super::*;
     use crate::SimDisk;
 
+    fn at(n: u64) -> usize {
+        usize::try_from(n).expect("test sizes fit")
+    }
+
     fn entry(n: u64) -> LocalEntry {
         LocalEntry {
             leaf_input: n.to_be_bytes().to_vec(),
@@ -1002,7 +1009,7 @@ mod tests {
         let entries: Vec<LocalEntry> = (0..1_000).map(entry).collect();
         // Batches of every shape: one at a time, then across several bundles at once.
         for sequence in 0..300 {
-            db.store_entries(sequence, &entries[sequence as usize..=sequence as usize])
+            db.store_entries(sequence, &entries[at(sequence)..=at(sequence)])
                 .unwrap();
         }
         db.store_entries(300, &entries[300..]).unwrap();
@@ -1285,7 +1292,7 @@ mod tests {
             for (kind, amount) in steps {
                 match kind {
                     0 | 1 => {
-                        let first = db.contiguous_size() as usize;
+                        let first = at(db.contiguous_size());
                         let end = (first + amount).min(all.len());
                         db.store_entries(first as u64, &all[first..end]).unwrap();
                     }
@@ -1302,7 +1309,7 @@ mod tests {
                     }
                 }
                 let size = db.tree_size();
-                let expected = tree_of(&all[..size as usize]);
+                let expected = tree_of(&all[..at(size)]);
                 prop_assert_eq!(db.root_at(size).unwrap(), expected.root());
                 if size > 0 {
                     let index = amount as u64 % size;
@@ -1315,17 +1322,17 @@ mod tests {
                 // 1,000), and nothing past the tree is.
                 for sequence in 0..size.min(1_300) {
                     prop_assert_eq!(
-                        db.index_of_leaf(&leaf_hash(&all[sequence as usize].leaf_input)).unwrap(),
+                        db.index_of_leaf(&leaf_hash(&all[at(sequence)].leaf_input)).unwrap(),
                         Some(sequence % 1_000)
                     );
                 }
                 if size < 1_000 {
                     prop_assert_eq!(
-                        db.index_of_leaf(&leaf_hash(&all[size as usize].leaf_input)).unwrap(),
+                        db.index_of_leaf(&leaf_hash(&all[at(size)].leaf_input)).unwrap(),
                         None
                     );
                 }
-                let stored = db.contiguous_size() as usize;
+                let stored = at(db.contiguous_size());
                 prop_assert_eq!(db.entries(0, stored + 5).unwrap(), all[..stored].to_vec());
             }
         }
