@@ -483,7 +483,8 @@ fn subtree_hash<S: StoredNodes + ?Sized>(
 ) -> Result<Hash, S::Error> {
     let mut end = start + width;
     let mut folded: Option<Hash> = None;
-    for level in 0..bit_len64(width) as u32 {
+    let levels = u32::try_from(bit_len64(width)).expect("at most 64 bits");
+    for level in 0..levels {
         if (width >> level) & 1 == 1 {
             end -= 1 << level;
             let node = nodes.node(level, end >> level)?;
@@ -516,7 +517,7 @@ fn push_path<S: StoredNodes + ?Sized>(
         let width = (1u64 << level).min(size - start);
         proof.push(subtree_hash(nodes, start, width)?);
     }
-    let mut level = inner as u32;
+    let mut level = u32::try_from(inner).expect("at most 64 bits");
     while level < u64::BITS && leaf >> level != 0 {
         let index = leaf >> level;
         if index & 1 == 1 {

@@ -43,7 +43,7 @@ pub struct ExpandedTile {
 /// Where level `r` starts in an expanded tile.
 fn level_offset(r: u32) -> usize {
     // Levels 0..r hold 256 + 128 + ... = 512 - 2^(9 - r) hashes.
-    2 * TILE_WIDTH - (2 * TILE_WIDTH >> r)
+    2 * TILE_WIDTH - ((2 * TILE_WIDTH) >> r)
 }
 
 impl ExpandedTile {
@@ -136,7 +136,12 @@ pub struct TileEdge {
 
 /// How many hashes tree size `size` puts at tile level `level`, in all.
 fn hashes_at(size: u64, level: usize) -> u64 {
-    size.checked_shr(TILE_HEIGHT * level as u32).unwrap_or(0)
+    // A shift past 63 bits leaves nothing: no hashes at that level.
+    u32::try_from(level)
+        .ok()
+        .and_then(|level| TILE_HEIGHT.checked_mul(level))
+        .and_then(|shift| size.checked_shr(shift))
+        .unwrap_or(0)
 }
 
 impl TileEdge {
@@ -162,7 +167,9 @@ impl TileEdge {
                     level: u8::try_from(level).expect("fewer than 256 tile levels"),
                     index: count / TILE_WIDTH as u64,
                 };
-                (id, (count % TILE_WIDTH as u64) as usize)
+                let partial = usize::try_from(count % TILE_WIDTH as u64)
+                    .expect("a remainder below TILE_WIDTH fits a usize");
+                (id, partial)
             })
             .collect()
     }
@@ -288,7 +295,8 @@ impl<R: TileReader> StoredNodes for TiledNodes<'_, R> {
             return Err(missing().into());
         };
         let tile = first / TILE_WIDTH as u64;
-        let offset = (first % TILE_WIDTH as u64) as usize;
+        let offset = usize::try_from(first % TILE_WIDTH as u64)
+            .expect("a remainder below TILE_WIDTH fits a usize");
         let width = 1usize << r;
         let held = hashes_at(self.edge.size, tile_level);
         let edge_tile = held / TILE_WIDTH as u64;

@@ -454,8 +454,7 @@ impl CtDatabase {
         let skip = usize::try_from(contiguous_size - first).expect("within the batch");
         let mut batch = WriteBatch::new();
         let mut bundle = writer.bundle.clone();
-        let mut sequence = contiguous_size;
-        for entry in &entries[skip..] {
+        for (sequence, entry) in (contiguous_size..).zip(&entries[skip..]) {
             bundle.push(entry.clone());
             if bundle.len() as u64 == BUNDLE_ENTRIES {
                 let index = sequence / BUNDLE_ENTRIES;
@@ -466,7 +465,6 @@ impl CtDatabase {
                 }
                 bundle.clear();
             }
-            sequence += 1;
         }
         let bundle_start = end - bundle.len() as u64;
         for (offset, entry) in bundle.iter().enumerate() {
@@ -684,7 +682,7 @@ fn load_contiguous(disk: &dyn Disk) -> Result<(u64, Vec<LocalEntry>), CtDbError>
         Bound::Included(EDGE_ENTRY_PREFIX),
         Bound::Excluded(to.as_slice()),
         false,
-        BUNDLE_ENTRIES as usize,
+        usize::try_from(BUNDLE_ENTRIES).expect("a tile's width fits a usize"),
     )?;
     let mut bundle = Vec::new();
     for (key, value) in pairs {
