@@ -193,7 +193,8 @@ fn sim(args: &[String]) -> Result<(), String> {
 const BENCHMARKS: &[(&str, &str)] = &[
     (
         "raft",
-        "durable writes and linearizable reads through Raft [--clients 1,16,64,256] [--seconds 5] [--tls] [--numbered]",
+        "durable writes and linearizable reads through Raft [--clients 1,16,64,256] [--seconds 5] \
+         [--tls] [--numbered] [--peer: then etcd, 3 members on loopback]",
     ),
     (
         "ct",
@@ -213,7 +214,7 @@ const BENCHMARKS: &[(&str, &str)] = &[
     (
         "pipelines",
         "transaction pipelines: enqueue->dequeue->complete cycles/s, cycle and step p50/p99 \
-         [--clients 1,50] [--seconds 5]",
+         [--clients 1,50] [--seconds 5] [--peer: then Redis, alone and with 2 replicas]",
     ),
     (
         "grpc",

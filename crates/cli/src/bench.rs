@@ -13,6 +13,10 @@
 //!   second, with each step's latency.
 //! - `grpc` ([`grpc`]): the transport's ceiling — unary health checks per second, which bound
 //!   every benchmark above that makes one call per operation.
+//!
+//! `raft --peer` and `pipelines --peer` then run the same workload against another system
+//! ([`peer`]): etcd and Redis, started by the benchmark on loopback from their installed
+//! binaries.
 
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
@@ -20,6 +24,7 @@ use std::time::Duration;
 mod ct;
 mod ct_store;
 mod grpc;
+mod peer;
 mod pipelines;
 mod raft;
 mod sessions;

@@ -13,6 +13,9 @@
 //! would), each over its own HTTP/2 connection, all to the leader. The pipelines are configured
 //! to archive a second after completion (so the archive runs beside the cycles) and to keep
 //! archived transactions for an hour, so that every completion of a run can be counted.
+//!
+//! With `--peer`, the same cycle then runs against Redis ([`redis`]), alone and replicated, and
+//! the table gets their rows and ratio lines per client count.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -28,6 +31,8 @@ use tonic::transport::Channel;
 
 use super::{WARM_UP, micros, percentile};
 
+mod redis;
+
 /// Options of `certus bench pipelines`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct PipelinesArgs {
@@ -40,6 +45,12 @@ pub(crate) struct PipelinesArgs {
     /// Print one JSON document instead of a table.
     #[arg(long)]
     json: bool,
+    /// Then run the same cycle against Redis (LPUSH → LMOVE → LREM): one process with its AOF
+    /// fsynced on every write, then a primary and 2 replicas with `WAIT 2` after every step,
+    /// started from the installed `redis-server` (Debian's redis-server); without it, say how
+    /// to install it and measure Certus alone.
+    #[arg(long)]
+    peer: bool,
 }
 
 /// Finished transactions are archived after this long…
@@ -48,14 +59,20 @@ const ARCHIVE_DELAY_MS: u64 = 1_000;
 /// checks every acknowledged completion.
 const ARCHIVE_RETENTION_MS: u64 = 3_600_000;
 
+/// What the rows of Certus are called.
+const CERTUS: &str = "Certus";
+
 #[derive(Debug)]
 struct Run {
+    /// The system measured: [`CERTUS`] or a [`redis::Setup`]'s.
+    system: &'static str,
     clients: usize,
     cycles: usize,
     errors: usize,
     elapsed: Duration,
-    /// Raft entries the leader appended during the measured part: how well writes batch.
-    entries: u64,
+    /// Raft entries the leader appended during the measured part: how well writes batch (none
+    /// for a peer).
+    entries: Option<u64>,
     /// Whole cycles, then each step, in microseconds, sorted.
     cycle_us: Vec<u64>,
     step_us: [Vec<u64>; 3],
@@ -68,9 +85,10 @@ impl Run {
         self.cycles as f64 / self.elapsed.as_secs_f64()
     }
 
-    /// Client writes (three per cycle) per Raft entry.
-    fn writes_per_entry(&self) -> f64 {
-        (self.cycles * 3) as f64 / self.entries.max(1) as f64
+    /// Client writes (three per cycle) per Raft entry, for Certus.
+    fn writes_per_entry(&self) -> Option<f64> {
+        self.entries
+            .map(|entries| (self.cycles * 3) as f64 / entries.max(1) as f64)
     }
 }
 
@@ -85,6 +103,12 @@ pub(super) async fn run(args: PipelinesArgs) -> Result<(), String> {
     if args.seconds == 0 {
         return Err("--seconds: at least 1".into());
     }
+    // Looked up first, so that a missing peer is said before minutes of measuring.
+    let redis = if args.peer {
+        super::peer::find(super::peer::REDIS)
+    } else {
+        None
+    };
     // Nothing here sends webhooks: the processor would only poll for its role.
     let cluster = super::LocalCluster::start(|config| config.pipelines.webhooks = false).await?;
     let (leader, leader_addr) = (cluster.leader, cluster.leader_addr);
@@ -123,9 +147,43 @@ pub(super) async fn run(args: PipelinesArgs) -> Result<(), String> {
         );
         runs.push(run);
     }
-    report(&runs, args.json);
+    // The nodes stop before the peer starts: the two do not share the machine.
     cluster.shutdown().await;
+    if let Some(redis) = redis {
+        for setup in [redis::Setup::Single, redis::Setup::Replicated] {
+            let work = measure_redis(&redis, setup, &args);
+            runs.extend(super::peer::interruptible(super::peer::REDIS, work).await?);
+        }
+    }
+    report(&runs, args.json);
     Ok(())
+}
+
+/// The runs of `args` against Redis in `setup`, started for them and stopped after.
+async fn measure_redis(
+    installed: &super::peer::Installed,
+    setup: redis::Setup,
+    args: &PipelinesArgs,
+) -> Result<Vec<Run>, String> {
+    let redis = redis::RedisSetup::start(installed, setup).await?;
+    eprintln!(
+        "bench pipelines: {} (redis-server {}): {}",
+        setup.system(),
+        installed.version,
+        redis.describe()
+    );
+    let mut runs = Vec::new();
+    for (round, &clients) in args.clients.iter().enumerate() {
+        let (run, _) =
+            redis::measure(&redis, round, clients, Duration::from_secs(args.seconds)).await?;
+        eprintln!(
+            "bench pipelines: {} x{clients}: {:.0} cycles/s",
+            setup.system(),
+            run.cycles_per_second()
+        );
+        runs.push(run);
+    }
+    Ok(runs)
 }
 
 async fn connect(leader: SocketAddr) -> Result<PipelinesClient<Channel>, String> {
@@ -253,11 +311,12 @@ async fn measure(
         sorted.sort_unstable();
     }
     let run = Run {
+        system: CERTUS,
         clients,
         cycles: cycle_us.len(),
         errors,
         elapsed: duration,
-        entries,
+        entries: Some(entries),
         cycle_us,
         step_us,
     };
@@ -345,6 +404,7 @@ fn report(runs: &[Run], as_json: bool) {
                     })
                     .collect();
                 json!({
+                    "system": run.system,
                     "clients": run.clients,
                     "cycles": run.cycles,
                     "errors": run.errors,
@@ -364,6 +424,7 @@ fn report(runs: &[Run], as_json: bool) {
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
     table.set_header([
+        "system",
         "clients",
         "cycles/s",
         "cycle p50 ms",
@@ -380,15 +441,106 @@ fn report(runs: &[Run], as_json: bool) {
             .map(|sorted| format!("{:.2}", ms(sorted, 0.50)))
             .collect();
         table.add_row([
+            run.system.to_owned(),
             run.clients.to_string(),
             format!("{:.0}", run.cycles_per_second()),
             format!("{:.2}", ms(&run.cycle_us, 0.50)),
             format!("{:.2}", ms(&run.cycle_us, 0.99)),
             format!("{:.2}", ms(&run.cycle_us, 1.0)),
             steps.join(" / "),
-            format!("{:.1}", run.writes_per_entry()),
+            run.writes_per_entry()
+                .map_or_else(|| "–".to_owned(), |writes| format!("{writes:.1}")),
             run.errors.to_string(),
         ]);
     }
     println!("{table}");
+    for line in ratio_lines(runs) {
+        println!("{line}");
+    }
+}
+
+/// For each run of a peer, the Certus run at the same client count beside it:
+/// `cycles at 50 clients: Certus 6000/s, Redis 28000/s, ratio 0.21×`.
+fn ratio_lines(runs: &[Run]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for peer in runs.iter().filter(|run| run.system != CERTUS) {
+        let Some(certus) = runs
+            .iter()
+            .find(|run| run.system == CERTUS && run.clients == peer.clients)
+        else {
+            continue;
+        };
+        let (mine, theirs) = (certus.cycles_per_second(), peer.cycles_per_second());
+        let ratio = if theirs > 0.0 {
+            format!("{:.2}×", mine / theirs)
+        } else {
+            format!("none ({} made no cycles)", peer.system)
+        };
+        lines.push(format!(
+            "cycles at {} clients: {CERTUS} {mine:.0}/s, {} {theirs:.0}/s, ratio {ratio}",
+            peer.clients, peer.system
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(system: &'static str, clients: usize, cycles: usize) -> Run {
+        Run {
+            system,
+            clients,
+            cycles,
+            errors: 0,
+            elapsed: Duration::from_secs(2),
+            entries: (system == CERTUS).then_some(100),
+            cycle_us: Vec::new(),
+            step_us: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_ratio_line_pairs_each_redis_run_with_certus_at_the_same_clients() {
+        let single = redis::Setup::Single.system();
+        let replicated = redis::Setup::Replicated.system();
+        let runs = [
+            run(CERTUS, 1, 800),
+            run(CERTUS, 50, 12_000),
+            run(single, 1, 3200),
+            run(replicated, 1, 0),
+            run(single, 50, 40_000),
+        ];
+        assert_eq!(
+            ratio_lines(&runs),
+            [
+                "cycles at 1 clients: Certus 400/s, Redis 1600/s, ratio 0.25×",
+                "cycles at 1 clients: Certus 400/s, Redis + 2 replicas 0/s, ratio none (Redis + 2 \
+                 replicas made no cycles)",
+                "cycles at 50 clients: Certus 6000/s, Redis 20000/s, ratio 0.30×",
+            ]
+        );
+        assert_eq!(runs[0].writes_per_entry(), Some(24.0));
+        assert_eq!(
+            runs[2].writes_per_entry(),
+            None,
+            "Redis has no Raft entries"
+        );
+    }
+
+    #[test]
+    fn redis_servers_append_and_fsync_every_write() {
+        let addr: SocketAddr = "127.0.0.1:6390".parse().expect("an address");
+        let args = redis::server_args(addr, "/tmp/primary");
+        let value = |flag: &str| {
+            let at = args.iter().position(|arg| arg == flag).expect(flag);
+            args[at + 1].clone()
+        };
+        assert_eq!(value("--port"), "6390");
+        assert_eq!(value("--bind"), "127.0.0.1");
+        assert_eq!(value("--appendonly"), "yes");
+        assert_eq!(value("--appendfsync"), "always");
+        assert_eq!(value("--save"), "", "no RDB snapshots");
+    }
 }

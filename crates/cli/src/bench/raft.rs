@@ -4,6 +4,9 @@
 //!
 //! The clients run in the same process as the nodes (as a benchmark tool on the same machine
 //! would), each over its own HTTP/2 connection, all to the leader.
+//!
+//! With `--peer`, the same workload then runs against etcd ([`etcd`]), and the table gets its
+//! rows and a ratio line per client count.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -18,6 +21,8 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::{WARM_UP, free_addr, micros, percentile};
 use crate::cluster::{await_leader, start_local};
+
+mod etcd;
 
 /// Options of `certus bench raft`.
 #[derive(Debug, clap::Args)]
@@ -39,6 +44,11 @@ pub(crate) struct RaftArgs {
     /// certus-client does by default), to measure what exactly-once writes cost.
     #[arg(long)]
     numbered: bool,
+    /// Then run the same workload against etcd: three members on loopback, started from the
+    /// installed `etcd` (Debian's etcd-server); without it, say how to install it and measure
+    /// Certus alone.
+    #[arg(long)]
+    peer: bool,
 }
 
 /// Bytes of each written value (the key authorization).
@@ -50,8 +60,13 @@ enum Op {
     Read,
 }
 
+/// What the rows of Certus are called.
+const CERTUS: &str = "Certus";
+
 #[derive(Debug)]
 struct Run {
+    /// The system measured: [`CERTUS`] or [`etcd::SYSTEM`].
+    system: &'static str,
     op: Op,
     clients: usize,
     ops: usize,
@@ -71,6 +86,18 @@ impl Run {
 }
 
 pub(super) async fn run(args: RaftArgs) -> Result<(), String> {
+    if args.clients.is_empty() || args.clients.contains(&0) {
+        return Err("--clients: one or more counts, each at least 1".into());
+    }
+    if args.seconds == 0 {
+        return Err("--seconds: at least 1".into());
+    }
+    // Looked up first, so that a missing peer is said before minutes of measuring.
+    let etcd = if args.peer {
+        super::peer::find(super::peer::ETCD)
+    } else {
+        None
+    };
     let dir = tempfile::tempdir().map_err(|error| error.to_string())?;
     let mut configs = Vec::new();
     for id in 1..=3 {
@@ -152,11 +179,48 @@ pub(super) async fn run(args: RaftArgs) -> Result<(), String> {
             runs.push(run);
         }
     }
-    report(&runs, args.json);
+    // The nodes stop before the peer starts: the two do not share the machine.
     for node in nodes {
         node.shutdown().await;
     }
+    if let Some(etcd) = etcd {
+        runs.extend(
+            super::peer::interruptible(super::peer::ETCD, measure_etcd(&etcd, &args)).await?,
+        );
+    }
+    report(&runs, args.json);
     Ok(())
+}
+
+/// The runs of `args` against a 3-member etcd cluster started for them and stopped after.
+async fn measure_etcd(
+    installed: &super::peer::Installed,
+    args: &RaftArgs,
+) -> Result<Vec<Run>, String> {
+    let cluster = etcd::EtcdCluster::start(installed).await?;
+    let (leader_name, leader_addr) = &cluster.leader;
+    eprintln!(
+        "bench: etcd {}: 3 members on loopback (WAL fsync per write, etcd's default), plain \
+         text, leader {leader_name}",
+        installed.version
+    );
+    if args.tls || args.numbered {
+        eprintln!("bench: etcd runs without --tls and --numbered: it has neither here");
+    }
+    let mut runs = Vec::new();
+    for &clients in &args.clients {
+        for op in [Op::Write, Op::Read] {
+            let run =
+                etcd::measure(*leader_addr, op, clients, Duration::from_secs(args.seconds)).await?;
+            eprintln!(
+                "bench: etcd {:?} x{clients}: {:.0} ops/s",
+                run.op,
+                run.ops_per_second()
+            );
+            runs.push(run);
+        }
+    }
+    Ok(runs)
 }
 
 async fn measure(
@@ -246,6 +310,7 @@ async fn measure(
     }
     latencies_us.sort_unstable();
     Ok(Run {
+        system: CERTUS,
         op,
         clients,
         ops: latencies_us.len(),
@@ -271,6 +336,7 @@ fn report(runs: &[Run], as_json: bool) {
             .iter()
             .map(|run| {
                 json!({
+                    "system": run.system,
                     "op": format!("{:?}", run.op).to_lowercase(),
                     "clients": run.clients,
                     "ops": run.ops,
@@ -289,10 +355,11 @@ fn report(runs: &[Run], as_json: bool) {
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
     table.set_header([
-        "op", "clients", "ops/s", "p50 ms", "p99 ms", "max ms", "errors",
+        "system", "op", "clients", "ops/s", "p50 ms", "p99 ms", "max ms", "errors",
     ]);
     for run in runs {
         table.add_row([
+            run.system.to_owned(),
             match run.op {
                 Op::Write => "write (256 B, durable)".to_owned(),
                 Op::Read => "linearizable read".to_owned(),
@@ -306,12 +373,110 @@ fn report(runs: &[Run], as_json: bool) {
         ]);
     }
     println!("{table}");
+    for line in ratio_lines(runs) {
+        println!("{line}");
+    }
     for run in runs.iter().filter(|run| run.errors.total() > 0) {
         println!(
-            "errors, {:?} at {} clients: {}",
+            "errors, {} {:?} at {} clients: {}",
+            run.system,
             run.op,
             run.clients,
             run.errors.describe()
         );
+    }
+}
+
+/// For each run of a peer, the Certus run of the same op and client count beside it:
+/// `writes at 16 clients: Certus 5000/s, etcd 4000/s, ratio 1.25×`.
+fn ratio_lines(runs: &[Run]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for peer in runs.iter().filter(|run| run.system != CERTUS) {
+        let Some(certus) = runs.iter().find(|run| {
+            run.system == CERTUS
+                && run.clients == peer.clients
+                && matches!(
+                    (run.op, peer.op),
+                    (Op::Write, Op::Write) | (Op::Read, Op::Read)
+                )
+        }) else {
+            continue;
+        };
+        let what = match peer.op {
+            Op::Write => "writes",
+            Op::Read => "linearizable reads",
+        };
+        let (mine, theirs) = (certus.ops_per_second(), peer.ops_per_second());
+        let ratio = if theirs > 0.0 {
+            format!("{:.2}×", mine / theirs)
+        } else {
+            format!("none ({} made no {what})", peer.system)
+        };
+        lines.push(format!(
+            "{what} at {} clients: {CERTUS} {mine:.0}/s, {} {theirs:.0}/s, ratio {ratio}",
+            peer.clients, peer.system
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(system: &'static str, op: Op, clients: usize, ops: usize) -> Run {
+        Run {
+            system,
+            op,
+            clients,
+            ops,
+            errors: super::super::ErrorKinds::default(),
+            elapsed: Duration::from_secs(2),
+            latencies_us: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_ratio_line_pairs_each_peer_run_with_certus_at_the_same_op_and_clients() {
+        let runs = [
+            run(CERTUS, Op::Write, 4, 3000),
+            run(CERTUS, Op::Read, 4, 8000),
+            run(CERTUS, Op::Write, 16, 10_000),
+            run(etcd::SYSTEM, Op::Write, 4, 2000),
+            run(etcd::SYSTEM, Op::Read, 4, 0),
+        ];
+        assert_eq!(
+            ratio_lines(&runs),
+            [
+                "writes at 4 clients: Certus 1500/s, etcd 1000/s, ratio 1.50×",
+                "linearizable reads at 4 clients: Certus 4000/s, etcd 0/s, ratio none (etcd made \
+                 no linearizable reads)",
+            ]
+        );
+        assert!(ratio_lines(&runs[..3]).is_empty(), "no peer, no ratio");
+    }
+
+    #[test]
+    fn etcd_members_are_told_the_whole_cluster_and_their_own_addresses() {
+        let client: SocketAddr = "127.0.0.1:2379".parse().expect("an address");
+        let peer: SocketAddr = "127.0.0.1:2380".parse().expect("an address");
+        let args = etcd::member_args(
+            "m1",
+            std::path::Path::new("/tmp/m1"),
+            client,
+            peer,
+            "m1=http://127.0.0.1:2380",
+        );
+        let value = |flag: &str| {
+            let at = args.iter().position(|arg| arg == flag).expect(flag);
+            args[at + 1].clone()
+        };
+        assert_eq!(value("--listen-client-urls"), "http://127.0.0.1:2379");
+        assert_eq!(
+            value("--initial-advertise-peer-urls"),
+            "http://127.0.0.1:2380"
+        );
+        assert_eq!(value("--initial-cluster-state"), "new");
+        assert_eq!(args.len() % 2, 0, "flags and values: {args:?}");
     }
 }
