@@ -1,4 +1,4 @@
-//! What survives a crash: the durability contracts, checked on the simulated disk.
+//! What survives a crash: the durability contracts, checked on the simulated disk and files.
 
 mod common;
 
@@ -6,8 +6,10 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use certus_core::{Command, HolderId, LeaseCommand, LeaseName, Ttl};
-use certus_store::{Disk, LogStore, Proposal, SimDisk, SledDisk, StateMachineStore, WriteBatch};
-use common::{TestConfig, ready};
+use certus_store::{
+    Disk, LogStore, OsFiles, Proposal, SimDisk, SimFiles, SledDisk, StateMachineStore, WriteBatch,
+};
+use common::{TEST_SEGMENT_BYTES, TestConfig, crash, ready, sim_log};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::testing::log_id;
 use openraft::{
@@ -45,68 +47,77 @@ fn log_indexes(log: &mut Log) -> Vec<u64> {
 
 #[test]
 fn a_saved_vote_survives_a_crash() {
-    let disk = SimDisk::new();
-    let mut log = Log::new(Arc::new(disk.clone()));
+    let (disk, files) = (SimDisk::new(), SimFiles::new());
+    let mut log = sim_log(&disk, &files);
     let vote = Vote::new_committed(3, 2);
     ready(log.save_vote(&vote)).unwrap();
-    disk.crash();
-    let mut reopened = Log::new(Arc::new(disk));
+    crash(&disk, &files);
+    let mut reopened = sim_log(&disk, &files);
     assert_eq!(ready(reopened.read_vote()).unwrap(), Some(vote));
 }
 
-/// The committed pointer has no flush of its own: it becomes durable with the next flush (an
-/// append's, in a running node). A crash before that rolls it back, never forward; the node's
-/// `BootLog` keeps a leader that resumes after such a crash from reading below its log's end.
+/// The committed pointer has no flush of its own: the next append writes it to the disk, and
+/// the disk's next flush (sled's own timer, a vote's, a snapshot's, a purge's) makes it
+/// durable. A crash before that rolls it back, never forward; the node's `BootLog` keeps a
+/// leader that resumes after such a crash from reading below its log's end.
 #[test]
 fn a_committed_pointer_is_durable_with_the_next_flush() {
-    let disk = SimDisk::new();
-    let mut log = Log::new(Arc::new(disk.clone()));
+    let (disk, files) = (SimDisk::new(), SimFiles::new());
+    let mut log = sim_log(&disk, &files);
     let committed = Some(log_id(1, 1, 7));
     ready(log.save_committed(committed)).unwrap();
-    disk.crash();
-    let mut reopened = Log::new(Arc::new(disk.clone()));
+    crash(&disk, &files);
+    let mut reopened = sim_log(&disk, &files);
     assert_eq!(ready(reopened.read_committed()).unwrap(), None);
 
     ready(reopened.save_committed(committed)).unwrap();
     reopened
         .append_durably([entry(8, EntryPayload::Blank)])
         .unwrap();
-    disk.crash();
-    let mut again = Log::new(Arc::new(disk));
-    assert_eq!(ready(again.read_committed()).unwrap(), committed);
+    assert_eq!(disk.pending_batches(), 1, "written by the append, not flushed");
+    crash(&disk, &files);
+    let mut again = sim_log(&disk, &files);
+    assert_eq!(ready(again.read_committed()).unwrap(), None);
+    assert_eq!(log_indexes(&mut again), [8], "the entry itself was synced");
+
+    ready(again.save_committed(committed)).unwrap();
+    again.append_durably([entry(9, EntryPayload::Blank)]).unwrap();
+    ready(again.save_vote(&Vote::new(2, 1))).unwrap();
+    crash(&disk, &files);
+    let mut flushed = sim_log(&disk, &files);
+    assert_eq!(ready(flushed.read_committed()).unwrap(), committed);
 }
 
 #[test]
-fn appended_entries_survive_a_crash_and_unflushed_writes_do_not() {
-    let disk = SimDisk::new();
-    let log = Log::new(Arc::new(disk.clone()));
+fn appended_entries_survive_a_crash_and_unsynced_writes_do_not() {
+    let (disk, files) = (SimDisk::new(), SimFiles::new());
+    let log = sim_log(&disk, &files);
     log.append_durably((1..=3).map(|i| entry(i, EntryPayload::Blank)))
         .unwrap();
-    assert_eq!(
-        disk.pending_batches(),
-        0,
-        "append returns only after a flush"
-    );
-    // A write nobody flushed is lost in the crash.
-    let mut unflushed = WriteBatch::new();
-    unflushed.put(b"unflushed".to_vec(), b"lost".to_vec());
-    disk.write(unflushed).unwrap();
-    assert_eq!(disk.pending_batches(), 1);
-    disk.crash();
-    assert_eq!(disk.get(b"unflushed").unwrap(), None);
-    let mut reopened = Log::new(Arc::new(disk));
+    // An append nobody synced is lost in the crash.
+    let unsynced = postcard::to_allocvec(&entry(4, EntryPayload::Blank)).unwrap();
+    log.segment_log().append(&[(4, unsynced)]).unwrap();
+    assert_eq!(log.segment_log().last_index(), Some(4));
+    drop(log);
+    crash(&disk, &files);
+    let mut reopened = sim_log(&disk, &files);
     assert_eq!(log_indexes(&mut reopened), [1, 2, 3]);
 }
 
 #[test]
 fn a_truncated_suffix_does_not_come_back_after_a_crash() {
-    let disk = SimDisk::new();
-    let mut log = Log::new(Arc::new(disk.clone()));
-    log.append_durably((1..=5).map(|i| entry(i, EntryPayload::Blank)))
+    let (disk, files) = (SimDisk::new(), SimFiles::new());
+    let mut log = sim_log(&disk, &files);
+    // Enough entries for several segments, so the truncation removes whole segments too.
+    log.append_durably((1..=40).map(|i| entry(i, EntryPayload::Blank)))
         .unwrap();
+    let segments = log.segment_log().segments().len();
+    assert!(segments > 2, "{segments} segments");
     ready(log.truncate(log_id(1, 1, 3))).unwrap();
-    disk.crash();
-    assert_eq!(log_indexes(&mut Log::new(Arc::new(disk))), [1, 2]);
+    crash(&disk, &files);
+    let mut reopened = sim_log(&disk, &files);
+    assert_eq!(log_indexes(&mut reopened), [1, 2]);
+    assert_eq!(reopened.segment_log().segments(), [1]);
 }
 
 /// Applies blank entries `1..=upto` on a state machine over `disk` and saves a snapshot there.
@@ -117,31 +128,52 @@ fn snapshot_at(disk: &SimDisk, upto: u64) -> openraft::storage::Snapshot<TestCon
 }
 
 #[test]
-fn a_purge_is_all_or_nothing_across_a_crash() {
-    for kept in [0, 1] {
-        let disk = SimDisk::new();
-        let mut log = Log::new(Arc::new(disk.clone()));
-        log.append_durably((1..=5).map(|i| entry(i, EntryPayload::Blank)))
-            .unwrap();
-        snapshot_at(&disk, 2);
-        ready(log.purge(log_id(1, 1, 2))).unwrap();
-        disk.crash_keeping(kept);
-        let mut reopened = Log::new(Arc::new(disk));
-        let state = ready(reopened.get_log_state()).unwrap();
-        let entries = log_indexes(&mut reopened);
-        if kept == 0 {
-            assert_eq!(
-                (state.last_purged_log_id, entries),
-                (None, vec![1, 2, 3, 4, 5])
-            );
-        } else {
-            assert_eq!(
-                (state.last_purged_log_id, entries),
-                (Some(log_id(1, 1, 2)), vec![3, 4, 5])
-            );
-        }
-        assert_eq!(state.last_log_id, Some(log_id(1, 1, 5)));
-    }
+fn a_purge_is_durable_when_it_returns() {
+    let (disk, files) = (SimDisk::new(), SimFiles::new());
+    let mut log = sim_log(&disk, &files);
+    log.append_durably((1..=40).map(|i| entry(i, EntryPayload::Blank)))
+        .unwrap();
+    snapshot_at(&disk, 30);
+    let before = log.segment_log().segments();
+    ready(log.purge(log_id(1, 1, 30))).unwrap();
+    let after = log.segment_log().segments();
+    assert!(after.len() < before.len(), "{before:?} -> {after:?}");
+    assert!(after[0] <= 31, "the segment holding 31 is kept: {after:?}");
+    crash(&disk, &files);
+    let mut reopened = sim_log(&disk, &files);
+    let state = ready(reopened.get_log_state()).unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 30)));
+    assert_eq!(state.last_log_id, Some(log_id(1, 1, 40)));
+    assert_eq!(log_indexes(&mut reopened), (31..=40).collect::<Vec<_>>());
+    assert_eq!(reopened.segment_log().segments(), after);
+}
+
+/// A crash after the purge point is flushed but before any segment below it is removed: the
+/// segments are ignored and removed at the next open, and nothing above the point is lost.
+#[test]
+fn segments_a_crash_left_below_the_purge_point_are_removed_at_open() {
+    let (disk, files) = (SimDisk::new(), SimFiles::new());
+    let log = sim_log(&disk, &files);
+    log.append_durably((1..=40).map(|i| entry(i, EntryPayload::Blank)))
+        .unwrap();
+    let before = log.segment_log().segments();
+    drop(log);
+    let mut batch = WriteBatch::new();
+    batch.put(
+        b"meta/last-purged".to_vec(),
+        postcard::to_allocvec(&log_id(1, 1, 30)).unwrap(),
+    );
+    disk.write(batch).unwrap();
+    disk.flush().unwrap();
+    crash(&disk, &files);
+    let mut reopened = sim_log(&disk, &files);
+    let after = reopened.segment_log().segments();
+    assert!(after.len() < before.len(), "{before:?} -> {after:?}");
+    assert!(after.iter().all(|first| before.contains(first)));
+    assert_eq!(log_indexes(&mut reopened), (31..=40).collect::<Vec<_>>());
+    let state = ready(reopened.get_log_state()).unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 30)));
+    assert_eq!(state.last_log_id, Some(log_id(1, 1, 40)));
 }
 
 #[test]
@@ -220,17 +252,21 @@ fn a_crash_keeps_a_prefix_of_unflushed_batches() {
 }
 
 #[test]
-fn sled_keeps_the_log_across_a_reopen() {
+fn sled_and_files_keep_the_log_across_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        let disk = SledDisk::open(&dir.path().join("raft")).unwrap();
+        let files = OsFiles::open(&dir.path().join("raft-log")).unwrap();
+        LogStore::<TestConfig, _>::open(Arc::new(disk), Arc::new(files), TEST_SEGMENT_BYTES)
+            .unwrap()
+    };
     {
-        let disk = SledDisk::open(dir.path()).unwrap();
-        let mut log = LogStore::<TestConfig, _>::new(Arc::new(disk));
+        let mut log = open();
         log.append_durably((1..=3).map(|i| entry(i, EntryPayload::Blank)))
             .unwrap();
         ready(log.save_vote(&Vote::new(2, 1))).unwrap();
     }
-    let disk = SledDisk::open(dir.path()).unwrap();
-    let mut log = LogStore::<TestConfig, _>::new(Arc::new(disk));
+    let mut log = open();
     let last = ready(log.get_log_state()).unwrap().last_log_id;
     assert_eq!(last, Some(LogId::new(CommittedLeaderId::new(1, 1), 3)));
     assert_eq!(ready(log.read_vote()).unwrap(), Some(Vote::new(2, 1)));
@@ -238,8 +274,8 @@ fn sled_keeps_the_log_across_a_reopen() {
 
 #[test]
 fn a_purge_never_passes_the_snapshot_on_disk() {
-    let disk = SimDisk::new();
-    let mut log = Log::new(Arc::new(disk.clone()));
+    let (disk, files) = (SimDisk::new(), SimFiles::new());
+    let mut log = sim_log(&disk, &files);
     log.append_durably((1..=5).map(|i| entry(i, EntryPayload::Blank)))
         .unwrap();
     // A snapshot at 2 is on disk; a newer one (at 4, say) is still on its way.
