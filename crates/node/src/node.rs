@@ -183,9 +183,8 @@ impl Node {
             None => None,
         };
         let openraft_config = Arc::new(config.openraft().map_err(StartError::Config)?);
-        let log_store =
-            LogStore::open(Arc::clone(&disk), log_files, config.raft.log_segment_bytes)
-                .map_err(|error| storage_error(&config.data_dir, &error))?;
+        let log_store = LogStore::open(Arc::clone(&disk), log_files, config.raft.log_segment_bytes)
+            .map_err(|error| storage_error(&config.data_dir, &error))?;
         let mut log_store = log_store.with_observer(AppendObserver::new({
             let metrics = Arc::clone(&metrics);
             move |timing| metrics.observe_log_append(timing)

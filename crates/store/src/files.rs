@@ -16,7 +16,7 @@ use crate::disk::DiskError;
 /// One open file. Writes are visible to reads at once and durable once `sync_data` returns.
 pub trait LogFile: Send + Sync + Debug + 'static {
     /// The file's length in bytes.
-    fn len(&self) -> Result<u64, DiskError>;
+    fn size(&self) -> Result<u64, DiskError>;
 
     /// Reads `buf.len()` bytes at `offset`; an error if the file ends before.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError>;
@@ -53,6 +53,14 @@ fn io_error(context: String) -> impl FnOnce(std::io::Error) -> DiskError {
     move |e| DiskError(format!("{context}: {e}"))
 }
 
+fn sync_directory(dir: &Path) -> Result<(), DiskError> {
+    let context = || format!("syncing the directory {}", dir.display());
+    std::fs::File::open(dir)
+        .map_err(io_error(context()))?
+        .sync_all()
+        .map_err(io_error(context()))
+}
+
 /// Files in a directory of the real file system.
 #[derive(Debug, Clone)]
 pub struct OsFiles {
@@ -60,9 +68,16 @@ pub struct OsFiles {
 }
 
 impl OsFiles {
-    /// The files in `dir`, created (with its parents) if missing.
+    /// The files in `dir`, created (with its parents) if missing. A new directory's own entry
+    /// is synced too: losing it in a crash would lose every segment in it.
     pub fn open(dir: &Path) -> Result<OsFiles, DiskError> {
-        std::fs::create_dir_all(dir).map_err(io_error(format!("creating {}", dir.display())))?;
+        if !dir.exists() {
+            std::fs::create_dir_all(dir)
+                .map_err(io_error(format!("creating {}", dir.display())))?;
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_directory(parent)?;
+            }
+        }
         Ok(OsFiles {
             dir: dir.to_owned(),
         })
@@ -82,7 +97,7 @@ impl OsFile {
 }
 
 impl LogFile for OsFile {
-    fn len(&self) -> Result<u64, DiskError> {
+    fn size(&self) -> Result<u64, DiskError> {
         Ok(self.file.metadata().map_err(self.error("reading"))?.len())
     }
 
@@ -151,11 +166,7 @@ impl Files for OsFiles {
     }
 
     fn sync_dir(&self) -> Result<(), DiskError> {
-        let context = || format!("syncing the directory {}", self.dir.display());
-        std::fs::File::open(&self.dir)
-            .map_err(io_error(context()))?
-            .sync_all()
-            .map_err(io_error(context()))
+        sync_directory(&self.dir)
     }
 }
 
@@ -242,7 +253,9 @@ impl SimDir {
     /// Counts one change; an error once the budget set by `fail_after` is spent.
     fn change(&mut self, what: &str) -> Result<(), DiskError> {
         match &mut self.changes_left {
-            Some(0) => Err(DiskError(format!("{what}: the simulated machine is going down"))),
+            Some(0) => Err(DiskError(format!(
+                "{what}: the simulated machine is going down"
+            ))),
             Some(left) => {
                 *left -= 1;
                 Ok(())
@@ -367,7 +380,9 @@ impl SimFiles {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock already failed the test or simulation that caused it.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl SimHandle {
@@ -395,7 +410,7 @@ impl SimHandle {
 }
 
 impl LogFile for SimHandle {
-    fn len(&self) -> Result<u64, DiskError> {
+    fn size(&self) -> Result<u64, DiskError> {
         self.with(false, |file| Ok(file.visible.len))
     }
 
@@ -404,7 +419,10 @@ impl LogFile for SimHandle {
             if file.visible.read(offset, buf) {
                 Ok(())
             } else {
-                Err(format!("read of {} bytes at {offset} past the end", buf.len()))
+                Err(format!(
+                    "read of {} bytes at {offset} past the end",
+                    buf.len()
+                ))
             }
         })
     }

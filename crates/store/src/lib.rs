@@ -2,10 +2,14 @@
 //!
 //! A small [`Disk`] trait — an ordered key-value space with atomic batches and an explicit flush —
 //! with two implementations: [`SledDisk`] for production and [`SimDisk`] for the simulation (which
-//! can crash and lose what was not flushed). On top of it, openraft 0.9's storage traits:
-//! [`LogStore`] (log and vote) and [`StateMachineStore`] (the replicated state of
-//! `certus-core`, persisted by snapshots). Beside them, [`CtDatabase`]: a node's local CT
-//! entries and Merkle tree.
+//! can crash and lose what was not flushed). It holds the vote, the committed pointer, the purge
+//! point and snapshots. The Raft entries live in a [`SegmentLog`]: append-only segment files
+//! with checksummed records and group commit, on a [`Files`] directory — [`OsFiles`] in
+//! production, [`SimFiles`] in the simulation (a crash keeps what was synced and may tear the last
+//! write). At open the last segment's torn tail is cut; damage anywhere else refuses to open.
+//! On top, openraft 0.9's storage traits: [`LogStore`] (log and vote) and [`StateMachineStore`]
+//! (the replicated state of `certus-core`, persisted by snapshots). Beside them, [`CtDatabase`]:
+//! a node's local CT entries and Merkle tree.
 
 #![deny(missing_docs, unreachable_pub)]
 

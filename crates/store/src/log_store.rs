@@ -243,7 +243,9 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_allocvec(value).expect("log values always encode")
 }
 
-fn encode_entries<C: CertusConfig>(entries: impl IntoIterator<Item = C::Entry>) -> Vec<(u64, Vec<u8>)> {
+fn encode_entries<C: CertusConfig>(
+    entries: impl IntoIterator<Item = C::Entry>,
+) -> Vec<(u64, Vec<u8>)> {
     entries
         .into_iter()
         .map(|entry| (entry.log_id.index, encode(&entry)))

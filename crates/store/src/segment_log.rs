@@ -34,8 +34,10 @@ use crate::sled_disk::CORRUPT;
 pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 
 const SEGMENT_MAGIC: &[u8; 8] = b"CRTSLOG1";
-const SEGMENT_HEADER_BYTES: u64 = 32;
-const RECORD_HEADER_BYTES: u64 = 16;
+const SEGMENT_HEADER_LEN: usize = 32;
+const SEGMENT_HEADER_BYTES: u64 = SEGMENT_HEADER_LEN as u64;
+const RECORD_HEADER_LEN: usize = 16;
+const RECORD_HEADER_BYTES: u64 = RECORD_HEADER_LEN as u64;
 const SEGMENT_SUFFIX: &str = ".seg";
 
 /// The smallest segment size that holds a header and a record header.
@@ -53,8 +55,8 @@ fn parse_segment_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-fn segment_header(first: u64, prev: Option<u64>) -> [u8; SEGMENT_HEADER_BYTES as usize] {
-    let mut header = [0u8; SEGMENT_HEADER_BYTES as usize];
+fn segment_header(first: u64, prev: Option<u64>) -> [u8; SEGMENT_HEADER_LEN] {
+    let mut header = [0u8; SEGMENT_HEADER_LEN];
     header[..8].copy_from_slice(SEGMENT_MAGIC);
     header[8..16].copy_from_slice(&first.to_le_bytes());
     // 0: no entry before; otherwise the entry's index plus one.
@@ -85,8 +87,12 @@ fn record_crc(len: u32, index: u64, payload: &[u8]) -> u32 {
 }
 
 fn push_record(buf: &mut Vec<u8>, index: u64, payload: &[u8]) -> Result<(), DiskError> {
-    let len = u32::try_from(payload.len())
-        .map_err(|_| DiskError(format!("entry {index} is {} bytes: too large", payload.len())))?;
+    let len = u32::try_from(payload.len()).map_err(|_| {
+        DiskError(format!(
+            "entry {index} is {} bytes: too large",
+            payload.len()
+        ))
+    })?;
     buf.extend_from_slice(&len.to_le_bytes());
     buf.extend_from_slice(&record_crc(len, index, payload).to_le_bytes());
     buf.extend_from_slice(&index.to_le_bytes());
@@ -112,7 +118,7 @@ fn read_record(file: &dyn LogFile, offset: u64, file_len: u64) -> Result<Record,
     if offset + RECORD_HEADER_BYTES > file_len {
         return Ok(Record::End);
     }
-    let mut header = [0u8; RECORD_HEADER_BYTES as usize];
+    let mut header = [0u8; RECORD_HEADER_LEN];
     file.read_at(offset, &mut header)?;
     if header.iter().all(|b| *b == 0) {
         return Ok(Record::End);
@@ -178,7 +184,10 @@ struct Inner {
 
 impl Inner {
     fn chain_last(&self) -> Option<u64> {
-        self.segments.values().next_back().and_then(Segment::chain_last)
+        self.segments
+            .values()
+            .next_back()
+            .and_then(Segment::chain_last)
     }
 
     /// Where entries that are not purged start.
@@ -190,10 +199,13 @@ impl Inner {
     }
 }
 
+/// A sync the flusher runs: the file to sync, and what to call with the outcome.
+type SyncRequest = (Arc<dyn LogFile>, FlushDone);
+
 /// The flusher thread; dropping the log stops and joins it.
 #[derive(Debug)]
 struct Flusher {
-    requests: Mutex<Option<Sender<(Arc<dyn LogFile>, FlushDone)>>>,
+    requests: Mutex<Option<Sender<SyncRequest>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -207,7 +219,7 @@ impl Drop for Flusher {
 }
 
 /// Syncs every file waiting, once per round, and answers the requests in order.
-fn run_flusher(requests: Receiver<(Arc<dyn LogFile>, FlushDone)>) {
+fn run_flusher(requests: Receiver<SyncRequest>) {
     while let Ok(first) = requests.recv() {
         let mut waiting = vec![first];
         waiting.extend(requests.try_iter());
@@ -230,7 +242,9 @@ fn same_file(a: &Arc<dyn LogFile>, b: &Arc<dyn LogFile>) -> bool {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock already failed whatever caused it.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[derive(Debug)]
@@ -335,7 +349,11 @@ impl SegmentLog {
         self.change(|inner| self.append_locked(inner, records))
     }
 
-    fn append_locked(&self, inner: &mut Inner, records: &[(u64, Vec<u8>)]) -> Result<(), DiskError> {
+    fn append_locked(
+        &self,
+        inner: &mut Inner,
+        records: &[(u64, Vec<u8>)],
+    ) -> Result<(), DiskError> {
         let mut pending: Option<(u64, u64, Vec<u8>)> = None;
         for (index, payload) in records {
             let index = *index;
@@ -507,15 +525,18 @@ impl SegmentLog {
                 break;
             }
             let segment = &inner.segments[&location.segment];
-            let mut record = vec![0u8; record_bytes(location.len as usize) as usize];
+            let mut record = vec![0u8; RECORD_HEADER_LEN + location.len as usize];
             segment.file.read_at(location.offset, &mut record)?;
-            let (header, payload) = record.split_at(RECORD_HEADER_BYTES as usize);
+            let (header, payload) = record.split_at(RECORD_HEADER_LEN);
             let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
             let stored_index = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
             if stored_index != *index || record_crc(location.len, *index, payload) != crc {
                 return Err(corrupt(
                     &segment_name(location.segment),
-                    &format!("entry {index} at offset {} changed on disk", location.offset),
+                    &format!(
+                        "entry {index} at offset {} changed on disk",
+                        location.offset
+                    ),
                 ));
             }
             bytes_total += payload.len();
@@ -533,7 +554,12 @@ impl SegmentLog {
         let files = &self.shared.files;
         // Later segments first, newest first, each removal durable before the next: a crash
         // leaves a prefix of the log, never a hole.
-        let doomed: Vec<u64> = inner.segments.range(index..).map(|(f, _)| *f).rev().collect();
+        let doomed: Vec<u64> = inner
+            .segments
+            .range(index..)
+            .map(|(f, _)| *f)
+            .rev()
+            .collect();
         for first in doomed {
             files.remove(&segment_name(first))?;
             files.sync_dir()?;
@@ -592,11 +618,7 @@ impl SegmentLog {
 }
 
 /// Reads the segments back: see the module's comment for the rules.
-fn recover(
-    files: &dyn Files,
-    segment_bytes: u64,
-    purged: Option<u64>,
-) -> Result<Inner, DiskError> {
+fn recover(files: &dyn Files, segment_bytes: u64, purged: Option<u64>) -> Result<Inner, DiskError> {
     let mut firsts: Vec<u64> = files
         .list()?
         .iter()
@@ -627,8 +649,8 @@ fn recover(
         let is_last = position + 1 == count;
         let name = segment_name(first);
         let file = files.open(&name)?;
-        let file_len = file.len()?;
-        let mut header = [0u8; SEGMENT_HEADER_BYTES as usize];
+        let file_len = file.size()?;
+        let mut header = [0u8; SEGMENT_HEADER_LEN];
         let parsed = if file_len >= SEGMENT_HEADER_BYTES {
             file.read_at(0, &mut header)?;
             parse_segment_header(&header).filter(|(named, _)| *named == first)
@@ -676,7 +698,9 @@ fn recover(
                 Record::Good(index, _) => {
                     return Err(corrupt(
                         &name,
-                        &format!("the record at offset {offset} holds entry {index}, not {expected}"),
+                        &format!(
+                            "the record at offset {offset} holds entry {index}, not {expected}"
+                        ),
                     ));
                 }
                 Record::End => break,

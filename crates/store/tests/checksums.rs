@@ -101,8 +101,8 @@ fn a_rebuild_keeps_the_vote_and_nothing_else() {
     );
     drop(log);
     // A second rebuild would overwrite the kept data: refused.
-    let error = rebuild_keeping_vote(&path, &aside, &log_dir(&path), &log_aside)
-        .expect_err("aside exists");
+    let error =
+        rebuild_keeping_vote(&path, &aside, &log_dir(&path), &log_aside).expect_err("aside exists");
     assert!(error.0.contains("exists"), "{error}");
 }
 

@@ -74,14 +74,20 @@ fn a_committed_pointer_is_durable_with_the_next_flush() {
     reopened
         .append_durably([entry(8, EntryPayload::Blank)])
         .unwrap();
-    assert_eq!(disk.pending_batches(), 1, "written by the append, not flushed");
+    assert_eq!(
+        disk.pending_batches(),
+        1,
+        "written by the append, not flushed"
+    );
     crash(&disk, &files);
     let mut again = sim_log(&disk, &files);
     assert_eq!(ready(again.read_committed()).unwrap(), None);
     assert_eq!(log_indexes(&mut again), [8], "the entry itself was synced");
 
     ready(again.save_committed(committed)).unwrap();
-    again.append_durably([entry(9, EntryPayload::Blank)]).unwrap();
+    again
+        .append_durably([entry(9, EntryPayload::Blank)])
+        .unwrap();
     ready(again.save_vote(&Vote::new(2, 1))).unwrap();
     crash(&disk, &files);
     let mut flushed = sim_log(&disk, &files);

@@ -21,7 +21,10 @@ fn open(files: &SimFiles, segment_bytes: u64, purged: Option<u64>) -> SegmentLog
 }
 
 fn payload(index: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (index as u8).wrapping_add(i as u8) | 1).collect()
+    // Bytes that vary with the index and the position (never all zero, like unwritten space).
+    (0..len)
+        .map(|i| (index.to_le_bytes()[0]).wrapping_add(i.to_le_bytes()[0]) | 1)
+        .collect()
 }
 
 fn all(log: &SegmentLog) -> Vec<(u64, Vec<u8>)> {
@@ -94,7 +97,11 @@ fn purging_removes_whole_segments_only() {
     files.crash(&mut |_| 0);
     let reopened = open(&files, 200, Some(20));
     assert_eq!(indexes(&reopened), [21]);
-    assert_eq!(reopened.segments(), [21], "segment 7 holds only purged entries");
+    assert_eq!(
+        reopened.segments(),
+        [21],
+        "segment 7 holds only purged entries"
+    );
 }
 
 #[test]
@@ -106,7 +113,8 @@ fn a_torn_last_record_is_cut_at_open_and_every_synced_record_survives() {
     }
     log.sync().unwrap();
     // One unsynced write of two records, torn 30 bytes in: a header and part of a payload.
-    log.append(&[(6, payload(6, 20)), (7, payload(7, 20))]).unwrap();
+    log.append(&[(6, payload(6, 20)), (7, payload(7, 20))])
+        .unwrap();
     drop(log);
     files.crash(&mut |_| 30);
     let reopened = open(&files, 1024, None);
@@ -293,18 +301,32 @@ fn sled_entries_of_the_old_layout_move_into_files() {
 #[derive(Clone, Debug)]
 enum Step {
     /// Appends `count` entries of `len` bytes after the last (or after the purge point).
-    Append { count: u64, len: usize },
+    Append {
+        count: u64,
+        len: usize,
+    },
     /// Appends one entry `back` entries before the next index (replacing what follows).
-    Overwrite { back: u64, len: usize },
+    Overwrite {
+        back: u64,
+        len: usize,
+    },
     Sync,
     /// Truncates `back` entries before the next index.
-    Truncate { back: u64 },
+    Truncate {
+        back: u64,
+    },
     /// Purges up to `ahead` entries past the purge point (possibly past the end).
-    Purge { ahead: u64 },
+    Purge {
+        ahead: u64,
+    },
     /// Lets `changes` file changes through, then fails the rest: a step dies part way.
-    Dies { changes: u64 },
+    Dies {
+        changes: u64,
+    },
     /// The machine crashes (with tears drawn from `seed`) and the log is reopened.
-    Crash { seed: u64 },
+    Crash {
+        seed: u64,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -373,7 +395,10 @@ fn check_after_crash(model: &Model, recovered: &[(u64, Vec<u8>)]) -> Result<(), 
             index
         );
         prop_assert!(
-            model.possible.get(index).is_some_and(|set| set.contains(bytes)),
+            model
+                .possible
+                .get(index)
+                .is_some_and(|set| set.contains(bytes)),
             "entry {} holds bytes never written there, or truncated",
             index
         );
@@ -391,7 +416,11 @@ fn check_after_crash(model: &Model, recovered: &[(u64, Vec<u8>)]) -> Result<(), 
             ))
             .next()
             .map(|(index, _)| *index);
-        prop_assert_eq!(Some(*first), expected, "the log does not start where it should");
+        prop_assert_eq!(
+            Some(*first),
+            expected,
+            "the log does not start where it should"
+        );
     }
     Ok(())
 }
@@ -423,12 +452,18 @@ fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
             }
             Step::Overwrite { back, len } => {
                 let next = model.next_index();
-                let index = next.saturating_sub(back).max(model.purged.map_or(1, |p| p + 1));
+                let index = next
+                    .saturating_sub(back)
+                    .max(model.purged.map_or(1, |p| p + 1));
                 let bytes = model.payload(index, len);
                 let written = log.append(&[(index, bytes.clone())]);
                 // An overwrite truncates durably first: what followed cannot come back then.
                 model.cut(index, written.is_ok());
-                model.possible.entry(index).or_default().insert(bytes.clone());
+                model
+                    .possible
+                    .entry(index)
+                    .or_default()
+                    .insert(bytes.clone());
                 model.written.insert(index, bytes);
                 model.dying = written.is_err();
             }
@@ -438,7 +473,9 @@ fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
             },
             Step::Truncate { back } => {
                 let next = model.next_index();
-                let index = next.saturating_sub(back).max(model.purged.map_or(1, |p| p + 1));
+                let index = next
+                    .saturating_sub(back)
+                    .max(model.purged.map_or(1, |p| p + 1));
                 let truncated = log.truncate(index);
                 model.cut(index, truncated.is_ok());
                 model.dying = truncated.is_err();

@@ -66,7 +66,8 @@ impl
         StorageError<u64>,
     > {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let disk = SledDisk::open(&dir.path().join("raft")).expect("sled opens in a fresh directory");
+        let disk =
+            SledDisk::open(&dir.path().join("raft")).expect("sled opens in a fresh directory");
         let files = OsFiles::open(&dir.path().join("raft-log")).expect("a fresh log directory");
         let (log, sm) = stores(disk, Arc::new(files))?;
         Ok((dir, log, sm))
