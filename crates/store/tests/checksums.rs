@@ -8,13 +8,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use certus_store::{CORRUPT, LogStore, OsFiles, SledDisk, rebuild_keeping_vote};
-use common::{TEST_SEGMENT_BYTES, TestConfig, ready};
+use common::{TEST_SEGMENT_BYTES, TestConfig, after_release, ready};
 use openraft::storage::RaftLogStorage;
 use openraft::testing::log_id;
 use openraft::{Entry, EntryPayload, Vote};
 
 fn open_log(path: &Path) -> LogStore<TestConfig, SledDisk> {
-    let disk = SledDisk::open(path).expect("opens");
+    let disk = after_release(|| SledDisk::open(path)).expect("opens");
     let files = OsFiles::open(&log_dir(path)).expect("the log directory opens");
     LogStore::open(Arc::new(disk), Arc::new(files), TEST_SEGMENT_BYTES).expect("the log opens")
 }
@@ -39,7 +39,7 @@ fn write_log(path: &Path) {
 
 /// Flips one bit of the value at `key`, as a bad sector would, behind the store's back.
 fn damage(path: &Path, key: &[u8]) {
-    let db = sled::open(path).expect("raw sled");
+    let db = after_release(|| sled::open(path)).expect("raw sled");
     let mut value = db.get(key).expect("read").expect("the key exists").to_vec();
     value[0] ^= 0x01;
     db.insert(key, value).expect("write");
@@ -53,9 +53,9 @@ fn a_damaged_value_stops_the_database_from_opening() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("raft");
     write_log(&path);
-    SledDisk::open(&path).expect("intact data opens");
+    after_release(|| SledDisk::open(&path)).expect("intact data opens");
     damage(&path, COMMITTED);
-    let error = SledDisk::open(&path).expect_err("damaged data is refused");
+    let error = after_release(|| SledDisk::open(&path)).expect_err("damaged data is refused");
     assert!(error.0.starts_with(CORRUPT), "{error}");
     assert!(error.0.contains("meta/committed"), "names the key: {error}");
 }
@@ -69,7 +69,7 @@ fn a_database_without_checksums_is_refused() {
         db.insert(b"log/x", b"no checksum".to_vec()).expect("write");
         db.flush().expect("flush");
     }
-    let error = SledDisk::open(&path).expect_err("an old format is refused");
+    let error = after_release(|| SledDisk::open(&path)).expect_err("an old format is refused");
     assert!(error.0.contains("older Certus"), "{error}");
 }
 
@@ -83,7 +83,8 @@ fn a_rebuild_keeps_the_vote_and_nothing_else() {
     assert!(log_dir(&path).exists());
     damage(&path, COMMITTED);
     let rebuilt =
-        rebuild_keeping_vote(&path, &aside, &log_dir(&path), &log_aside).expect("rebuilt");
+        after_release(|| rebuild_keeping_vote(&path, &aside, &log_dir(&path), &log_aside))
+            .expect("rebuilt");
     assert!(rebuilt.kept_vote);
     assert!(aside.exists(), "the damaged data is kept aside");
     assert_eq!(rebuilt.log_moved_to.as_deref(), Some(log_aside.as_path()));
@@ -101,8 +102,8 @@ fn a_rebuild_keeps_the_vote_and_nothing_else() {
     );
     drop(log);
     // A second rebuild would overwrite the kept data: refused.
-    let error =
-        rebuild_keeping_vote(&path, &aside, &log_dir(&path), &log_aside).expect_err("aside exists");
+    let error = after_release(|| rebuild_keeping_vote(&path, &aside, &log_dir(&path), &log_aside))
+        .expect_err("aside exists");
     assert!(error.0.contains("exists"), "{error}");
 }
 
@@ -112,12 +113,14 @@ fn a_damaged_vote_is_not_carried_over() {
     let path = dir.path().join("raft");
     write_log(&path);
     damage(&path, b"meta/vote");
-    let error = rebuild_keeping_vote(
-        &path,
-        &dir.path().join("aside"),
-        &log_dir(&path),
-        &dir.path().join("log-aside"),
-    )
+    let error = after_release(|| {
+        rebuild_keeping_vote(
+            &path,
+            &dir.path().join("aside"),
+            &log_dir(&path),
+            &dir.path().join("log-aside"),
+        )
+    })
     .expect_err("refused");
     assert!(error.0.contains("new id"), "{error}");
     assert!(path.exists(), "nothing was moved");

@@ -15,7 +15,7 @@ use certus_store::{
     CORRUPT, Disk, Files, LogStore, OsFiles, Proposal, SegmentLog, SimDisk, SimFiles, SledDisk,
     StateMachineStore, WriteBatch,
 };
-use common::{TEST_SEGMENT_BYTES, TestConfig, crash, ready, seeded, sim_log};
+use common::{TEST_SEGMENT_BYTES, TestConfig, after_release, crash, ready, seeded, sim_log};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::testing::log_id;
 use openraft::{
@@ -268,7 +268,7 @@ fn a_crash_keeps_a_prefix_of_unflushed_batches() {
 fn sled_and_files_keep_the_log_across_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let open = || {
-        let disk = SledDisk::open(&dir.path().join("raft")).unwrap();
+        let disk = after_release(|| SledDisk::open(&dir.path().join("raft"))).unwrap();
         let files = OsFiles::open(&dir.path().join("raft-log")).unwrap();
         LogStore::<TestConfig, _>::open(Arc::new(disk), Arc::new(files), TEST_SEGMENT_BYTES)
             .unwrap()
@@ -585,10 +585,10 @@ fn a_crash_during_migration_moves_the_entries_again() {
 fn sled_entries_of_the_old_layout_move_into_files() {
     let dir = tempfile::tempdir().unwrap();
     let raft = dir.path().join("raft");
-    write_old_layout(&SledDisk::open(&raft).unwrap(), 1..=12);
+    write_old_layout(&after_release(|| SledDisk::open(&raft)).unwrap(), 1..=12);
     let open = || {
         LogStore::<TestConfig, _>::open(
-            Arc::new(SledDisk::open(&raft).unwrap()),
+            Arc::new(after_release(|| SledDisk::open(&raft)).unwrap()),
             Arc::new(OsFiles::open(&dir.path().join("raft-log")).unwrap()),
             TEST_SEGMENT_BYTES,
         )
@@ -598,7 +598,10 @@ fn sled_entries_of_the_old_layout_move_into_files() {
     let state = ready(log.get_log_state()).unwrap();
     assert_eq!(state.last_log_id, Some(log_id(1, 1, 12)));
     drop(log);
-    assert_eq!(old_layout_keys(&SledDisk::open(&raft).unwrap()), 0);
+    assert_eq!(
+        old_layout_keys(&after_release(|| SledDisk::open(&raft)).unwrap()),
+        0
+    );
     let mut log = open();
     let read = ready(log.try_get_log_entries(0..)).unwrap();
     assert_eq!(read.len(), 12);

@@ -59,3 +59,22 @@ pub fn seeded(mut seed: u64) -> impl FnMut(u64) -> u64 {
         (z ^ (z >> 31)) % bound.max(1)
     }
 }
+
+/// Runs `open` again while it fails on the lock a just-dropped sled database still holds: sled's
+/// IO threads let go of the file a moment after the last handle is dropped (longer on a loaded
+/// machine). Other outcomes, good or bad, are returned as they are.
+pub fn after_release<T, E: std::fmt::Display>(
+    mut open: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match open() {
+            Err(error)
+                if error.to_string().contains("lock") && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            outcome => return outcome,
+        }
+    }
+}
