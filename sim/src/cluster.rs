@@ -1,5 +1,5 @@
-//! A simulated cluster: nodes on 10.0.0.N, each with a disk that survives its crashes and a clock
-//! of its own, watched by the harness.
+//! A simulated cluster: nodes on 10.0.0.N, each with a disk and Raft log files that survive its
+//! crashes and a clock of its own, watched by the harness.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -12,7 +12,7 @@ use certus_node::ct_log::CtNode;
 use certus_node::{
     CertusNode, Clock, CtSetup, Leader, Node, NodeConfig, ServiceError, SessionParts,
 };
-use certus_store::{ApplyObserver, SimDisk};
+use certus_store::{ApplyObserver, SimDisk, SimFiles};
 use madsim::runtime::{Handle, NodeHandle};
 use openraft_metrics::watch_roles;
 
@@ -35,6 +35,9 @@ pub fn endpoint(id: u64) -> String {
     format!("{}:{GRPC_PORT}", node_ip(id))
 }
 
+/// The Raft log segment size of simulated nodes.
+pub const SIM_LOG_SEGMENT_BYTES: u64 = 16 * 1024;
+
 /// The default configuration of simulated node `id`.
 pub fn config(id: u64) -> NodeConfig {
     let mut config = NodeConfig::new(
@@ -45,6 +48,8 @@ pub fn config(id: u64) -> NodeConfig {
     );
     // Only the sessions scenarios run the daemons; elsewhere they would only add idle wake-ups.
     config.sessions.daemons = false;
+    // Small Raft log segments: a run rolls over and purges whole segments many times.
+    config.raft.log_segment_bytes = SIM_LOG_SEGMENT_BYTES;
     config
 }
 
@@ -121,6 +126,7 @@ pub struct SimCluster {
     handle: Handle,
     machines: BTreeMap<u64, NodeHandle>,
     disks: BTreeMap<u64, SimDisk>,
+    log_files: BTreeMap<u64, SimFiles>,
     running: Running,
     running_ct: RunningCt,
     samples: Samples,
@@ -172,9 +178,12 @@ impl SimCluster {
             .collect();
         let mut machines = BTreeMap::new();
         let mut disks = BTreeMap::new();
+        let mut all_log_files = BTreeMap::new();
         for id in 1..=spec.nodes {
             let disk = SimDisk::new();
             disks.insert(id, disk.clone());
+            let log_files = SimFiles::new();
+            all_log_files.insert(id, log_files.clone());
             let skew = spec
                 .clocks
                 .iter()
@@ -200,6 +209,7 @@ impl SimCluster {
                 .ip(node_ip(id))
                 .init(move || {
                     let disk = disk.clone();
+                    let log_files = log_files.clone();
                     let running = Arc::clone(&running);
                     let running_ct = Arc::clone(&running_ct);
                     let samples = Arc::clone(&samples);
@@ -230,6 +240,7 @@ impl SimCluster {
                                 Node::start_with_parts(
                                     config,
                                     Arc::new(disk),
+                                    Arc::new(log_files),
                                     clock,
                                     ct,
                                     sessions,
@@ -269,6 +280,7 @@ impl SimCluster {
             handle,
             machines,
             disks,
+            log_files: all_log_files,
             running,
             running_ct,
             samples,
@@ -331,7 +343,9 @@ impl SimCluster {
         &self.disks[&id]
     }
 
-    /// Crashes node `id`: its tasks stop and its disk loses what was not flushed.
+    /// Crashes node `id`: its tasks stop, its disk loses what was not flushed, and its Raft log
+    /// files lose what was not synced (the last unsynced write of a file may be torn part way,
+    /// and unsynced creates and removes may revert), drawn from the simulation's RNG.
     pub fn crash(&self, id: u64) {
         self.running.lock().expect("running table").remove(&id);
         self.running_ct
@@ -340,6 +354,11 @@ impl SimCluster {
             .remove(&id);
         self.handle.kill(self.machines[&id].id());
         self.disks[&id].crash();
+        let mut rng = madsim::rand::thread_rng();
+        self.log_files[&id].crash(&mut |bound| {
+            use madsim::rand::Rng as _;
+            rng.gen_range(0..bound.max(1))
+        });
         self.samples.lock().expect("samples").push(Sample {
             at_ms: elapsed_ms(self.started),
             node: id,

@@ -108,7 +108,9 @@ pub(crate) async fn run(args: RebuildArgs) -> Result<(), String> {
     }
     let stamp = certus_node::Clock::system().now_ms() / 1000;
     let aside = node.data_dir.join(format!("raft.replaced-{stamp}"));
-    let rebuilt = certus_store::rebuild_keeping_vote(&store, &aside)
+    let log_dir = node.data_dir.join("raft-log");
+    let log_aside = node.data_dir.join(format!("raft-log.replaced-{stamp}"));
+    let rebuilt = certus_store::rebuild_keeping_vote(&store, &aside, &log_dir, &log_aside)
         .map_err(|error| format!("{error} (is the node still running? stop it first)"))?;
     println!(
         "rebuilt {}: {}; the old data is in {} (delete it once the node is back)",
@@ -120,6 +122,12 @@ pub(crate) async fn run(args: RebuildArgs) -> Result<(), String> {
         },
         rebuilt.moved_to.display()
     );
+    if let Some(log_moved_to) = &rebuilt.log_moved_to {
+        println!(
+            "the old Raft log segments are in {} (delete them too)",
+            log_moved_to.display()
+        );
+    }
     println!(
         "start the node as before (certus serve --config {}); it catches up from the leader",
         args.config.display()

@@ -19,7 +19,7 @@ pub struct NodeConfig {
     pub grpc_addr: SocketAddr,
     /// Where the HTTP server listens (health, ACME challenges).
     pub http_addr: SocketAddr,
-    /// Where the Raft log, vote and snapshots are kept.
+    /// Where the Raft log (`raft-log`), the vote and snapshots (`raft`) are kept.
     pub data_dir: PathBuf,
     /// Raft timing and log compaction.
     #[serde(default)]
@@ -138,6 +138,9 @@ impl Default for CtFiles {
     }
 }
 
+/// The smallest Raft log segment a node accepts: smaller ones only multiply files and syncs.
+const LOG_SEGMENT_BYTES_MIN: u64 = 4096;
+
 /// Raft timing and log compaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -153,6 +156,9 @@ pub struct RaftTuning {
     /// Entries kept in the log behind a snapshot, so a slightly lagging follower catches up
     /// from the log rather than by snapshot.
     pub entries_kept_after_snapshot: u64,
+    /// The size of a Raft log segment file (`data_dir/raft-log`); purging removes whole
+    /// segments, so this is also how much purged log a node may keep on disk.
+    pub log_segment_bytes: u64,
 }
 
 impl Default for RaftTuning {
@@ -163,6 +169,7 @@ impl Default for RaftTuning {
             election_timeout_max_ms: 1000,
             snapshot_after_entries: 20_000,
             entries_kept_after_snapshot: 1_000,
+            log_segment_bytes: certus_store::SEGMENT_BYTES,
         }
     }
 }
@@ -228,6 +235,12 @@ impl NodeConfig {
         }
         if raft.snapshot_after_entries == 0 {
             return Err("raft.snapshot_after_entries must be at least 1".into());
+        }
+        if raft.log_segment_bytes < LOG_SEGMENT_BYTES_MIN {
+            return Err(format!(
+                "raft.log_segment_bytes is {}; it must be at least {LOG_SEGMENT_BYTES_MIN}",
+                raft.log_segment_bytes
+            ));
         }
         if self.ct.roots_file.is_some() && self.ct.key_file.is_none() {
             return Err(

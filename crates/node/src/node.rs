@@ -7,7 +7,10 @@ use std::time::Duration;
 use certus_core::{ChallengeCommand, Command, Response};
 use certus_ct::chain::{AcceptedRoots, ChainLimits};
 use certus_ct::signer::EcdsaP256Signer;
-use certus_store::{AppendObserver, CtDatabase, Disk, LogStore, SledDisk, StateMachineStore};
+use certus_store::{
+    AppendObserver, CtDatabase, Disk, DiskError, Files, LogStore, OsFiles, SledDisk,
+    StateMachineStore,
+};
 use openraft::error::{InitializeError, RaftError};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -83,43 +86,38 @@ impl Node {
         Node::start_with_clock(config, Clock::system()).await
     }
 
-    /// Starts a node on sled in `config.data_dir`, with the given clock.
+    /// Starts a node on sled in `config.data_dir/raft` and the Raft log's segments in
+    /// `config.data_dir/raft-log`, with the given clock.
     pub async fn start_with_clock(config: NodeConfig, clock: Clock) -> Result<Node, StartError> {
         let path = config.data_dir.join("raft");
-        let disk = SledDisk::open(&path).map_err(|error| StartError::Storage {
-            path: path.display().to_string(),
-            // A damaged store is never served from: say how to replace it.
-            reason: if error.0.starts_with(certus_store::CORRUPT) || error.0.contains("older") {
-                format!(
-                    "{error}; this node will not serve from it: stop it and run `certus rebuild \
-                     --config <its config>` to replace its data from the peers"
-                )
-            } else {
-                error.to_string()
-            },
-        })?;
-        Node::start_on(config, Arc::new(disk), clock).await
+        let disk = SledDisk::open(&path).map_err(|error| storage_error(&path, &error))?;
+        let log_path = config.data_dir.join("raft-log");
+        let log_files =
+            OsFiles::open(&log_path).map_err(|error| storage_error(&log_path, &error))?;
+        Node::start_on(config, Arc::new(disk), Arc::new(log_files), clock).await
     }
 
-    /// Starts a node on any disk and clock (the simulation passes its own), with the CT log
-    /// set up from `config.ct`'s files.
+    /// Starts a node on any disk, log files and clock (the simulation passes its own), with the
+    /// CT log set up from `config.ct`'s files.
     pub async fn start_on<D>(
         config: NodeConfig,
         disk: Arc<D>,
+        log_files: Arc<dyn Files>,
         clock: Clock,
     ) -> Result<Node, StartError>
     where
         D: Disk + Send + Sync + 'static,
     {
         let ct = load_ct_setup(&config.ct).map_err(StartError::Config)?;
-        Node::start_with_ct(config, disk, clock, ct).await
+        Node::start_with_ct(config, disk, log_files, clock, ct).await
     }
 
-    /// Starts a node on any disk and clock with the given CT setup (`None`: no CT log), its
-    /// session daemons (if on) working with what `config.sessions` names.
+    /// Starts a node on any disk, log files and clock with the given CT setup (`None`: no CT
+    /// log), its session daemons (if on) working with what `config.sessions` names.
     pub async fn start_with_ct<D>(
         config: NodeConfig,
         disk: Arc<D>,
+        log_files: Arc<dyn Files>,
         clock: Clock,
         ct: Option<CtSetup>,
     ) -> Result<Node, StartError>
@@ -131,15 +129,17 @@ impl Node {
         } else {
             SessionParts::default()
         };
-        Node::start_with_parts(config, disk, clock, ct, sessions, None).await
+        Node::start_with_parts(config, disk, log_files, clock, ct, sessions, None).await
     }
 
-    /// Starts a node on any disk and clock with the given CT setup and the parts its session
-    /// daemons work with (the simulation passes its own tester, upstream CA and observer), and
-    /// an observer of every client request its state machine applies for the first time.
+    /// Starts a node on any disk, log files and clock with the given CT setup and the parts its
+    /// session daemons work with (the simulation passes its own tester, upstream CA and
+    /// observer), and an observer of every client request its state machine applies for the
+    /// first time.
     pub async fn start_with_parts<D>(
         config: NodeConfig,
         disk: Arc<D>,
+        log_files: Arc<dyn Files>,
         clock: Clock,
         ct: Option<CtSetup>,
         sessions: SessionParts,
@@ -186,7 +186,9 @@ impl Node {
             None => None,
         };
         let openraft_config = Arc::new(config.openraft().map_err(StartError::Config)?);
-        let mut log_store = LogStore::new(Arc::clone(&disk)).with_observer(AppendObserver::new({
+        let log_store = LogStore::open(Arc::clone(&disk), log_files, config.raft.log_segment_bytes)
+            .map_err(|error| storage_error(&config.data_dir, &error))?;
+        let mut log_store = log_store.with_observer(AppendObserver::new({
             let metrics = Arc::clone(&metrics);
             move |timing| metrics.observe_log_append(timing)
         }));
@@ -362,6 +364,22 @@ impl Node {
             );
         }
         info!(id = self.replica.id, "node stopped");
+    }
+}
+
+/// A storage failure at start; a damaged store is never served from, so its message says how
+/// to replace it.
+fn storage_error(path: &std::path::Path, error: &DiskError) -> StartError {
+    StartError::Storage {
+        path: path.display().to_string(),
+        reason: if error.0.starts_with(certus_store::CORRUPT) || error.0.contains("older") {
+            format!(
+                "{error}; this node will not serve from it: stop it and run `certus rebuild \
+                 --config <its config>` to replace its data from the peers"
+            )
+        } else {
+            error.to_string()
+        },
     }
 }
 

@@ -2,10 +2,14 @@
 //!
 //! A small [`Disk`] trait — an ordered key-value space with atomic batches and an explicit flush —
 //! with two implementations: [`SledDisk`] for production and [`SimDisk`] for the simulation (which
-//! can crash and lose what was not flushed). On top of it, openraft 0.9's storage traits:
-//! [`LogStore`] (log and vote) and [`StateMachineStore`] (the replicated state of
-//! `certus-core`, persisted by snapshots). Beside them, [`CtDatabase`]: a node's local CT
-//! entries and Merkle tree.
+//! can crash and lose what was not flushed). It holds the vote, the committed pointer, the purge
+//! point and snapshots. The Raft entries live in a [`SegmentLog`]: append-only segment files
+//! with checksummed records and group commit, on a [`Files`] directory — [`OsFiles`] in
+//! production, [`SimFiles`] in the simulation (a crash keeps what was synced and may tear the last
+//! write). At open the last segment's torn tail is cut; damage anywhere else refuses to open.
+//! On top, openraft 0.9's storage traits: [`LogStore`] (log and vote) and [`StateMachineStore`]
+//! (the replicated state of `certus-core`, persisted by snapshots). Beside them, [`CtDatabase`]:
+//! a node's local CT entries and Merkle tree.
 
 #![deny(missing_docs, unreachable_pub)]
 
@@ -13,8 +17,10 @@ mod config;
 mod ct_db;
 mod ct_leaf_index;
 mod disk;
+mod files;
 mod keys;
 mod log_store;
+mod segment_log;
 mod sim_disk;
 mod sled_disk;
 mod state_machine;
@@ -22,7 +28,9 @@ mod state_machine;
 pub use config::{CertusConfig, Proposal, Responses};
 pub use ct_db::{CT_TILE_CACHE_TILES_DEFAULT, CtDatabase, CtDbError, CtStoreConfig, LocalEntry};
 pub use disk::{Disk, DiskError, FlushDone, Pairs, WriteBatch};
+pub use files::{Files, LogFile, OsFiles, SimFiles};
 pub use log_store::{AppendObserver, AppendTiming, LogStore, REPLICATION_READ_BYTES_MAX};
+pub use segment_log::{SEGMENT_BYTES, SEGMENT_BYTES_MIN, SegmentLog};
 pub use sim_disk::SimDisk;
 pub use sled_disk::{CORRUPT, Rebuilt, SledDisk, rebuild_keeping_vote};
 pub use state_machine::{Applied, ApplyObserver, SnapshotBuilder, StateMachineStore, StateReader};

@@ -1,10 +1,12 @@
-//! The Raft log and vote on a [`Disk`], as openraft's `RaftLogStorage`.
+//! The Raft log and vote as openraft's `RaftLogStorage`: entries in the [`SegmentLog`], the
+//! vote, the committed pointer and the purge point on a [`Disk`].
 //!
 //! Durability contracts (openraft's, and what the simulation checks): a vote is flushed before
-//! `save_vote` returns; appended entries are flushed before the `LogFlushed` callback fires;
-//! truncation is flushed before it returns, so a truncated suffix cannot come back; purge writes
-//! the new purge point and the deletions in one atomic batch, so no crash leaves a hole. The
-//! committed pointer is written by the next append and is durable with its flush.
+//! `save_vote` returns; appended entries are synced before the `LogFlushed` callback fires;
+//! truncation is synced before it returns, so a truncated suffix cannot come back; a purge
+//! flushes the new purge point before it removes segments, so a crash in between leaves only
+//! segments below the purge point, which are never read and are removed at the next open. The
+//! committed pointer is written by the next append and is durable with the disk's next flush.
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
@@ -18,14 +20,19 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::config::CertusConfig;
-use crate::disk::{Disk, DiskError, Pairs, WriteBatch};
-use crate::keys::{COMMITTED, LAST_PURGED, LOG_PREFIX, VOTE, log_end, log_key};
+use crate::disk::{Disk, DiskError, WriteBatch};
+use crate::files::Files;
+use crate::keys::{COMMITTED, LAST_PURGED, LOG_PREFIX, VOTE, log_end};
+use crate::segment_log::SegmentLog;
 
 /// Largest number of entries one replication read returns; it asks again for the rest.
-const REPLICATION_READ_ENTRIES_MAX: u64 = 4096;
+const REPLICATION_READ_ENTRIES_MAX: usize = 4096;
 /// Encoded bytes of entries read for one replication message (at least one entry is always
 /// read): keeps an append well under the transport's message limit however large entries are.
 pub const REPLICATION_READ_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// Old-layout log entries moved from the disk into the segmented log per round at open.
+const MIGRATION_ENTRIES_PER_ROUND: usize = 1024;
 
 /// How one append went, for the node's metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,12 +41,12 @@ pub struct AppendTiming {
     pub entries: usize,
     /// Writing them into the store (visible, not yet durable).
     pub write: Duration,
-    /// From the write's end until the flush that made them durable completed (shared with
-    /// other appends when the disk groups flushes).
+    /// From the write's end until the sync that made them durable completed (shared with
+    /// other appends waiting at the same time).
     pub flush: Duration,
 }
 
-/// Told of every successful append once it is durable. Runs on the disk's flusher: keep it short.
+/// Told of every successful append once it is durable. Runs on the log's flusher: keep it short.
 #[derive(Clone)]
 pub struct AppendObserver(Arc<dyn Fn(AppendTiming) + Send + Sync>);
 
@@ -56,10 +63,11 @@ impl Debug for AppendObserver {
     }
 }
 
-/// The log store; clones share the disk and serve as log readers.
+/// The log store; clones share the disk and the log and serve as log readers.
 #[derive(Debug)]
 pub struct LogStore<C, D> {
     disk: Arc<D>,
+    log: SegmentLog,
     observer: Option<AppendObserver>,
     /// The committed pointer openraft saved last, encoded, until the next append writes it
     /// (see `save_committed`).
@@ -71,6 +79,7 @@ impl<C, D> Clone for LogStore<C, D> {
     fn clone(&self) -> Self {
         LogStore {
             disk: Arc::clone(&self.disk),
+            log: self.log.clone(),
             observer: self.observer.clone(),
             committed: Arc::clone(&self.committed),
             _config: PhantomData,
@@ -79,14 +88,77 @@ impl<C, D> Clone for LogStore<C, D> {
 }
 
 impl<C: CertusConfig, D: Disk> LogStore<C, D> {
-    /// The log store on `disk`.
-    pub fn new(disk: Arc<D>) -> LogStore<C, D> {
-        LogStore {
+    /// Opens the log store: the vote and metadata on `disk`, the entries in segments of
+    /// `segment_bytes` in `files` (recovered as [`SegmentLog::open`] says). Entries a disk of
+    /// the old layout still holds (keys `log/<index>`) are moved into the segments first.
+    pub fn open(
+        disk: Arc<D>,
+        files: Arc<dyn Files>,
+        segment_bytes: u64,
+    ) -> Result<LogStore<C, D>, DiskError> {
+        let purged: Option<LogId<C::NodeId>> = read_meta(disk.as_ref(), LAST_PURGED)?;
+        let log = SegmentLog::open(files, segment_bytes, purged.map(|p| p.index))?;
+        let store = LogStore {
             disk,
+            log,
             observer: None,
             committed: Arc::default(),
             _config: PhantomData,
+        };
+        store.migrate_from_disk()?;
+        Ok(store)
+    }
+
+    /// Moves the entries of the old layout (one disk key per entry) into the segmented log:
+    /// appended and synced, then deleted from the disk in one batch and flushed. A crash in
+    /// between leaves them in both; the next open moves them again (an append at an index the
+    /// log holds replaces it and what follows).
+    fn migrate_from_disk(&self) -> Result<(), DiskError> {
+        let end = log_end();
+        let mut from = Bound::Included(LOG_PREFIX.to_vec());
+        let mut keys = Vec::new();
+        let purged = self.log_purged()?;
+        loop {
+            let pairs = self.disk.scan(
+                from.as_ref().map(Vec::as_slice),
+                Bound::Excluded(&end),
+                false,
+                MIGRATION_ENTRIES_PER_ROUND,
+            )?;
+            let Some((last_key, _)) = pairs.last() else {
+                break;
+            };
+            from = Bound::Excluded(last_key.clone());
+            let mut records = Vec::with_capacity(pairs.len());
+            for (key, bytes) in pairs {
+                let entry: C::Entry = decode(&bytes)?;
+                if purged.is_none_or(|purged| entry.log_id.index > purged) {
+                    records.push((entry.log_id.index, bytes));
+                }
+                keys.push(key);
+            }
+            self.log.append(&records)?;
         }
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.log.sync()?;
+        let mut batch = WriteBatch::new();
+        for key in keys {
+            batch.delete(key);
+        }
+        self.disk.write(batch)?;
+        self.disk.flush()
+    }
+
+    fn log_purged(&self) -> Result<Option<u64>, DiskError> {
+        let purged: Option<LogId<C::NodeId>> = self.read_meta(LAST_PURGED)?;
+        Ok(purged.map(|p| p.index))
+    }
+
+    /// The segmented log under this store.
+    pub fn segment_log(&self) -> &SegmentLog {
+        &self.log
     }
 
     /// The same store, telling `observer` how each append went.
@@ -114,31 +186,38 @@ impl<C: CertusConfig, D: Disk> LogStore<C, D> {
     }
 
     fn read_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, DiskError> {
-        self.disk.get(key)?.map(|bytes| decode(&bytes)).transpose()
+        read_meta(self.disk.as_ref(), key)
     }
 
     fn last_entry(&self) -> Result<Option<C::Entry>, DiskError> {
-        let last = self.disk.scan(
-            Bound::Included(LOG_PREFIX),
-            Bound::Excluded(&log_end()),
-            true,
-            1,
-        )?;
-        last.first().map(|(_, bytes)| decode(bytes)).transpose()
+        let Some(last) = self.log.last_index() else {
+            return Ok(None);
+        };
+        let read = self
+            .log
+            .read(Bound::Included(last), Bound::Included(last), 1, usize::MAX)?;
+        read.first().map(|(_, bytes)| decode(bytes)).transpose()
     }
 
-    /// Writes `entries` in one batch and flushes: when this returns `Ok`, they survive a crash.
+    /// Appends `entries` and syncs: when this returns `Ok`, they survive a crash.
     pub fn append_durably(
         &self,
         entries: impl IntoIterator<Item = C::Entry>,
     ) -> Result<(), DiskError> {
-        let mut batch = WriteBatch::new();
-        for entry in entries {
-            batch.put(log_key(entry.log_id.index), encode(&entry));
-        }
+        let records = encode_entries::<C>(entries);
         self.write_saved_committed()?;
+        self.log.append(&records)?;
+        self.log.sync()
+    }
+
+    /// Records `purged` as the purge point (flushed), then removes the segments below it: a
+    /// crash in between leaves segments that are never read and are removed at the next open.
+    fn purge_to(&self, purged: LogId<C::NodeId>) -> Result<(), DiskError> {
+        let mut batch = WriteBatch::new();
+        batch.put(LAST_PURGED, encode(&purged));
         self.disk.write(batch)?;
-        self.disk.flush()
+        self.disk.flush()?;
+        self.log.purge(purged.index)
     }
 
     /// Finishes a purge that a snapshot install deferred, before openraft reads the log at
@@ -156,45 +235,25 @@ impl<C: CertusConfig, D: Disk> LogStore<C, D> {
         if purged.is_some_and(|purged| purged.index >= saved.index) {
             return Ok(());
         }
-        let mut batch = WriteBatch::new();
-        batch.put(LAST_PURGED, encode(&saved));
-        for key in self.keys_in(Bound::Unbounded, Bound::Included(saved.index))? {
-            batch.delete(key);
-        }
-        self.disk.write(batch)?;
-        self.disk.flush()
-    }
-
-    /// The log entries with index in `(from, to)`, at most `limit` of them.
-    fn scan_log(&self, from: Bound<u64>, to: Bound<u64>, limit: usize) -> Result<Pairs, DiskError> {
-        let from = match from {
-            Bound::Unbounded => Bound::Included(LOG_PREFIX.to_vec()),
-            bound => bound.map(log_key),
-        };
-        let to = match to {
-            Bound::Unbounded => Bound::Excluded(log_end()),
-            bound => bound.map(log_key),
-        };
-        self.disk.scan(
-            from.as_ref().map(Vec::as_slice),
-            to.as_ref().map(Vec::as_slice),
-            false,
-            limit,
-        )
-    }
-
-    /// Keys of the log entries with index in `(from, to)`.
-    fn keys_in(&self, from: Bound<u64>, to: Bound<u64>) -> Result<Vec<Vec<u8>>, DiskError> {
-        Ok(self
-            .scan_log(from, to, usize::MAX)?
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect())
+        self.purge_to(saved)
     }
 }
 
 fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_allocvec(value).expect("log values always encode")
+}
+
+fn encode_entries<C: CertusConfig>(
+    entries: impl IntoIterator<Item = C::Entry>,
+) -> Vec<(u64, Vec<u8>)> {
+    entries
+        .into_iter()
+        .map(|entry| (entry.log_id.index, encode(&entry)))
+        .collect()
+}
+
+fn read_meta<T: DeserializeOwned>(disk: &impl Disk, key: &[u8]) -> Result<Option<T>, DiskError> {
+    disk.get(key)?.map(|bytes| decode(&bytes)).transpose()
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DiskError> {
@@ -214,15 +273,17 @@ impl<C: CertusConfig, D: Disk> RaftLogReader<C> for LogStore<C, D> {
         &mut self,
         range: RB,
     ) -> Result<Vec<C::Entry>, StorageError<C::NodeId>> {
-        let pairs = self
-            .scan_log(
+        let records = self
+            .log
+            .read(
                 range.start_bound().cloned(),
                 range.end_bound().cloned(),
+                usize::MAX,
                 usize::MAX,
             )
             .map_err(read_err::<C>)?;
         let entries: Result<Vec<C::Entry>, DiskError> =
-            pairs.iter().map(|(_, bytes)| decode(bytes)).collect();
+            records.iter().map(|(_, bytes)| decode(bytes)).collect();
         entries.map_err(read_err::<C>)
     }
 
@@ -231,20 +292,18 @@ impl<C: CertusConfig, D: Disk> RaftLogReader<C> for LogStore<C, D> {
         start: u64,
         end: u64,
     ) -> Result<Vec<C::Entry>, StorageError<C::NodeId>> {
-        let end = end.min(start.saturating_add(REPLICATION_READ_ENTRIES_MAX));
-        let pairs = self
-            .scan_log(Bound::Included(start), Bound::Excluded(end), usize::MAX)
+        let records = self
+            .log
+            .read(
+                Bound::Included(start),
+                Bound::Excluded(end),
+                REPLICATION_READ_ENTRIES_MAX,
+                REPLICATION_READ_BYTES_MAX,
+            )
             .map_err(read_err::<C>)?;
-        let mut entries = Vec::new();
-        let mut bytes_total = 0usize;
-        for (_, bytes) in &pairs {
-            if !entries.is_empty() && bytes_total + bytes.len() > REPLICATION_READ_BYTES_MAX {
-                break;
-            }
-            bytes_total += bytes.len();
-            entries.push(decode(bytes).map_err(read_err::<C>)?);
-        }
-        Ok(entries)
+        let entries: Result<Vec<C::Entry>, DiskError> =
+            records.iter().map(|(_, bytes)| decode(bytes)).collect();
+        entries.map_err(read_err::<C>)
     }
 }
 
@@ -284,8 +343,9 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
         &mut self,
         committed: Option<LogId<C::NodeId>>,
     ) -> Result<(), StorageError<C::NodeId>> {
-        // Not written here: the next append writes it, and its flush makes it durable (so a
-        // restart, clean or not, may find the last round's pointer missing). A pointer that
+        // Not written here: the next append writes it, and the disk's next flush makes it
+        // durable (sled's own, every half second, or a vote's, a snapshot's, a purge's), so a
+        // restart, clean or not, may find the last rounds' pointer missing. A pointer that
         // rolled back only means re-applying from the snapshot; the one
         // reader it could mislead, a leader that resumes leading in its old term and names a
         // read index from it, reads no lower than its log's end at start instead (the node's
@@ -323,50 +383,36 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
         I::IntoIter: OptionalSend,
     {
         // Acknowledged only once on disk: a vote for this log, or a commit counting this node,
-        // must survive a crash. The write is visible at once; the callback fires after the flush,
-        // which the disk may run elsewhere and share with other appends.
+        // must survive a crash. The write is visible at once; the callback fires after the sync,
+        // which the log runs on its flusher and shares with other appends waiting.
         // Timed for the metrics only: nothing decides by these clocks.
         let started = Instant::now();
-        let mut batch = WriteBatch::new();
-        let mut count = 0;
-        for entry in entries {
-            batch.put(log_key(entry.log_id.index), encode(&entry));
-            count += 1;
-        }
+        let records = encode_entries::<C>(entries);
+        let count = records.len();
         let written = self
             .write_saved_committed()
-            .and_then(|()| self.disk.write(batch));
+            .and_then(|()| self.log.append(&records));
         if let Err(error) = written {
             callback.log_io_completed(Err(std::io::Error::other(error.clone())));
             return Err(write_err::<C>(error));
         }
         let written = Instant::now();
         let observer = self.observer.clone();
-        self.disk.flush_then(Box::new(move |flushed| {
-            if let (Ok(()), Some(observer)) = (&flushed, observer) {
+        self.log.sync_then(Box::new(move |synced| {
+            if let (Ok(()), Some(observer)) = (&synced, observer) {
                 (observer.0)(AppendTiming {
                     entries: count,
                     write: written.duration_since(started),
                     flush: written.elapsed(),
                 });
             }
-            callback.log_io_completed(flushed.map_err(std::io::Error::other));
+            callback.log_io_completed(synced.map_err(std::io::Error::other));
         }));
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
-        let keys = self
-            .keys_in(Bound::Included(log_id.index), Bound::Unbounded)
-            .map_err(write_err::<C>)?;
-        let mut batch = WriteBatch::new();
-        for key in keys {
-            batch.delete(key);
-        }
-        self.disk
-            .write(batch)
-            .and_then(|()| self.disk.flush())
-            .map_err(write_err::<C>)
+        self.log.truncate(log_id.index).map_err(write_err::<C>)
     }
 
     async fn purge(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
@@ -382,14 +428,6 @@ impl<C: CertusConfig, D: Disk> RaftLogStorage<C> for LogStore<C, D> {
             Some(saved) if saved.index < log_id.index => saved,
             _ => log_id,
         };
-        let keys = self
-            .keys_in(Bound::Unbounded, Bound::Included(log_id.index))
-            .map_err(write_err::<C>)?;
-        let mut batch = WriteBatch::new();
-        batch.put(LAST_PURGED, encode(&log_id));
-        for key in keys {
-            batch.delete(key);
-        }
-        self.disk.write(batch).map_err(write_err::<C>)
+        self.purge_to(log_id).map_err(write_err::<C>)
     }
 }

@@ -148,17 +148,27 @@ fn verify(db: &sled::Db) -> Result<(), DiskError> {
 /// What [`rebuild_keeping_vote`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rebuilt {
-    /// Where the old data was moved (kept for inspection; delete it when done).
+    /// Where the old database was moved (kept for inspection; delete it when done).
     pub moved_to: std::path::PathBuf,
+    /// Where the old Raft log segments were moved, if there were any.
+    pub log_moved_to: Option<std::path::PathBuf>,
     /// Whether a vote was carried over (a node that never voted has none).
     pub kept_vote: bool,
 }
 
-/// Moves the database at `path` aside to `aside` and starts an empty one there holding only the
-/// old vote, so that the node rejoins as the same member and never votes twice in a term, and
-/// catches up from the leader (by snapshot when the log was compacted). The vote must pass its
-/// checksum: without a trustworthy vote the node cannot safely come back under its id.
-pub fn rebuild_keeping_vote(path: &Path, aside: &Path) -> Result<Rebuilt, DiskError> {
+/// Moves the database at `path` aside to `aside`, and the Raft log's segments in `log_dir` to
+/// `log_aside`, and starts an empty database holding only the old vote, so that the node rejoins
+/// as the same member and never votes twice in a term, and catches up from the leader (by
+/// snapshot when the log was compacted). The vote must pass its checksum: without a trustworthy
+/// vote the node cannot safely come back under its id. The segments move first: a crash between
+/// the two moves leaves the old database with no log (rebuild again), never the new database
+/// with the old entries.
+pub fn rebuild_keeping_vote(
+    path: &Path,
+    aside: &Path,
+    log_dir: &Path,
+    log_aside: &Path,
+) -> Result<Rebuilt, DiskError> {
     let vote = {
         let db = sled::Config::new()
             .path(path)
@@ -180,9 +190,23 @@ pub fn rebuild_keeping_vote(path: &Path, aside: &Path) -> Result<Rebuilt, DiskEr
             }
         }
     };
-    if aside.exists() {
-        return Err(DiskError(format!("{} exists already", aside.display())));
+    for target in [aside, log_aside] {
+        if target.exists() {
+            return Err(DiskError(format!("{} exists already", target.display())));
+        }
     }
+    let log_moved_to = if log_dir.exists() {
+        std::fs::rename(log_dir, log_aside).map_err(|e| {
+            DiskError(format!(
+                "moving {} to {}: {e}",
+                log_dir.display(),
+                log_aside.display()
+            ))
+        })?;
+        Some(log_aside.to_owned())
+    } else {
+        None
+    };
     std::fs::rename(path, aside).map_err(|e| {
         DiskError(format!(
             "moving {} to {}: {e}",
@@ -199,6 +223,7 @@ pub fn rebuild_keeping_vote(path: &Path, aside: &Path) -> Result<Rebuilt, DiskEr
     disk.flush()?;
     Ok(Rebuilt {
         moved_to: aside.to_owned(),
+        log_moved_to,
         kept_vote: vote.is_some(),
     })
 }

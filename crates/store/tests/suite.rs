@@ -1,21 +1,28 @@
-//! openraft's own storage test suite, run against both disks.
+//! openraft's own storage test suite, run against both stacks: simulated files and disk, and
+//! files in a temporary directory beside sled.
 
 mod common;
 
 use std::sync::Arc;
 
-use certus_store::{Disk, LogStore, SimDisk, SledDisk, StateMachineStore};
-use common::TestConfig;
+use certus_store::{
+    Disk, Files, LogStore, OsFiles, SimDisk, SimFiles, SledDisk, StateMachineStore,
+};
+use common::{TEST_SEGMENT_BYTES, TestConfig};
 use openraft::StorageError;
 use openraft::testing::{StoreBuilder, Suite};
 
 type Stores<D> = (LogStore<TestConfig, D>, StateMachineStore<TestConfig, D>);
 
-fn stores<D: Disk>(disk: D) -> Result<Stores<D>, StorageError<u64>> {
+fn stores<D: Disk>(disk: D, files: Arc<dyn Files>) -> Result<Stores<D>, StorageError<u64>> {
     let disk = Arc::new(disk);
     let machine = StateMachineStore::open(Arc::clone(&disk))
         .map_err(|e| openraft::StorageIOError::read_state_machine(&e))?;
-    Ok((LogStore::new(disk), machine))
+    // Small segments: the suite's logs span several, so rollover, truncation across segments
+    // and whole-segment purges are all exercised.
+    let log = LogStore::open(disk, files, TEST_SEGMENT_BYTES)
+        .map_err(|e| openraft::StorageIOError::read_logs(&e))?;
+    Ok((log, machine))
 }
 
 struct SimBuilder;
@@ -33,7 +40,7 @@ impl StoreBuilder<TestConfig, LogStore<TestConfig, SimDisk>, StateMachineStore<T
         ),
         StorageError<u64>,
     > {
-        let (log, sm) = stores(SimDisk::new())?;
+        let (log, sm) = stores(SimDisk::new(), Arc::new(SimFiles::new()))?;
         Ok(((), log, sm))
     }
 }
@@ -59,18 +66,20 @@ impl
         StorageError<u64>,
     > {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let disk = SledDisk::open(dir.path()).expect("sled opens in a fresh directory");
-        let (log, sm) = stores(disk)?;
+        let disk =
+            SledDisk::open(&dir.path().join("raft")).expect("sled opens in a fresh directory");
+        let files = OsFiles::open(&dir.path().join("raft-log")).expect("a fresh log directory");
+        let (log, sm) = stores(disk, Arc::new(files))?;
         Ok((dir, log, sm))
     }
 }
 
 #[test]
-fn the_simulated_disk_store_passes_the_openraft_suite() -> Result<(), StorageError<u64>> {
+fn the_simulated_store_passes_the_openraft_suite() -> Result<(), StorageError<u64>> {
     Suite::test_all(SimBuilder)
 }
 
 #[test]
-fn the_sled_store_passes_the_openraft_suite() -> Result<(), StorageError<u64>> {
+fn the_sled_and_file_store_passes_the_openraft_suite() -> Result<(), StorageError<u64>> {
     Suite::test_all(SledBuilder)
 }
