@@ -127,6 +127,8 @@ pub struct SimCluster {
     machines: BTreeMap<u64, NodeHandle>,
     disks: BTreeMap<u64, SimDisk>,
     log_files: BTreeMap<u64, SimFiles>,
+    /// Each node's CT log files (full tiles, bundles, leaf-index runs).
+    ct_files: BTreeMap<u64, SimFiles>,
     running: Running,
     running_ct: RunningCt,
     samples: Samples,
@@ -179,11 +181,14 @@ impl SimCluster {
         let mut machines = BTreeMap::new();
         let mut disks = BTreeMap::new();
         let mut all_log_files = BTreeMap::new();
+        let mut all_ct_files = BTreeMap::new();
         for id in 1..=spec.nodes {
             let disk = SimDisk::new();
             disks.insert(id, disk.clone());
             let log_files = SimFiles::new();
             all_log_files.insert(id, log_files.clone());
+            let ct_files = SimFiles::new();
+            all_ct_files.insert(id, ct_files.clone());
             let skew = spec
                 .clocks
                 .iter()
@@ -209,7 +214,10 @@ impl SimCluster {
                 .ip(node_ip(id))
                 .init(move || {
                     let disk = disk.clone();
-                    let log_files = log_files.clone();
+                    let files = certus_node::NodeFiles {
+                        raft_log: Arc::new(log_files.clone()),
+                        ct_log: Arc::new(ct_files.clone()),
+                    };
                     let running = Arc::clone(&running);
                     let running_ct = Arc::clone(&running_ct);
                     let samples = Arc::clone(&samples);
@@ -240,7 +248,7 @@ impl SimCluster {
                                 Node::start_with_parts(
                                     config,
                                     Arc::new(disk),
-                                    Arc::new(log_files),
+                                    files,
                                     clock,
                                     ct,
                                     sessions,
@@ -281,6 +289,7 @@ impl SimCluster {
             machines,
             disks,
             log_files: all_log_files,
+            ct_files: all_ct_files,
             running,
             running_ct,
             samples,
@@ -343,8 +352,8 @@ impl SimCluster {
         &self.disks[&id]
     }
 
-    /// Crashes node `id`: its tasks stop, its disk loses what was not flushed, and its Raft log
-    /// files lose what was not synced (the last unsynced write of a file may be torn part way,
+    /// Crashes node `id`: its tasks stop, its disk loses what was not flushed, and its Raft and
+    /// CT log files lose what was not synced (the last unsynced write of a file may be torn part way,
     /// and unsynced creates and removes may revert), drawn from the simulation's RNG.
     pub fn crash(&self, id: u64) {
         self.running.lock().expect("running table").remove(&id);
@@ -355,10 +364,12 @@ impl SimCluster {
         self.handle.kill(self.machines[&id].id());
         self.disks[&id].crash();
         let mut rng = madsim::rand::thread_rng();
-        self.log_files[&id].crash(&mut |bound| {
-            use madsim::rand::Rng as _;
-            rng.gen_range(0..bound.max(1))
-        });
+        for files in [&self.log_files[&id], &self.ct_files[&id]] {
+            files.crash(&mut |bound| {
+                use madsim::rand::Rng as _;
+                rng.gen_range(0..bound.max(1))
+            });
+        }
         self.samples.lock().expect("samples").push(Sample {
             at_ms: elapsed_ms(self.started),
             node: id,

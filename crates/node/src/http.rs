@@ -269,7 +269,11 @@ mod tests {
             roots: AcceptedRoots::new(),
             limits: ChainLimits::default(),
         };
-        let db = CtDatabase::open(Arc::new(SimDisk::new())).expect("an empty CT database");
+        let db = CtDatabase::open(
+            Arc::new(SimDisk::new()),
+            Arc::new(certus_store::SimFiles::new()),
+        )
+        .expect("an empty CT database");
         Arc::new(CtNode::new(setup, db, Arc::new(Metrics::new())).expect("a CT node"))
     }
 

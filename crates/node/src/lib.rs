@@ -52,7 +52,7 @@ pub use clock::Clock;
 pub use config::{CtFiles, NodeConfig, PipelinesSetup, RaftTuning, SessionsSetup};
 pub use ct_log::CtSetup;
 pub use errors::ServiceError;
-pub use node::{Node, StartError};
+pub use node::{Node, NodeFiles, StartError};
 pub use replica::{Leader, Replica};
 pub use session_daemons::{SessionParts, WorkEvent, WorkObserver};
 pub use tls::{TlsMaterial, TlsSetup};

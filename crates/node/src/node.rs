@@ -77,6 +77,15 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// The file directories a node keeps beside its sled database.
+#[derive(Clone, Debug)]
+pub struct NodeFiles {
+    /// The Raft log's segments.
+    pub raft_log: Arc<dyn Files>,
+    /// The CT log's full tiles, bundles of entries and leaf-index runs.
+    pub ct_log: Arc<dyn Files>,
+}
+
 /// How long a stopping node waits for its storage to be released.
 const DISK_RELEASE_WAIT: Duration = Duration::from_secs(10);
 
@@ -86,15 +95,22 @@ impl Node {
         Node::start_with_clock(config, Clock::system()).await
     }
 
-    /// Starts a node on sled in `config.data_dir/raft` and the Raft log's segments in
-    /// `config.data_dir/raft-log`, with the given clock.
+    /// Starts a node on sled in `config.data_dir/raft`, the Raft log's segments in
+    /// `config.data_dir/raft-log` and the CT log's tiles and bundles in `config.data_dir/ct-log`,
+    /// with the given clock.
     pub async fn start_with_clock(config: NodeConfig, clock: Clock) -> Result<Node, StartError> {
         let path = config.data_dir.join("raft");
         let disk = SledDisk::open(&path).map_err(|error| storage_error(&path, &error))?;
         let log_path = config.data_dir.join("raft-log");
-        let log_files =
+        let raft_log =
             OsFiles::open(&log_path).map_err(|error| storage_error(&log_path, &error))?;
-        Node::start_on(config, Arc::new(disk), Arc::new(log_files), clock).await
+        let ct_path = config.data_dir.join("ct-log");
+        let ct_log = OsFiles::open(&ct_path).map_err(|error| storage_error(&ct_path, &error))?;
+        let files = NodeFiles {
+            raft_log: Arc::new(raft_log),
+            ct_log: Arc::new(ct_log),
+        };
+        Node::start_on(config, Arc::new(disk), files, clock).await
     }
 
     /// Starts a node on any disk, log files and clock (the simulation passes its own), with the
@@ -102,14 +118,14 @@ impl Node {
     pub async fn start_on<D>(
         config: NodeConfig,
         disk: Arc<D>,
-        log_files: Arc<dyn Files>,
+        files: NodeFiles,
         clock: Clock,
     ) -> Result<Node, StartError>
     where
         D: Disk + Send + Sync + 'static,
     {
         let ct = load_ct_setup(&config.ct).map_err(StartError::Config)?;
-        Node::start_with_ct(config, disk, log_files, clock, ct).await
+        Node::start_with_ct(config, disk, files, clock, ct).await
     }
 
     /// Starts a node on any disk, log files and clock with the given CT setup (`None`: no CT
@@ -117,7 +133,7 @@ impl Node {
     pub async fn start_with_ct<D>(
         config: NodeConfig,
         disk: Arc<D>,
-        log_files: Arc<dyn Files>,
+        files: NodeFiles,
         clock: Clock,
         ct: Option<CtSetup>,
     ) -> Result<Node, StartError>
@@ -129,7 +145,7 @@ impl Node {
         } else {
             SessionParts::default()
         };
-        Node::start_with_parts(config, disk, log_files, clock, ct, sessions, None).await
+        Node::start_with_parts(config, disk, files, clock, ct, sessions, None).await
     }
 
     /// Starts a node on any disk, log files and clock with the given CT setup and the parts its
@@ -139,7 +155,7 @@ impl Node {
     pub async fn start_with_parts<D>(
         config: NodeConfig,
         disk: Arc<D>,
-        log_files: Arc<dyn Files>,
+        files: NodeFiles,
         clock: Clock,
         ct: Option<CtSetup>,
         sessions: SessionParts,
@@ -171,12 +187,15 @@ impl Node {
                 let store = certus_store::CtStoreConfig {
                     tile_cache_tiles: config.ct.tile_cache_tiles,
                 };
-                let db = CtDatabase::open_with(Arc::clone(&disk) as Arc<dyn Disk>, store).map_err(
-                    |error| StartError::Storage {
-                        path: config.data_dir.display().to_string(),
-                        reason: error.to_string(),
-                    },
-                )?;
+                let db = CtDatabase::open_with(
+                    Arc::clone(&disk) as Arc<dyn Disk>,
+                    Arc::clone(&files.ct_log),
+                    store,
+                )
+                .map_err(|error| StartError::Storage {
+                    path: config.data_dir.display().to_string(),
+                    reason: error.to_string(),
+                })?;
                 Some(Arc::new(
                     CtNode::new(setup, db, Arc::clone(&metrics))
                         .map_err(StartError::Config)?
@@ -186,8 +205,12 @@ impl Node {
             None => None,
         };
         let openraft_config = Arc::new(config.openraft().map_err(StartError::Config)?);
-        let log_store = LogStore::open(Arc::clone(&disk), log_files, config.raft.log_segment_bytes)
-            .map_err(|error| storage_error(&config.data_dir, &error))?;
+        let log_store = LogStore::open(
+            Arc::clone(&disk),
+            Arc::clone(&files.raft_log),
+            config.raft.log_segment_bytes,
+        )
+        .map_err(|error| storage_error(&config.data_dir, &error))?;
         let mut log_store = log_store.with_observer(AppendObserver::new({
             let metrics = Arc::clone(&metrics);
             move |timing| metrics.observe_log_append(timing)

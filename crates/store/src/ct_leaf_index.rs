@@ -12,13 +12,12 @@
 //!
 //! The index is derived data: every record is a leaf hash of the tree's level-0 tiles. The
 //! records not yet in a run are not written at all; at open they are read back from the tiles.
-//! What is written goes in the caller's batch, with the tree size, so a crash never separates
-//! them: `ct/index/meta` names the runs (oldest first, covering leaves `0..indexed_upto`) and the
-//! run ids whose blocks are garbage (a merge's output not yet swapped in, runs merged away),
-//! removed a bounded number per round.
-//!
-//! Keys: `ct/index/block/<run><block>` → records (32-byte hash, 8-byte sequence number), sorted;
-//! `ct/index/fence/<run><chunk>` → the first hash of each block, 1,024 blocks per chunk.
+//! A run is a file of blocks (`index-<run>`: records of a 32-byte hash and an 8-byte sequence
+//! number, sorted), written and synced before the metadata naming it goes into the caller's
+//! batch, with the tree size, so a crash never separates them: `ct/index/meta` names the runs
+//! (oldest first, covering leaves `0..indexed_upto`), `ct/index/fence/<run><chunk>` holds the
+//! first hash of each block, 1,024 blocks per chunk. A run file no metadata names (a merge's
+//! output when the node stopped, runs merged away) is removed: the round after, or at open.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -27,11 +26,13 @@ use certus_ct::Hash;
 use serde::{Deserialize, Serialize};
 
 use crate::ct_db::CtDbError;
+use crate::ct_files::DataFiles;
 use crate::disk::{Disk, WriteBatch};
+use crate::files::LogFile;
 
 const META_KEY: &[u8] = b"ct/index/meta";
-const BLOCK_PREFIX: &[u8] = b"ct/index/block/";
 const FENCE_PREFIX: &[u8] = b"ct/index/fence/";
+const RUN_FILE_PREFIX: &str = "index-";
 
 /// Records per block (10 KiB): one block read answers a lookup within a run.
 const BLOCK_RECORDS: usize = 256;
@@ -46,8 +47,6 @@ pub(crate) const MERGE_FAN_IN: usize = 8;
 /// Records a merge advances per record indexed: with fan-in 8, merges keep up (each record is
 /// rewritten once per class it climbs, at most 8 classes below 2^40 records) with room to spare.
 pub(crate) const MERGE_WORK_PER_RECORD: usize = 4;
-/// Garbage blocks removed per round at most.
-const GARBAGE_BLOCKS_PER_ROUND: u64 = 4096;
 
 /// The index's sizes: production uses [`Shape::default`]; tests make them small so that runs
 /// and merges happen within a few hundred leaves.
@@ -93,9 +92,6 @@ struct Meta {
     indexed_upto: u64,
     runs: Vec<RunMeta>,
     next_id: u64,
-    /// Runs whose blocks and fences may exist and are not referenced, with how many blocks
-    /// each may have.
-    garbage: Vec<(u64, u64)>,
 }
 
 /// A run as lookups use it: its meta and the first hash of each block.
@@ -103,6 +99,8 @@ struct Meta {
 struct Run {
     meta: RunMeta,
     fences: Vec<Hash>,
+    file: Arc<dyn LogFile>,
+    block_records: usize,
 }
 
 /// What lookups read: the runs and the records not yet in one (sorted chunks, one per round).
@@ -118,6 +116,7 @@ struct Merge {
     sources: Vec<RunMeta>,
     cursors: Vec<Cursor>,
     output: RunMeta,
+    file: Arc<dyn LogFile>,
     block: Vec<(Hash, u64)>,
     blocks_written: u64,
     fences: Vec<Hash>,
@@ -125,7 +124,7 @@ struct Merge {
 
 #[derive(Debug)]
 struct Cursor {
-    run: RunMeta,
+    run: Arc<Run>,
     next_block: u64,
     records: VecDeque<(Hash, u64)>,
 }
@@ -138,6 +137,8 @@ pub(crate) struct LeafIndex {
     view: IndexView,
     fresh_records: usize,
     merge: Option<Merge>,
+    /// Run files merged away in the last round, removed in the next.
+    retired: Vec<u64>,
 }
 
 impl LeafIndex {
@@ -145,6 +146,7 @@ impl LeafIndex {
     /// tree's leaf hashes `from..to` (from the tiles) for the records not yet in a run.
     pub(crate) fn open(
         disk: &dyn Disk,
+        files: &DataFiles,
         tree_size: u64,
         shape: Shape,
         leaf_hashes: impl Fn(u64, u64) -> Result<Vec<Hash>, CtDbError>,
@@ -165,7 +167,14 @@ impl LeafIndex {
             runs.push(Arc::new(Run {
                 fences: read_fences(disk, run)?,
                 meta: run.clone(),
+                file: files.get(&run_file(run.id))?,
+                block_records: shape.block_records,
             }));
+        }
+        for name in files.named(RUN_FILE_PREFIX)? {
+            if !meta.runs.iter().any(|run| run_file(run.id) == name) {
+                files.remove(&name)?;
+            }
         }
         let mut fresh_records = Vec::new();
         let mut next = meta.indexed_upto;
@@ -196,6 +205,7 @@ impl LeafIndex {
             view,
             fresh_records: fresh_count,
             merge: None,
+            retired: Vec::new(),
         })
     }
 
@@ -205,11 +215,10 @@ impl LeafIndex {
     }
 
     /// Adds one round's records (leaf hash, sequence number) and puts into `batch` what the
-    /// round writes: a run when enough records collected, a step of a merge, garbage removal
-    /// and the meta. The index changes in memory at once: if the batch is not written, reopen.
+    /// round writes: a run when enough records collected, a step of a merge, and the meta. The index changes in memory at once: if the batch is not written, reopen.
     pub(crate) fn add_round(
         &mut self,
-        disk: &dyn Disk,
+        files: &DataFiles,
         batch: &mut WriteBatch,
         mut records: Vec<(Hash, u64)>,
     ) -> Result<(), CtDbError> {
@@ -219,18 +228,19 @@ impl LeafIndex {
             self.fresh_records += records.len();
             self.view.fresh.push(Arc::new(records));
         }
-        // Garbage first: runs a merge retires in this round stay readable until the next one,
-        // for lookups that took the view before this round published its own. The merge before
-        // the new run: a merge reads its sources from the disk, where a run written in this
-        // round is not yet.
-        self.remove_garbage(batch);
+        // Runs merged away in the last round, whose swap is committed now; those a merge retires
+        // in this round stay until the next one, for lookups that took the view before this
+        // round published its own.
+        for id in std::mem::take(&mut self.retired) {
+            files.remove(&run_file(id))?;
+        }
         self.merge_step(
-            disk,
+            files,
             batch,
             added.saturating_mul(self.shape.merge_work_per_record),
         )?;
         if self.fresh_records >= self.shape.fresh_records_max {
-            self.write_fresh_run(batch);
+            self.write_fresh_run(files, batch)?;
         }
         batch.put(
             META_KEY,
@@ -239,7 +249,11 @@ impl LeafIndex {
         Ok(())
     }
 
-    fn write_fresh_run(&mut self, batch: &mut WriteBatch) {
+    fn write_fresh_run(
+        &mut self,
+        files: &DataFiles,
+        batch: &mut WriteBatch,
+    ) -> Result<(), CtDbError> {
         let mut records: Vec<(Hash, u64)> = self
             .view
             .fresh
@@ -255,23 +269,29 @@ impl LeafIndex {
             class: 0,
         };
         self.meta.next_id += 1;
-        let mut fences = Vec::with_capacity(records.len().div_ceil(per_block));
-        for (number, block) in records.chunks(per_block).enumerate() {
-            fences.push(block[0].0);
-            batch.put(block_key(run.id, number as u64), encode_block(block));
-        }
+        let fences: Vec<Hash> = records.chunks(per_block).map(|block| block[0].0).collect();
+        let file = files.get(&run_file(run.id))?;
+        file.set_len(0)?;
+        file.write_at(0, &encode_block(&records))?;
+        file.sync_data()?;
         put_fences(batch, run.id, &fences);
         self.meta.indexed_upto += records.len() as u64;
         self.meta.runs.push(run.clone());
-        self.view.runs.push(Arc::new(Run { meta: run, fences }));
+        self.view.runs.push(Arc::new(Run {
+            meta: run,
+            fences,
+            file,
+            block_records: per_block,
+        }));
         self.fresh_records = 0;
+        Ok(())
     }
 
     /// Starts a merge if the last `MERGE_FAN_IN` runs share a class, and advances the one
     /// under way by up to `work` records.
     fn merge_step(
         &mut self,
-        disk: &dyn Disk,
+        files: &DataFiles,
         batch: &mut WriteBatch,
         work: usize,
     ) -> Result<(), CtDbError> {
@@ -292,21 +312,23 @@ impl LeafIndex {
                 class: tail[0].class + 1,
             };
             self.meta.next_id += 1;
-            // Output blocks are as full as the sources' or fuller.
-            let bound: u64 = tail.iter().map(RunMeta::blocks).sum();
-            // Until it is swapped in, the output is garbage if the node stops.
-            self.meta.garbage.push((output.id, bound));
+            // Until it is swapped in, the output is named by no metadata: if the node stops, it
+            // is removed at open.
+            let file = files.get(&run_file(output.id))?;
+            file.set_len(0)?;
+            let first = self.view.runs.len() - fan_in;
             self.merge = Some(Merge {
                 sources: tail.to_vec(),
-                cursors: tail
+                cursors: self.view.runs[first..]
                     .iter()
                     .map(|run| Cursor {
-                        run: run.clone(),
+                        run: Arc::clone(run),
                         next_block: 0,
                         records: VecDeque::new(),
                     })
                     .collect(),
                 output,
+                file,
                 block: Vec::with_capacity(self.shape.block_records),
                 blocks_written: 0,
                 fences: Vec::new(),
@@ -316,11 +338,8 @@ impl LeafIndex {
         for _ in 0..work {
             let mut smallest: Option<(usize, (Hash, u64))> = None;
             for (at, cursor) in merge.cursors.iter_mut().enumerate() {
-                if cursor.records.is_empty() && cursor.next_block < cursor.run.blocks() {
-                    let bytes = disk
-                        .get(&block_key(cursor.run.id, cursor.next_block))?
-                        .ok_or_else(|| missing_block(cursor.run.id, cursor.next_block))?;
-                    cursor.records = decode_block(&bytes)?.into();
+                if cursor.records.is_empty() && cursor.next_block < cursor.run.meta.blocks() {
+                    cursor.records = cursor.run.read_block(cursor.next_block)?.into();
                     cursor.next_block += 1;
                 }
                 if let Some(&head) = cursor.records.front()
@@ -335,18 +354,18 @@ impl LeafIndex {
             merge.cursors[at].records.pop_front();
             merge.block.push(record);
             if merge.block.len() == self.shape.block_records {
-                flush_block(merge, batch);
+                flush_block(merge)?;
             }
         }
-        let done = merge
-            .cursors
-            .iter()
-            .all(|cursor| cursor.records.is_empty() && cursor.next_block >= cursor.run.blocks());
+        let done = merge.cursors.iter().all(|cursor| {
+            cursor.records.is_empty() && cursor.next_block >= cursor.run.meta.blocks()
+        });
         if done {
             let mut merge = self.merge.take().expect("under way");
             if !merge.block.is_empty() {
-                flush_block(&mut merge, batch);
+                flush_block(&mut merge)?;
             }
+            merge.file.sync_data()?;
             put_fences(batch, merge.output.id, &merge.fences);
             // Runs written from memory since the merge began follow its sources: the output
             // takes the sources' place, in sequence order.
@@ -368,47 +387,26 @@ impl LeafIndex {
                 [Arc::new(Run {
                     meta: merge.output.clone(),
                     fences: merge.fences,
+                    file: merge.file,
+                    block_records: self.shape.block_records,
                 })],
             );
-            self.meta.garbage.retain(|(id, _)| *id != merge.output.id);
-            self.meta
-                .garbage
-                .extend(merge.sources.iter().map(|run| (run.id, run.blocks())));
+            // The sources' fences go with the swap (lookups keep theirs in memory); their files
+            // in the next round.
+            for source in &merge.sources {
+                for chunk in 0..source.blocks().div_ceil(FENCES_PER_CHUNK as u64) {
+                    batch.delete(numbered(FENCE_PREFIX, source.id, chunk));
+                }
+            }
+            self.retired.extend(merge.sources.iter().map(|run| run.id));
         }
         Ok(())
-    }
-
-    /// Removes up to [`GARBAGE_BLOCKS_PER_ROUND`] blocks of runs no longer referenced. A merge's
-    /// output under way is garbage too, but only once no merge is writing it.
-    fn remove_garbage(&mut self, batch: &mut WriteBatch) {
-        let writing = self.merge.as_ref().map(|merge| merge.output.id);
-        let mut budget = GARBAGE_BLOCKS_PER_ROUND;
-        let mut kept = Vec::new();
-        for (id, blocks) in std::mem::take(&mut self.meta.garbage) {
-            if Some(id) == writing || budget == 0 {
-                kept.push((id, blocks));
-                continue;
-            }
-            let removed = blocks.min(budget);
-            for number in blocks - removed..blocks {
-                batch.delete(block_key(id, number));
-            }
-            budget -= removed;
-            if removed == blocks {
-                for chunk in 0..blocks.div_ceil(FENCES_PER_CHUNK as u64).max(1) {
-                    batch.delete(numbered(FENCE_PREFIX, id, chunk));
-                }
-            } else {
-                kept.push((id, blocks - removed));
-            }
-        }
-        self.meta.garbage = kept;
     }
 }
 
 impl IndexView {
     /// The first sequence number indexed under `hash`.
-    pub(crate) fn lookup(&self, disk: &dyn Disk, hash: &Hash) -> Result<Option<u64>, CtDbError> {
+    pub(crate) fn lookup(&self, hash: &Hash) -> Result<Option<u64>, CtDbError> {
         // Runs are in sequence order, oldest first, and sorted by (hash, sequence) within: the
         // first one that holds the hash holds its first sequence number.
         for run in &self.runs {
@@ -420,10 +418,7 @@ impl IndexView {
                 if block >= run.fences.len() || (block == after && run.fences[block] != *hash) {
                     continue;
                 }
-                let bytes = disk
-                    .get(&block_key(run.meta.id, block as u64))?
-                    .ok_or_else(|| missing_block(run.meta.id, block as u64))?;
-                let records = decode_block(&bytes)?;
+                let records = run.read_block(block as u64)?;
                 let at = records.partition_point(|(h, _)| h < hash);
                 if let Some((found, sequence)) = records.get(at)
                     && found == hash
@@ -443,20 +438,44 @@ impl IndexView {
     }
 }
 
-fn flush_block(merge: &mut Merge, batch: &mut WriteBatch) {
+impl Run {
+    /// Block `block` of the run, read from its file.
+    fn read_block(&self, block: u64) -> Result<Vec<(Hash, u64)>, CtDbError> {
+        let per_block = self.block_records as u64;
+        let first = block * per_block;
+        if first >= self.meta.records {
+            return Err(CtDbError::Corrupt(format!(
+                "leaf index run {} has no block {block}",
+                self.meta.id
+            )));
+        }
+        let records = (self.meta.records - first).min(per_block);
+        let mut bytes = vec![0u8; usize::try_from(records).expect("a block") * RECORD_BYTES];
+        self.file
+            .read_at(first * RECORD_BYTES as u64, &mut bytes)
+            .map_err(|error| {
+                CtDbError::Corrupt(format!(
+                    "block {block} of leaf index run {}: {error}",
+                    self.meta.id
+                ))
+            })?;
+        decode_block(&bytes)
+    }
+}
+
+fn flush_block(merge: &mut Merge) -> Result<(), CtDbError> {
     merge.fences.push(merge.block[0].0);
-    batch.put(
-        block_key(merge.output.id, merge.blocks_written),
-        encode_block(&merge.block),
-    );
+    let offset = merge.output.records * RECORD_BYTES as u64;
+    merge.file.write_at(offset, &encode_block(&merge.block))?;
     merge.blocks_written += 1;
     merge.output.blocks += 1;
     merge.output.records += merge.block.len() as u64;
     merge.block.clear();
+    Ok(())
 }
 
-fn missing_block(run: u64, block: u64) -> CtDbError {
-    CtDbError::Corrupt(format!("block {block} of leaf index run {run} is missing"))
+fn run_file(id: u64) -> String {
+    format!("{RUN_FILE_PREFIX}{id:020}")
 }
 
 fn numbered(prefix: &[u8], id: u64, number: u64) -> Vec<u8> {
@@ -464,10 +483,6 @@ fn numbered(prefix: &[u8], id: u64, number: u64) -> Vec<u8> {
     key.extend_from_slice(&id.to_be_bytes());
     key.extend_from_slice(&number.to_be_bytes());
     key
-}
-
-fn block_key(run: u64, block: u64) -> Vec<u8> {
-    numbered(BLOCK_PREFIX, run, block)
 }
 
 fn put_fences(batch: &mut WriteBatch, run: u64, fences: &[Hash]) {

@@ -1,7 +1,8 @@
 //! `certus bench ct-store`: one node's CT store at scale, without Raft or the network.
 //!
 //! Integrates N synthetic entries of about 100 bytes (so that 10^8 fit a machine's disk) straight
-//! into a [`CtDatabase`] on sled, in batches as a node's integration rounds make them, then
+//! into a [`CtDatabase`] (sled for its edge and metadata, files for its tiles, bundles and
+//! leaf-index runs), in batches as a node's integration rounds make them, then
 //! reports leaves/s, this process's resident memory (the store's whole footprint: the right
 //! edge, the tile cache and sled's page cache), disk bytes per entry, and the latency of
 //! get-proof-by-hash (leaf index lookup and audit path) and get-entries (one entry) at random
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use certus_ct::merkle::{leaf_hash, verify_inclusion};
-use certus_store::{CtDatabase, CtStoreConfig, Disk, LocalEntry, SledDisk};
+use certus_store::{CtDatabase, CtStoreConfig, Disk, LocalEntry, OsFiles, SledDisk};
 use comfy_table::Table;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -109,8 +110,10 @@ pub(super) async fn run(args: CtStoreArgs) -> Result<(), String> {
         .unwrap_or_else(|| temporary.as_ref().expect("made above").path().to_owned());
     let disk = SledDisk::open_with_cache(&dir.join("store"), Some(args.sled_cache_mib << 20))
         .map_err(|error| error.to_string())?;
+    let files = OsFiles::open(&dir.join("ct-log")).map_err(|error| error.to_string())?;
     let db = CtDatabase::open_with(
         Arc::new(disk) as Arc<dyn Disk>,
+        Arc::new(files),
         CtStoreConfig {
             tile_cache_tiles: args.cache_tiles,
         },
