@@ -352,6 +352,11 @@ impl SimCluster {
         &self.disks[&id]
     }
 
+    /// The simulated CT log files of node `id` (what survives its crashes).
+    pub fn ct_files(&self, id: u64) -> &SimFiles {
+        &self.ct_files[&id]
+    }
+
     /// Crashes node `id`: its tasks stop, its disk loses what was not flushed, and its Raft and
     /// CT log files lose what was not synced (the last unsynced write of a file may be torn part way,
     /// and unsynced creates and removes may revert), drawn from the simulation's RNG.

@@ -307,7 +307,8 @@ fn stored_logs(cluster: &SimCluster) -> BTreeMap<u64, Vec<Vec<u8>>> {
             Some(ct) => ct.db(),
             None => {
                 let disk: Arc<dyn Disk> = Arc::new(cluster.disk(id).clone());
-                match CtDatabase::open(disk) {
+                let files: Arc<dyn certus_store::Files> = Arc::new(cluster.ct_files(id).clone());
+                match CtDatabase::open(disk, files) {
                     Ok(db) => {
                         opened = db;
                         &opened

@@ -270,7 +270,7 @@ async fn measure(
                     break;
                 }
                 // Reads look up tokens the write runs stored (each client wrote `c{client}-…`).
-                let token = format!("c{client}-{}", n % 1000);
+                let token = format!("c{client}-{}", n % keys_per_client(clients));
                 n += 1;
                 let result = match op {
                     Op::Write => grpc
@@ -318,6 +318,14 @@ async fn measure(
         elapsed: duration,
         latencies_us,
     })
+}
+
+/// Distinct keys each client writes and reads at `clients` clients: at most 1,000, and few
+/// enough that every run together stays well within the state machine's bound on challenge
+/// tokens (beyond it a write is refused, `too-many-challenges`: a capacity, not a failure).
+pub(super) fn keys_per_client(clients: usize) -> u64 {
+    let share = certus_core::limits::CHALLENGES_MAX / 4 / clients.max(1);
+    u64::try_from(share.clamp(1, 1000)).unwrap_or(1000)
 }
 
 /// `message` as request number `sequence` of `session` (one call at a time: every earlier one

@@ -163,7 +163,7 @@ pub(super) async fn measure(
                 if began >= end {
                     break;
                 }
-                let key = format!("c{client}-{}", n % 1000).into_bytes();
+                let key = format!("c{client}-{}", n % super::keys_per_client(clients)).into_bytes();
                 n += 1;
                 let result = match op {
                     Op::Write => grpc
