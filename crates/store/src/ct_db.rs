@@ -69,7 +69,8 @@ const TILE_BYTES: u64 = 32 * TILE_WIDTH as u64;
 /// per bundle.
 const BUNDLE_FILE: &str = "bundles";
 const BUNDLE_ENDS_FILE: &str = "bundle-ends";
-const BUNDLE_END_BYTES: u64 = 12;
+const BUNDLE_END_BYTES: u64 = BUNDLE_END_LEN as u64;
+const BUNDLE_END_LEN: usize = 12;
 /// Keys removed per batch when clearing a layout.
 const DELETE_BATCH: usize = 16_384;
 
@@ -922,7 +923,7 @@ fn load_contiguous(disk: &dyn Disk, bundles: u64) -> Result<(u64, Vec<LocalEntry
 
 /// Where full bundle `index` ends in the bundle file, and its CRC-32.
 fn read_bundle_end(files: &DataFiles, index: u64) -> Result<(u64, u32), CtDbError> {
-    let mut bytes = [0u8; BUNDLE_END_BYTES as usize];
+    let mut bytes = [0u8; BUNDLE_END_LEN];
     files
         .get(BUNDLE_ENDS_FILE)?
         .read_at(index * BUNDLE_END_BYTES, &mut bytes)
