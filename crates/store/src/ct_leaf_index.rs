@@ -1,5 +1,5 @@
-//! The CT log's leaf-hash index (get-proof-by-hash): leaf hash → first sequence number, on disk,
-//! in memory only as fences.
+//! The CT log's leaf-hash index (get-proof-by-hash): leaf hash → first sequence number, on disk;
+//! in memory only the fences (the first hash of every block) and the records not yet in a run.
 //!
 //! A log-structured merge index, because a B-tree insert per leaf at a random place is what a
 //! log of hundreds of millions of entries cannot afford (in sled it copies the leaf node each
@@ -7,8 +7,9 @@
 //! *run* of 256-record blocks when [`FRESH_RECORDS_MAX`] of them have collected, and
 //! [`MERGE_FAN_IN`] runs of one size class are merged into one of the next, a bounded step at a
 //! time ([`MERGE_WORK_PER_RECORD`] records merged per record indexed), so no integration round
-//! pauses for a large merge. A lookup reads at most two blocks per run; runs number at most
-//! (`MERGE_FAN_IN` − 1 + 1) per size class, a handful of classes for a billion entries.
+//! pauses for a large merge. A lookup reads at most two blocks per run, oldest run first, until
+//! it finds the hash; there are at most [`MERGE_FAN_IN`] runs per size class, and six classes
+//! hold a billion entries.
 //!
 //! The index is derived data: every record is a leaf hash of the tree's level-0 tiles. The
 //! records not yet in a run are not written at all; at open they are read back from the tiles.
