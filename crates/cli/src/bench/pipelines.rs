@@ -293,6 +293,22 @@ async fn measure(
     let entries_before = last_log_index();
     tokio::time::sleep_until(end.into()).await;
     let entries = last_log_index() - entries_before;
+    gather(CERTUS, clients, duration, Some(entries), tasks).await
+}
+
+/// One client's measurements: cycle latencies, each step's latencies (µs), errors, cycles
+/// completed (counted or not).
+type ClientTask = tokio::task::JoinHandle<(Vec<u64>, [Vec<u64>; 3], usize, u64)>;
+
+/// Waits for every client of a run, Certus's or a peer's, and puts their measurements together;
+/// also answers how many cycles completed in all.
+async fn gather(
+    system: &'static str,
+    clients: usize,
+    duration: Duration,
+    entries: Option<u64>,
+    tasks: Vec<ClientTask>,
+) -> Result<(Run, u64), String> {
     let mut cycle_us = Vec::new();
     let mut step_us: [Vec<u64>; 3] = Default::default();
     let mut errors = 0;
@@ -311,12 +327,12 @@ async fn measure(
         sorted.sort_unstable();
     }
     let run = Run {
-        system: CERTUS,
+        system,
         clients,
         cycles: cycle_us.len(),
         errors,
         elapsed: duration,
-        entries: Some(entries),
+        entries,
         cycle_us,
         step_us,
     };

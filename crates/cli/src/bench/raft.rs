@@ -301,6 +301,20 @@ async fn measure(
             (latencies, errors)
         }));
     }
+    gather(CERTUS, op, clients, duration, tasks).await
+}
+
+/// One client's measurements: its latencies (µs) and its errors by kind.
+type ClientTask = tokio::task::JoinHandle<(Vec<u64>, super::ErrorKinds)>;
+
+/// Waits for every client of a run, Certus's or a peer's, and puts their measurements together.
+async fn gather(
+    system: &'static str,
+    op: Op,
+    clients: usize,
+    duration: Duration,
+    tasks: Vec<ClientTask>,
+) -> Result<Run, String> {
     let mut latencies_us = Vec::new();
     let mut errors = super::ErrorKinds::default();
     for task in tasks {
@@ -310,7 +324,7 @@ async fn measure(
     }
     latencies_us.sort_unstable();
     Ok(Run {
-        system: CERTUS,
+        system,
         op,
         clients,
         ops: latencies_us.len(),

@@ -224,34 +224,7 @@ pub(super) async fn measure(
             (cycles_us, steps_us, errors, completed)
         }));
     }
-    let mut cycle_us = Vec::new();
-    let mut step_us: [Vec<u64>; 3] = Default::default();
-    let mut errors = 0;
-    let mut completed = 0;
-    for task in tasks {
-        let (cycles, steps, failed, done) = task.await.map_err(|error| error.to_string())?;
-        cycle_us.extend(cycles);
-        for (all, one) in step_us.iter_mut().zip(steps) {
-            all.extend(one);
-        }
-        errors += failed;
-        completed += done;
-    }
-    cycle_us.sort_unstable();
-    for sorted in &mut step_us {
-        sorted.sort_unstable();
-    }
-    let run = Run {
-        system: setup.system(),
-        clients,
-        cycles: cycle_us.len(),
-        errors,
-        elapsed: duration,
-        entries: None,
-        cycle_us,
-        step_us,
-    };
-    Ok((run, completed))
+    super::gather(setup.system(), clients, duration, None, tasks).await
 }
 
 /// LPUSH → LMOVE → LREM of one transaction's state, each followed by `WAIT` when replicated;

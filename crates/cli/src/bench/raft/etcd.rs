@@ -195,21 +195,5 @@ pub(super) async fn measure(
             (latencies, errors)
         }));
     }
-    let mut latencies_us = Vec::new();
-    let mut errors = ErrorKinds::default();
-    for task in tasks {
-        let (latencies, failed) = task.await.map_err(|error| error.to_string())?;
-        latencies_us.extend(latencies);
-        errors.merge(failed);
-    }
-    latencies_us.sort_unstable();
-    Ok(Run {
-        system: SYSTEM,
-        op,
-        clients,
-        ops: latencies_us.len(),
-        errors,
-        elapsed: duration,
-        latencies_us,
-    })
+    super::gather(SYSTEM, op, clients, duration, tasks).await
 }
