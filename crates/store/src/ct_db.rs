@@ -335,29 +335,13 @@ impl CtDatabase {
         config: CtStoreConfig,
         shape: Shape,
     ) -> Result<CtDatabase, CtDbError> {
-        let bundles = match disk.get(BUNDLES_KEY)? {
-            Some(bytes) => u64::from_be_bytes(
-                bytes
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| CtDbError::Corrupt("the bundle count is not 8 bytes".into()))?,
-            ),
-            None => 0,
-        };
+        let bundles = read_count(&*disk, BUNDLES_KEY, "the bundle count")?;
         let bundles_end = match bundles {
             0 => 0,
             _ => read_bundle_end(&files, bundles - 1)?.0,
         };
         let (contiguous_size, bundle) = load_contiguous(&*disk, bundles)?;
-        let tree_size = match disk.get(TREE_SIZE_KEY)? {
-            Some(bytes) => u64::from_be_bytes(
-                bytes
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| CtDbError::Corrupt("the tree size is not 8 bytes".into()))?,
-            ),
-            None => 0,
-        };
+        let tree_size = read_count(&*disk, TREE_SIZE_KEY, "the tree size")?;
         if tree_size > contiguous_size {
             return Err(CtDbError::Corrupt(format!(
                 "the tree has {tree_size} leaves but only {contiguous_size} entries are stored"
@@ -919,6 +903,16 @@ fn load_contiguous(disk: &dyn Disk, bundles: u64) -> Result<(u64, Vec<LocalEntry
         bundle.push(decode(&value, "an entry")?);
     }
     Ok((full + bundle.len() as u64, bundle))
+}
+
+/// The big-endian number stored at `key` (0 when absent).
+fn read_count(disk: &dyn Disk, key: &[u8], what: &str) -> Result<u64, CtDbError> {
+    match disk.get(key)? {
+        Some(bytes) => <[u8; 8]>::try_from(bytes.as_slice())
+            .map(u64::from_be_bytes)
+            .map_err(|_| CtDbError::Corrupt(format!("{what} is not 8 bytes"))),
+        None => Ok(0),
+    }
 }
 
 /// Where full bundle `index` ends in the bundle file, and its CRC-32.

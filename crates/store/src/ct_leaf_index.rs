@@ -255,12 +255,10 @@ impl LeafIndex {
         files: &DataFiles,
         batch: &mut WriteBatch,
     ) -> Result<(), CtDbError> {
-        let mut records: Vec<(Hash, u64)> = self
-            .view
-            .fresh
-            .drain(..)
-            .flat_map(|chunk| chunk.iter().copied().collect::<Vec<_>>())
-            .collect();
+        let mut records: Vec<(Hash, u64)> = Vec::with_capacity(self.fresh_records);
+        for chunk in self.view.fresh.drain(..) {
+            records.extend_from_slice(&chunk);
+        }
         records.sort_unstable();
         let per_block = self.shape.block_records;
         let run = RunMeta {
