@@ -12,7 +12,7 @@ use certus_node::ct_log::CtNode;
 use certus_node::{
     CertusNode, Clock, CtSetup, Leader, Node, NodeConfig, ServiceError, SessionParts,
 };
-use certus_store::{ApplyObserver, SimDisk, SimFiles};
+use certus_store::{ApplyObserver, CrashReport, SimDisk, SimFiles};
 use madsim::runtime::{Handle, NodeHandle};
 use openraft_metrics::watch_roles;
 
@@ -133,6 +133,8 @@ pub struct SimCluster {
     running_ct: RunningCt,
     samples: Samples,
     applied: AppliedLog,
+    /// What crashes did to unsynced file writes, over the run.
+    unsynced_writes: Arc<Mutex<CrashReport>>,
     started: tokio::time::Instant,
 }
 
@@ -294,6 +296,7 @@ impl SimCluster {
             running_ct,
             samples,
             applied,
+            unsynced_writes: Arc::default(),
             started,
         }
     }
@@ -337,6 +340,11 @@ impl SimCluster {
         self.samples.lock().expect("samples").clone()
     }
 
+    /// What the crashes so far did to file writes not yet synced.
+    pub fn unsynced_writes(&self) -> CrashReport {
+        *self.unsynced_writes.lock().expect("unsynced writes")
+    }
+
     /// The CT part of every running node.
     pub fn ct_nodes(&self) -> Vec<(u64, Arc<CtNode>)> {
         self.running_ct
@@ -352,13 +360,18 @@ impl SimCluster {
         &self.disks[&id]
     }
 
+    /// The simulated Raft log files of node `id` (what survives its crashes).
+    pub fn log_files(&self, id: u64) -> &SimFiles {
+        &self.log_files[&id]
+    }
+
     /// The simulated CT log files of node `id` (what survives its crashes).
     pub fn ct_files(&self, id: u64) -> &SimFiles {
         &self.ct_files[&id]
     }
 
     /// Crashes node `id`: its tasks stop, its disk loses what was not flushed, and its Raft and
-    /// CT log files lose what was not synced (the last unsynced write of a file may be torn part way,
+    /// CT log files lose what was not synced (each unsynced write is lost, kept or torn part way,
     /// and unsynced creates and removes may revert), drawn from the simulation's RNG.
     pub fn crash(&self, id: u64) {
         self.running.lock().expect("running table").remove(&id);
@@ -370,10 +383,11 @@ impl SimCluster {
         self.disks[&id].crash();
         let mut rng = madsim::rand::thread_rng();
         for files in [&self.log_files[&id], &self.ct_files[&id]] {
-            files.crash(&mut |bound| {
+            let report = files.crash(&mut |bound| {
                 use madsim::rand::Rng as _;
                 rng.gen_range(0..bound.max(1))
             });
+            *self.unsynced_writes.lock().expect("unsynced writes") += report;
         }
         self.samples.lock().expect("samples").push(Sample {
             at_ms: elapsed_ms(self.started),
@@ -440,10 +454,12 @@ impl SimCluster {
             .handle
             .get_node(self.machines[&via].id())
             .expect("machine");
-        machine
-            .spawn(call(replica))
-            .await
-            .expect("the task on the node's machine ran")
+        // A crash of the node mid-call kills the task: to the caller, the node went away.
+        machine.spawn(call(replica)).await.unwrap_or_else(|_| {
+            Err(ServiceError::Unavailable(format!(
+                "node {via} went down mid-call"
+            )))
+        })
     }
 }
 

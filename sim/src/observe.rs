@@ -82,4 +82,18 @@ pub struct RunRecord {
     pub clocks: Vec<ClockSkew>,
     /// The checkers' verdicts: (checker, passed, detail).
     pub verdicts: Vec<(String, bool, String)>,
+    /// What the crashes did to file writes not yet synced (the Raft and CT logs' files).
+    #[serde(default)]
+    pub unsynced_writes: UnsyncedWrites,
+}
+
+/// Unsynced file writes a run's crashes found: lost, reached the disk whole, or torn.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnsyncedWrites {
+    /// Never reached the disk.
+    pub lost: u64,
+    /// Reached it whole.
+    pub whole: u64,
+    /// Reached it in part.
+    pub torn: u64,
 }

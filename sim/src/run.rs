@@ -30,7 +30,7 @@ use crate::linearizability::Verdict as Linearity;
 
 use crate::ct_run::{self, CtReport};
 use crate::ct_workload::CtWorkload;
-use crate::observe::RunRecord;
+use crate::observe::{RunRecord, UnsyncedWrites};
 use crate::pipeline_run::{self, PipelineReport};
 use crate::pipeline_workload::PipelineWorkload;
 use crate::schedule::{FaultConfig, Schedule};
@@ -676,6 +676,14 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         faults: driver.spans(),
         clocks: schedule.clocks.iter().copied().map(Into::into).collect(),
         verdicts: Vec::new(),
+        unsynced_writes: {
+            let crashes = cluster.unsynced_writes();
+            UnsyncedWrites {
+                lost: crashes.writes_lost,
+                whole: crashes.writes_whole,
+                torn: crashes.writes_torn,
+            }
+        },
     };
     Collected {
         history,
@@ -871,6 +879,9 @@ struct Summary {
     operations: u64,
     /// Whether the linearizability search ran out of budget on some lease (not proven).
     unproven: bool,
+    /// Unsynced file writes the run's crashes tore.
+    #[serde(default)]
+    torn_writes: u64,
     /// For a failed run: what to print (seed, schedule, failed verdicts, trace tail, report).
     failure: Option<String>,
     /// For a passed single run: the verdicts as printed.
@@ -960,6 +971,7 @@ fn child(scenario: &Scenario, seed: u64, args: &Args) -> ExitCode {
         unproven: outcome.verdicts.iter().any(|verdict| {
             verdict.checker == "linearizability" && verdict.detail.contains("not proven")
         }),
+        torn_writes: outcome.record.unsynced_writes.torn,
         failure: (!outcome.passed()).then(|| failure_text(&outcome, report_dir.as_deref())),
         verdicts: verdicts_text(&outcome, report_dir.as_deref()),
     };
@@ -1107,6 +1119,7 @@ fn sweep(plan: &[(Scenario, u64)], args: &Args) -> ExitCode {
                     total.wall += Duration::from_millis(summary.wall_ms);
                     total.operations += summary.operations;
                     total.unproven += u64::from(summary.unproven);
+                    total.torn_writes += summary.torn_writes;
                     if let Some(failure) = &summary.failure {
                         total.failed.push(done.seed);
                         failures += 1;
@@ -1152,6 +1165,7 @@ struct Totals {
     wall: Duration,
     operations: u64,
     unproven: u64,
+    torn_writes: u64,
     nondeterministic: Vec<u64>,
 }
 
@@ -1246,6 +1260,7 @@ fn print_summary(totals: &BTreeMap<&str, Totals>, wall: Duration, determinism: b
         "failed seeds",
         "operations",
         "linearizability not proven",
+        "torn writes at crashes",
         "simulated s",
         "run s",
         "simulated s per run s",
@@ -1274,6 +1289,7 @@ fn print_summary(totals: &BTreeMap<&str, Totals>, wall: Duration, determinism: b
             },
             total.operations.to_string(),
             total.unproven.to_string(),
+            total.torn_writes.to_string(),
             format!("{:.0}", total.simulated.as_secs_f64()),
             format!("{:.1}", total.wall.as_secs_f64()),
             format!("{ratio:.1}"),

@@ -1026,6 +1026,7 @@ mod tests {
                     "op 3 read x=<1> & \"2\"".to_owned(),
                 ),
             ],
+            unsynced_writes: Default::default(),
         }
     }
 

@@ -211,6 +211,8 @@ impl Node {
             config.raft.log_segment_bytes,
         )
         .map_err(|error| storage_error(&config.data_dir, &error))?;
+        #[cfg(madsim)]
+        let log_store = log_store.with_sync_runner(crate::runtime::simulated_log_sync());
         let mut log_store = log_store.with_observer(AppendObserver::new({
             let metrics = Arc::clone(&metrics);
             move |timing| metrics.observe_log_append(timing)

@@ -259,3 +259,41 @@ impl AsyncRuntime for MadsimRuntime {
         TokioRuntime::oneshot()
     }
 }
+
+/// How long a simulated `fdatasync` of the Raft log takes (µs): usually about what an SSD's
+/// takes, and one in [`SIMULATED_SLOW_SYNC_ONE_IN`] as long as a busy or cloud disk's, longer
+/// than a network round trip — so a crash often finds appends written but not yet synced, and
+/// an acknowledgement that ran ahead of its sync would reach clients before the bytes are safe.
+const SIMULATED_SYNC_LATENCY_US: std::ops::RangeInclusive<u64> = 100..=2_000;
+const SIMULATED_SLOW_SYNC_LATENCY_US: std::ops::RangeInclusive<u64> = 2_000..=30_000;
+const SIMULATED_SLOW_SYNC_ONE_IN: u32 = 10;
+
+/// The Raft log's syncs on the calling machine, in place of the flusher thread the simulation
+/// cannot run: one task that waits a simulated sync latency, then runs every sync waiting, in
+/// order (a group commit). It dies with its machine, so a crash in that window finds the
+/// appended bytes unsynced and the simulated files lose or tear them; their appends were
+/// never acknowledged.
+pub fn simulated_log_sync() -> certus_store::SyncRunner {
+    use madsim::rand::Rng as _;
+
+    let (jobs, mut waiting) = tokio::sync::mpsc::unbounded_channel::<certus_store::SyncJob>();
+    madsim::task::spawn(async move {
+        while let Some(first) = waiting.recv().await {
+            let mut rng = madsim::rand::thread_rng();
+            let latency_us = if rng.gen_ratio(1, SIMULATED_SLOW_SYNC_ONE_IN) {
+                rng.gen_range(SIMULATED_SLOW_SYNC_LATENCY_US)
+            } else {
+                rng.gen_range(SIMULATED_SYNC_LATENCY_US)
+            };
+            madsim::time::sleep(global_duration(Duration::from_micros(latency_us))).await;
+            first();
+            while let Ok(job) = waiting.try_recv() {
+                job();
+            }
+        }
+    });
+    certus_store::SyncRunner::new(move |job| {
+        // A closed channel means the machine's task is gone: the sync never happens.
+        let _ = jobs.send(job);
+    })
+}

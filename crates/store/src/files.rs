@@ -3,8 +3,8 @@
 //!
 //! Two implementations: [`OsFiles`] (std::fs; `sync_data` is fdatasync, and the directory is
 //! synced after a file is created or removed) and [`SimFiles`] (in memory; a crash loses what
-//! was not synced, may tear the last unsynced write, and may revert directory changes that were
-//! not synced).
+//! was not synced, keeps or tears any of the unsynced writes, and may revert directory changes
+//! that were not synced).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -290,6 +290,25 @@ impl SimDir {
     }
 }
 
+/// What a crash did to the writes not yet synced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CrashReport {
+    /// Writes that never reached the disk.
+    pub writes_lost: u64,
+    /// Writes that reached it whole.
+    pub writes_whole: u64,
+    /// Writes of which only a prefix reached it (possibly empty).
+    pub writes_torn: u64,
+}
+
+impl std::ops::AddAssign for CrashReport {
+    fn add_assign(&mut self, other: CrashReport) {
+        self.writes_lost += other.writes_lost;
+        self.writes_whole += other.writes_whole;
+        self.writes_torn += other.writes_torn;
+    }
+}
+
 /// Simulated files in memory; clones share the same contents, which outlive a node's crash.
 #[derive(Clone, Debug, Default)]
 pub struct SimFiles {
@@ -321,11 +340,14 @@ impl SimFiles {
         self.dir().changes_left = Some(changes);
     }
 
-    /// A crash of the machine. Every file keeps only what was synced, except that the last
-    /// unsynced write of each file may have reached the disk in part (a random prefix of it); a
-    /// file created or removed since the directory was last synced may revert. `random(n)` gives
-    /// a number in `0..n` (the caller's deterministic source). Handles opened before fail.
-    pub fn crash(&self, random: &mut dyn FnMut(u64) -> u64) {
+    /// A crash of the machine. Each change to a file since its last sync reached the disk
+    /// whole, not at all, or — for a write — in part (a random prefix of it, a torn write),
+    /// each drawn on its own, as a disk writing back dirty pages in any order does. A file
+    /// created or removed since the directory was last synced may revert. `random(n)` gives a
+    /// number in `0..n` (the caller's deterministic source; a source that always answers 0
+    /// loses every unsynced change). Handles opened before fail. Returns what became of the
+    /// unsynced writes, so that a simulation can show it tears some.
+    pub fn crash(&self, random: &mut dyn FnMut(u64) -> u64) -> CrashReport {
         let mut dir = self.dir();
         dir.epoch += 1;
         dir.changes_left = None;
@@ -353,18 +375,40 @@ impl SimFiles {
         dir.visible = kept.clone();
         dir.durable = kept;
         dir.collect_unreachable();
+        let mut report = CrashReport::default();
         for file in dir.inodes.values_mut() {
             let mut contents = file.durable.clone();
-            if let Some(Change::Write { offset, data }) = file.pending.last() {
-                let torn = usize::try_from(random(data.len() as u64 + 1)).unwrap_or(0);
-                if torn > 0 {
-                    contents.write(*offset, &data[..torn]);
+            for change in std::mem::take(&mut file.pending) {
+                match (random(3), change) {
+                    (0, Change::Write { .. }) => report.writes_lost += 1,
+                    (0, Change::SetLen(_)) => {}
+                    (1, change @ Change::Write { .. }) => {
+                        contents.apply(&change);
+                        report.writes_whole += 1;
+                    }
+                    (_, Change::Write { offset, data }) => {
+                        let torn = usize::try_from(random(data.len() as u64))
+                            .unwrap_or(0)
+                            .min(data.len());
+                        contents.write(offset, &data[..torn]);
+                        report.writes_torn += 1;
+                    }
+                    (_, change @ Change::SetLen(_)) => contents.apply(&change),
                 }
             }
-            file.pending.clear();
             file.durable = contents.clone();
             file.visible = contents;
         }
+        report
+    }
+
+    /// Writes not yet synced, over every file: what a crash now would lose or tear.
+    pub fn unsynced_writes(&self) -> u64 {
+        let dir = self.dir();
+        let writes = dir.inodes.values().flat_map(|file| &file.pending);
+        writes
+            .filter(|change| matches!(change, Change::Write { .. }))
+            .count() as u64
     }
 
     /// The bytes of the file `name` as reads see them (for tests).

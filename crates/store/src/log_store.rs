@@ -23,7 +23,7 @@ use crate::config::CertusConfig;
 use crate::disk::{Disk, DiskError, WriteBatch};
 use crate::files::Files;
 use crate::keys::{COMMITTED, LAST_PURGED, LOG_PREFIX, VOTE, log_end};
-use crate::segment_log::SegmentLog;
+use crate::segment_log::{SegmentLog, SyncRunner};
 
 /// Largest number of entries one replication read returns; it asks again for the rest.
 const REPLICATION_READ_ENTRIES_MAX: usize = 4096;
@@ -159,6 +159,13 @@ impl<C: CertusConfig, D: Disk> LogStore<C, D> {
     /// The segmented log under this store.
     pub fn segment_log(&self) -> &SegmentLog {
         &self.log
+    }
+
+    /// The same store, its appends synced by `runner` where there is no flusher thread (the
+    /// simulation: see [`SyncRunner`]).
+    pub fn with_sync_runner(self, runner: SyncRunner) -> LogStore<C, D> {
+        self.log.set_sync_runner(runner);
+        self
     }
 
     /// The same store, telling `observer` how each append went.

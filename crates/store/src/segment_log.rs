@@ -7,8 +7,8 @@
 //! first; the header's "entry before" chains the segments, so a missing segment is noticed.
 //!
 //! Durability: appends are written at once and made durable by `sync`/`sync_then`, which group
-//! every append waiting into one `sync_data` on a flusher thread (inline under madsim, where no
-//! thread may run). A segment is synced before the next one is created, so only the last
+//! every append waiting into one `sync_data` on a flusher thread (under madsim, where no thread
+//! may run, on the simulation's own task after a simulated sync latency, or inline). A segment is synced before the next one is created, so only the last
 //! segment can hold writes a crash tore. Recovery at open therefore cuts the last segment at its
 //! first torn, damaged or absent (zero) record — those bytes were never acknowledged — while a bad
 //! record in an earlier, sealed segment is damage: the log refuses to open ([`CORRUPT`]).
@@ -202,11 +202,36 @@ impl Inner {
 /// A sync the flusher runs: the file to sync, and what to call with the outcome.
 type SyncRequest = (Arc<dyn LogFile>, FlushDone);
 
-/// The flusher thread; dropping the log stops and joins it.
+/// A sync to run later: syncs the tail and answers whoever waits on it.
+pub type SyncJob = Box<dyn FnOnce() + Send>;
+
+/// Runs [`SyncJob`]s later, in the order given: where no flusher thread may run (the
+/// simulation), the runtime's own task, which takes a disk's sync latency before each round —
+/// so a crash can find appended bytes not yet synced, as on a real machine.
+#[derive(Clone)]
+pub struct SyncRunner(Arc<dyn Fn(SyncJob) + Send + Sync>);
+
+impl SyncRunner {
+    /// A runner handing each job to `run`; a job `run` drops is never answered (its node is
+    /// gone).
+    pub fn new(run: impl Fn(SyncJob) + Send + Sync + 'static) -> SyncRunner {
+        SyncRunner(Arc::new(run))
+    }
+}
+
+impl std::fmt::Debug for SyncRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SyncRunner")
+    }
+}
+
+/// The flusher thread, or a runner given in its place; dropping the log stops and joins the
+/// thread.
 #[derive(Debug)]
 struct Flusher {
     requests: Mutex<Option<Sender<SyncRequest>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    runner: Mutex<Option<SyncRunner>>,
 }
 
 impl Drop for Flusher {
@@ -283,6 +308,7 @@ impl SegmentLog {
         let flusher = Flusher {
             requests: Mutex::new(None),
             thread: Mutex::new(None),
+            runner: Mutex::new(None),
         };
         // In the simulation no thread may run: syncs there are done inline, by the caller.
         if !cfg!(madsim) {
@@ -469,7 +495,8 @@ impl SegmentLog {
     }
 
     /// Makes every append so far durable, then calls `done` — on the flusher thread, in call
-    /// order, one sync shared by every call waiting (inline under madsim).
+    /// order, one sync shared by every call waiting. Under madsim, where no thread runs: by
+    /// the [`SyncRunner`] if one was given, else inline.
     pub fn sync_then(&self, done: FlushDone) {
         let Some(tail) = self.tail_file() else {
             done(Ok(()));
@@ -483,8 +510,17 @@ impl SegmentLog {
                     done(tail.sync_data());
                 }
             }
-            None => done(tail.sync_data()),
+            None => match lock(&self.shared.flusher.runner).as_ref() {
+                Some(runner) => (runner.0)(Box::new(move || done(tail.sync_data()))),
+                None => done(tail.sync_data()),
+            },
         }
+    }
+
+    /// Runs the syncs of [`sync_then`](Self::sync_then) through `runner` where the log has no
+    /// flusher thread (under madsim); with a thread it is not used.
+    pub fn set_sync_runner(&self, runner: SyncRunner) {
+        *lock(&self.shared.flusher.runner) = Some(runner);
     }
 
     /// The entries with index in `(from, to)` not purged, at most `entries_max` of them and
