@@ -27,7 +27,8 @@
 //! partial tile's hashes against the tiles below it, the leaf tile's against the entries.
 //!
 //! A database of the layout before tiles (one key per entry and per tree node) is converted when
-//! it is opened; see [`CtDatabase::open`].
+//! it is opened; see [`CtDatabase::open`]. One of the tiled layout before the leaf index's runs
+//! carried Bloom filters (`tiles-2`; now `tiles-3`) gets them at open.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -41,7 +42,7 @@ use certus_ct::tiles::{ExpandedTile, TILE_WIDTH, TileEdge, TileId, TileReader, T
 use serde::{Deserialize, Serialize};
 
 use crate::ct_files::DataFiles;
-use crate::ct_leaf_index::{IndexView, LeafIndex, Shape};
+use crate::ct_leaf_index::{IndexView, LeafIndex, Shape, add_filters};
 use crate::disk::{Disk, DiskError, WriteBatch};
 use crate::files::Files;
 
@@ -54,7 +55,9 @@ const TREE_SIZE_KEY: &[u8] = b"ct/meta/tree-size";
 const STH_KEY: &[u8] = b"ct/meta/sth";
 /// Marks a database in the tiled layout, written once a conversion from the old one is complete.
 const LAYOUT_KEY: &[u8] = b"ct/meta/layout";
-const LAYOUT: &[u8] = b"tiles-2";
+const LAYOUT: &[u8] = b"tiles-3";
+/// The tiled layout whose leaf-index runs have no Bloom filters: they are added at open.
+const LAYOUT_BEFORE_FILTERS: &[u8] = b"tiles-2";
 /// The layout before tiles: one key per entry, per leaf hash and per tree node.
 const OLD_PREFIXES: [&[u8]; 3] = [b"ct/entry/", b"ct/leaf/", b"ct/node/"];
 
@@ -281,6 +284,8 @@ impl CtDatabase {
     /// bundles and integrated again (leaf hashes recomputed), the root is checked against the
     /// node's last STH, the layout is marked, and only then are the old keys removed. A crash
     /// during the conversion redoes it at the next open; after the mark, it finishes removing.
+    /// A database of the tiled layout whose leaf-index runs lack Bloom filters (`tiles-2`) has
+    /// them written from the runs' blocks, and only then its layout marked `tiles-3`.
     pub fn open_with(
         disk: Arc<dyn Disk>,
         files: Arc<dyn Files>,
@@ -297,6 +302,18 @@ impl CtDatabase {
         shape: Shape,
     ) -> Result<CtDatabase, CtDbError> {
         let files = DataFiles::new(files);
+        if disk
+            .get(LAYOUT_KEY)?
+            .is_some_and(|layout| layout == LAYOUT_BEFORE_FILTERS)
+        {
+            // Runs written before they carried filters: written now, then the layout moves on
+            // (until it does, every open writes them again from the runs' blocks).
+            add_filters(&*disk, &files, shape)?;
+            let mut batch = WriteBatch::new();
+            batch.put(LAYOUT_KEY, LAYOUT);
+            disk.write(batch)?;
+            disk.flush()?;
+        }
         let marked = disk.get(LAYOUT_KEY)?.is_some_and(|layout| layout == LAYOUT);
         if !marked {
             // New-layout data without the mark is a conversion that did not finish (or the
@@ -829,6 +846,12 @@ impl CtDatabase {
     pub fn cached_tiles(&self) -> usize {
         lock(&self.cache).tiles.len()
     }
+
+    /// Bytes the leaf index keeps in memory: its fences, the Bloom filters the bound keeps and
+    /// the records not yet in a run.
+    pub fn leaf_index_memory_bytes(&self) -> u64 {
+        lock(&self.published).index.memory_bytes()
+    }
 }
 
 /// The tree's leaf hashes `from..to` (`to` at most the edge's size), from the level-0 tiles.
@@ -1356,6 +1379,72 @@ mod tests {
         assert_eq!(open(&disk, &files).unwrap().tree_size(), 650);
     }
 
+    #[test]
+    fn a_store_whose_index_runs_have_no_filters_gets_them_at_open() {
+        let shape = Shape {
+            fresh_records_max: 37,
+            merge_fan_in: 3,
+            merge_work_per_record: 2,
+            block_records: 4,
+            filter_bytes_max: usize::MAX,
+        };
+        let open = |disk: &Arc<SimDisk>, files: &Arc<SimFiles>| {
+            CtDatabase::open_shaped(
+                Arc::clone(disk) as Arc<dyn Disk>,
+                Arc::clone(files) as Arc<dyn Files>,
+                CtStoreConfig::default(),
+                shape,
+            )
+        };
+        let entries: Vec<LocalEntry> = (0..700).map(entry).collect();
+        let absent = leaf_hash(&entry(5_000).leaf_input);
+        let mut completed = false;
+        // The upgrade stopped after every number of file changes, until one completes.
+        for budget in 0..400 {
+            let disk = Arc::new(SimDisk::new());
+            let files = Arc::new(SimFiles::new());
+            let db = open(&disk, &files).unwrap();
+            db.store_entries(0, &entries).unwrap();
+            for _ in 0..14 {
+                db.integrate(50).unwrap();
+            }
+            drop(db);
+            // The store as the code before filters left it: runs that end with their blocks,
+            // and the layout that says so.
+            crate::ct_leaf_index::remove_filters(
+                &*disk,
+                &DataFiles::new(Arc::clone(&files) as Arc<dyn Files>),
+            )
+            .unwrap();
+            let mut batch = WriteBatch::new();
+            batch.put(LAYOUT_KEY, LAYOUT_BEFORE_FILTERS);
+            disk.write(batch).unwrap();
+            disk.flush().unwrap();
+
+            files.fail_after(budget);
+            completed = open(&disk, &files).is_ok();
+            crash(&disk, &files);
+            let db = open(&disk, &files).unwrap();
+            assert_eq!(disk.get(LAYOUT_KEY).unwrap().as_deref(), Some(LAYOUT));
+            assert_eq!(db.tree_size(), 700);
+            for (sequence, entry) in entries.iter().enumerate() {
+                assert_eq!(
+                    db.index_of_leaf(&leaf_hash(&entry.leaf_input)).unwrap(),
+                    Some(sequence as u64),
+                    "stopped after {budget} changes"
+                );
+            }
+            assert_eq!(db.index_of_leaf(&absent).unwrap(), None);
+            // Its runs' filters are in memory now: more than the fences alone.
+            let fence_bytes = 700 / 4 * 32;
+            assert!(db.leaf_index_memory_bytes() > fence_bytes);
+            if completed {
+                break;
+            }
+        }
+        assert!(completed, "the upgrade takes fewer than 400 file changes");
+    }
+
     /// A disk that stops taking writes after `budget` of them, as a process that crashed there.
     struct Stopping {
         disk: Arc<SimDisk>,
@@ -1444,6 +1533,7 @@ mod tests {
             steps in proptest::collection::vec((0u8..5, 1usize..400), 1..25),
             block_records in 1usize..6,
             fan_in in 2usize..4,
+            filter_bytes_max in prop_oneof![Just(0usize), 0usize..400, Just(usize::MAX)],
         ) {
             let disk = Arc::new(SimDisk::new());
             let files = Arc::new(SimFiles::new());
@@ -1453,6 +1543,8 @@ mod tests {
                 merge_fan_in: fan_in,
                 merge_work_per_record: 2,
                 block_records,
+                // None, some or all of the runs' filters in memory.
+                filter_bytes_max,
             };
             let open = |disk: &Arc<SimDisk>, files: &Arc<SimFiles>| {
                 CtDatabase::open_shaped(

@@ -1,5 +1,6 @@
 //! The CT log's leaf-hash index (get-proof-by-hash): leaf hash → first sequence number, on disk;
-//! in memory only the fences (the first hash of every block) and the records not yet in a run.
+//! in memory only the fences (the first hash of every block), a Bloom filter per run (within a
+//! bound) and the records not yet in a run.
 //!
 //! A log-structured merge index, because a B-tree insert per leaf at a random place is what a
 //! log of hundreds of millions of entries cannot afford (in sled it copies the leaf node each
@@ -7,19 +8,60 @@
 //! *run* of 256-record blocks when [`FRESH_RECORDS_MAX`] of them have collected, and
 //! [`MERGE_FAN_IN`] runs of one size class are merged into one of the next, a bounded step at a
 //! time ([`MERGE_WORK_PER_RECORD`] records merged per record indexed), so no integration round
-//! pauses for a large merge. A lookup reads at most two blocks per run, oldest run first, until
-//! it finds the hash; there are at most [`MERGE_FAN_IN`] runs per size class, and six classes
-//! hold a billion entries.
+//! pauses for a large merge. A lookup probes the runs oldest first until one holds the hash: a
+//! run whose Bloom filter rules the hash out is skipped, any other costs at most two block reads.
+//! There are at most [`MERGE_FAN_IN`] runs per size class, and six classes hold a billion
+//! entries; a hash the log does not hold (every new add-chain) reads a block in about one run
+//! of a hundred instead of in every run.
 //!
 //! The index is derived data: every record is a leaf hash of the tree's level-0 tiles. The
 //! records not yet in a run are not written at all; at open they are read back from the tiles.
-//! A run is a file of blocks (`index-<run>`: records of a 32-byte hash and an 8-byte sequence
-//! number, sorted), written and synced before the metadata naming it goes into the caller's
+//! A run is a file, `index-<run>`:
+//!
+//! ```text
+//! [blocks: records × 40 bytes][filter: segments × words × 8 bytes][trailer: 20 bytes]
+//! ```
+//!
+//! The blocks hold records of a 32-byte hash and an 8-byte sequence number, sorted. The filter
+//! follows them (see below); its trailer is `lbf1`, the segment count, the words per segment and
+//! the bits probed per hash (u32 each, big-endian), then a CRC-32 of the filter and those three
+//! numbers. The file is written and synced before the metadata naming it goes into the caller's
 //! batch, with the tree size, so a crash never separates them: `ct/index/meta` names the runs
 //! (oldest first, covering leaves `0..indexed_upto`), `ct/index/fence/<run><chunk>` holds the
 //! first hash of each block, 1,024 blocks per chunk. A run file no metadata names (a merge's
 //! output when the node stopped, runs merged away) is removed: the round after, or at open.
+//!
+//! **Bloom filters.** A leaf hash is a SHA-256 output, uniformly random, so its own bytes serve as
+//! the filter's hash functions: bytes 0..8 (big-endian) pick one of the filter's segments, scaled
+//! to their count, so that segments follow hash order; bytes 8..16 and 16..24 (little-endian) are
+//! the two halves of double hashing, [`FILTER_HASHES`] bits within that segment. Because
+//! segments follow hash order and a run's records are written sorted, a filter is written one
+//! segment (at most 64 KiB) at a time as its records go by: a merge holds one segment of its
+//! output's filter in memory, not the whole filter, and the filter is written by the time the
+//! last block is. At [`FILTER_BITS_PER_RECORD`] bits per record (1.25 bytes, 3 % of the record
+//! on disk) about 0.8 % of absent hashes pass a run's filter.
+//!
+//! Every run file has its filter; memory holds at most [`Shape::filter_bytes_max`] bytes of them
+//! ([`LEAF_INDEX_FILTER_BYTES_MAX`] by default: 1.25 bytes per entry, 119 MiB for every run of a
+//! log of 10^8 entries), besides the one segment a merge is writing. When the filters do not all
+//! fit, the largest runs keep theirs, each one if it still fits within what larger runs left
+//! (ties: the older run first): their blocks are the coldest on disk, while a small run's few
+//! blocks stay in the page cache. Which runs keep their filters is a function of the list of
+//! runs alone, recomputed whenever it changes (a new run, a merge swapped in, open), and a
+//! filter that comes back into the bound is read from its run's file; a run without its filter
+//! in memory is probed as it was before filters, so lookups stay correct whatever fits. While a
+//! merge's output replaces its sources, lookups still running on the view before hold the
+//! sources' filters a little longer: memory briefly holds both.
+//!
+//! A filter is checked when it is read: at open every run's trailer (magic, geometry, and the
+//! file's length against the blocks it follows), and when a filter is loaded into memory its
+//! CRC. A run whose filter is missing or damaged is [`CtDbError::Corrupt`], as a block that
+//! cannot be read is. Runs written before filters existed (the database layout `tiles-2`, whose
+//! run files end with their blocks) get theirs from [`add_filters`] when the database opens, which
+//! reads each run's blocks once; the database marks its layout only after, so a crash part way
+//! through starts that again.
 
+use std::cmp::Reverse;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -49,6 +91,26 @@ pub(crate) const MERGE_FAN_IN: usize = 8;
 /// rewritten once per class it climbs, at most 8 classes below 2^40 records) with room to spare.
 pub(crate) const MERGE_WORK_PER_RECORD: usize = 4;
 
+/// Bloom filter bits per record written: with [`FILTER_HASHES`] bits probed per hash, a run's
+/// filter lets about 0.8 % of absent hashes through ((1 − e^(−7/10))^7).
+const FILTER_BITS_PER_RECORD: u64 = 10;
+/// Bits probed per hash: ln 2 × [`FILTER_BITS_PER_RECORD`], rounded, the count with the fewest
+/// false positives.
+const FILTER_HASHES: u32 = 7;
+/// Words (8 bytes) per filter segment, at most: 64 KiB, what a run being written holds of its
+/// filter in memory.
+const FILTER_SEGMENT_WORDS_MAX: u64 = 8192;
+const FILTER_WORD_BYTES: usize = size_of::<u64>();
+const FILTER_MAGIC: [u8; 4] = *b"lbf1";
+/// The magic, three u32 of geometry and the CRC-32.
+const FILTER_TRAILER_BYTES: usize = 20;
+/// Bytes of Bloom filters the index keeps in memory by default: 128 MiB, the filters of
+/// 1.07 × 10^8 records at [`FILTER_BITS_PER_RECORD`] bits. A log of 10^8 entries keeps all of its
+/// filters (119 MiB), and a node's store, about 165 MiB without them at that size, stays well
+/// under its 512 MiB target whatever the log's size: past the bound, filters are dropped, not
+/// added.
+pub(crate) const LEAF_INDEX_FILTER_BYTES_MAX: usize = 128 << 20;
+
 /// The index's sizes: production uses [`Shape::default`]; tests make them small so that runs
 /// and merges happen within a few hundred leaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +119,8 @@ pub(crate) struct Shape {
     pub(crate) merge_fan_in: usize,
     pub(crate) merge_work_per_record: usize,
     pub(crate) block_records: usize,
+    /// Bytes of Bloom filters kept in memory, at most (the files hold them all).
+    pub(crate) filter_bytes_max: usize,
 }
 
 impl Default for Shape {
@@ -66,6 +130,7 @@ impl Default for Shape {
             merge_fan_in: MERGE_FAN_IN,
             merge_work_per_record: MERGE_WORK_PER_RECORD,
             block_records: BLOCK_RECORDS,
+            filter_bytes_max: LEAF_INDEX_FILTER_BYTES_MAX,
         }
     }
 }
@@ -85,6 +150,11 @@ impl RunMeta {
     fn blocks(&self) -> u64 {
         self.blocks
     }
+
+    /// Where the blocks end and the filter starts in the run's file.
+    fn blocks_end(&self) -> u64 {
+        self.records * RECORD_BYTES as u64
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,19 +165,27 @@ struct Meta {
     next_id: u64,
 }
 
-/// A run as lookups use it: its meta and the first hash of each block.
+/// A run as lookups use it: its meta, the first hash of each block, and where its filter is.
 #[derive(Debug)]
 struct Run {
     meta: RunMeta,
     fences: Vec<Hash>,
     file: Arc<dyn LogFile>,
     block_records: usize,
+    filter: StoredFilter,
+}
+
+/// A run in a view, with its Bloom filter if the memory bound keeps it.
+#[derive(Clone, Debug)]
+struct ViewRun {
+    run: Arc<Run>,
+    filter: Option<Arc<Filter>>,
 }
 
 /// What lookups read: the runs and the records not yet in one (sorted chunks, one per round).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct IndexView {
-    runs: Vec<Arc<Run>>,
+    runs: Vec<ViewRun>,
     fresh: Vec<Arc<Vec<(Hash, u64)>>>,
 }
 
@@ -117,10 +195,13 @@ struct Merge {
     sources: Vec<RunMeta>,
     cursors: Vec<Cursor>,
     output: RunMeta,
+    /// The sources' records together: what the output will hold, and where its filter starts.
+    records_total: u64,
     file: Arc<dyn LogFile>,
     block: Vec<(Hash, u64)>,
     blocks_written: u64,
     fences: Vec<Hash>,
+    filter: FilterWriter,
 }
 
 #[derive(Debug)]
@@ -152,11 +233,7 @@ impl LeafIndex {
         shape: Shape,
         leaf_hashes: impl Fn(u64, u64) -> Result<Vec<Hash>, CtDbError>,
     ) -> Result<LeafIndex, CtDbError> {
-        let meta: Meta = match disk.get(META_KEY)? {
-            Some(bytes) => postcard::from_bytes(&bytes)
-                .map_err(|error| CtDbError::Corrupt(format!("the leaf index meta: {error}")))?,
-            None => Meta::default(),
-        };
+        let meta = read_meta(disk)?;
         if meta.indexed_upto > tree_size {
             return Err(CtDbError::Corrupt(format!(
                 "the leaf index covers {} leaves of a tree of {tree_size}",
@@ -165,12 +242,17 @@ impl LeafIndex {
         }
         let mut runs = Vec::with_capacity(meta.runs.len());
         for run in &meta.runs {
-            runs.push(Arc::new(Run {
-                fences: read_fences(disk, run)?,
-                meta: run.clone(),
-                file: files.get(&run_file(run.id))?,
-                block_records: shape.block_records,
-            }));
+            let file = files.get(&run_file(run.id))?;
+            runs.push(ViewRun {
+                run: Arc::new(Run {
+                    fences: read_fences(disk, run)?,
+                    filter: StoredFilter::read(&*file, run)?,
+                    meta: run.clone(),
+                    file,
+                    block_records: shape.block_records,
+                }),
+                filter: None,
+            });
         }
         for name in files.named(RUN_FILE_PREFIX)? {
             if !meta.runs.iter().any(|run| run_file(run.id) == name) {
@@ -200,14 +282,16 @@ impl LeafIndex {
                 vec![Arc::new(fresh_records)]
             },
         };
-        Ok(LeafIndex {
+        let mut index = LeafIndex {
             shape,
             meta,
             view,
             fresh_records: fresh_count,
             merge: None,
             retired: Vec::new(),
-        })
+        };
+        index.place_filters()?;
+        Ok(index)
     }
 
     /// What lookups read now.
@@ -216,7 +300,8 @@ impl LeafIndex {
     }
 
     /// Adds one round's records (leaf hash, sequence number) and puts into `batch` what the
-    /// round writes: a run when enough records collected, a step of a merge, and the meta. The index changes in memory at once: if the batch is not written, reopen.
+    /// round writes: a run when enough records collected, a step of a merge, and the meta. The
+    /// index changes in memory at once: if the batch is not written, reopen.
     pub(crate) fn add_round(
         &mut self,
         files: &DataFiles,
@@ -243,6 +328,7 @@ impl LeafIndex {
         if self.fresh_records >= self.shape.fresh_records_max {
             self.write_fresh_run(files, batch)?;
         }
+        self.place_filters()?;
         batch.put(
             META_KEY,
             postcard::to_stdvec(&self.meta).expect("plain data encodes"),
@@ -272,16 +358,25 @@ impl LeafIndex {
         let file = files.get(&run_file(run.id))?;
         file.set_len(0)?;
         file.write_at(0, &encode_block(&records))?;
+        let mut filter = FilterWriter::new(run.records, run.blocks_end());
+        for (hash, _) in &records {
+            filter.insert(&*file, hash)?;
+        }
+        let filter = filter.finish(&*file)?;
         file.sync_data()?;
         put_fences(batch, run.id, &fences);
         self.meta.indexed_upto += records.len() as u64;
         self.meta.runs.push(run.clone());
-        self.view.runs.push(Arc::new(Run {
-            meta: run,
-            fences,
-            file,
-            block_records: per_block,
-        }));
+        self.view.runs.push(ViewRun {
+            run: Arc::new(Run {
+                meta: run,
+                fences,
+                file,
+                block_records: per_block,
+                filter,
+            }),
+            filter: None,
+        });
         self.fresh_records = 0;
         Ok(())
     }
@@ -315,22 +410,26 @@ impl LeafIndex {
             // is removed at open.
             let file = files.get(&run_file(output.id))?;
             file.set_len(0)?;
+            let records_total: u64 = tail.iter().map(|run| run.records).sum();
             let first = self.view.runs.len() - fan_in;
             self.merge = Some(Merge {
                 sources: tail.to_vec(),
                 cursors: self.view.runs[first..]
                     .iter()
-                    .map(|run| Cursor {
-                        run: Arc::clone(run),
+                    .map(|source| Cursor {
+                        run: Arc::clone(&source.run),
                         next_block: 0,
                         records: VecDeque::new(),
                     })
                     .collect(),
                 output,
+                records_total,
                 file,
                 block: Vec::with_capacity(self.shape.block_records),
                 blocks_written: 0,
                 fences: Vec::new(),
+                // The filter goes after the blocks, whose length the sources fix.
+                filter: FilterWriter::new(records_total, records_total * RECORD_BYTES as u64),
             });
         }
         let merge = self.merge.as_mut().expect("started above");
@@ -364,6 +463,11 @@ impl LeafIndex {
             if !merge.block.is_empty() {
                 flush_block(&mut merge)?;
             }
+            assert_eq!(
+                merge.output.records, merge.records_total,
+                "a merge writes every record of its sources"
+            );
+            let filter = merge.filter.finish(&*merge.file)?;
             merge.file.sync_data()?;
             put_fences(batch, merge.output.id, &merge.fences);
             // Runs written from memory since the merge began follow its sources: the output
@@ -383,12 +487,16 @@ impl LeafIndex {
             self.meta.runs.splice(first..end, [merge.output.clone()]);
             self.view.runs.splice(
                 first..end,
-                [Arc::new(Run {
-                    meta: merge.output.clone(),
-                    fences: merge.fences,
-                    file: merge.file,
-                    block_records: self.shape.block_records,
-                })],
+                [ViewRun {
+                    run: Arc::new(Run {
+                        meta: merge.output.clone(),
+                        fences: merge.fences,
+                        file: merge.file,
+                        block_records: self.shape.block_records,
+                        filter,
+                    }),
+                    filter: None,
+                }],
             );
             // The sources' fences go with the swap (lookups keep theirs in memory); their files
             // in the next round.
@@ -401,14 +509,98 @@ impl LeafIndex {
         }
         Ok(())
     }
+
+    /// Keeps in memory the filters the bound allows (see the module doc for which) and no
+    /// others: drops first, then loads, so memory never holds more than the bound for long.
+    fn place_filters(&mut self) -> Result<(), CtDbError> {
+        let sizes: Vec<(u64, u64)> = self
+            .view
+            .runs
+            .iter()
+            .map(|entry| (entry.run.meta.records, entry.run.filter.geometry.bytes()))
+            .collect();
+        let kept = filters_kept(&sizes, self.shape.filter_bytes_max as u64);
+        for (entry, &keep) in self.view.runs.iter_mut().zip(&kept) {
+            if !keep {
+                entry.filter = None;
+            }
+        }
+        for (entry, &keep) in self.view.runs.iter_mut().zip(&kept) {
+            if keep && entry.filter.is_none() {
+                entry.filter = Some(Arc::new(entry.run.load_filter()?));
+            }
+        }
+        assert!(self.view.filter_bytes() <= self.shape.filter_bytes_max as u64);
+        Ok(())
+    }
+}
+
+/// Which runs keep their filters in memory, given each run's (records, filter bytes), oldest
+/// first, and the bytes allowed: the largest runs first (the older of two equal ones first),
+/// each if it fits within what the runs before it left.
+fn filters_kept(runs: &[(u64, u64)], bytes_max: u64) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by_key(|&at| (Reverse(runs[at].0), at));
+    let mut left = bytes_max;
+    let mut kept = vec![false; runs.len()];
+    for at in order {
+        let bytes = runs[at].1;
+        if bytes <= left {
+            left -= bytes;
+            kept[at] = true;
+        }
+    }
+    kept
+}
+
+/// Writes the Bloom filter of every run of an index whose runs were written without one (the
+/// database layout `tiles-2`): each run file is cut back to its blocks, and the filter built
+/// from them is written after them and synced. The caller marks the new layout only after this
+/// returns; if interrupted, this is done again from the start, the same.
+pub(crate) fn add_filters(
+    disk: &dyn Disk,
+    files: &DataFiles,
+    shape: Shape,
+) -> Result<(), CtDbError> {
+    let meta = read_meta(disk)?;
+    for run in &meta.runs {
+        let file = files.get(&run_file(run.id))?;
+        let size = file.size()?;
+        if size < run.blocks_end() {
+            return Err(CtDbError::Corrupt(format!(
+                "leaf index run {} is {size} bytes, short of its {} records",
+                run.id, run.records
+            )));
+        }
+        file.set_len(run.blocks_end())?;
+        let mut filter = FilterWriter::new(run.records, run.blocks_end());
+        for block in 0..run.blocks() {
+            for (hash, _) in read_block(&*file, run, shape.block_records, block)? {
+                filter.insert(&*file, &hash)?;
+            }
+        }
+        filter.finish(&*file)?;
+        file.sync_data()?;
+    }
+    Ok(())
 }
 
 impl IndexView {
     /// The first sequence number indexed under `hash`.
     pub(crate) fn lookup(&self, hash: &Hash) -> Result<Option<u64>, CtDbError> {
+        let mut blocks_read = 0;
+        self.lookup_reading(hash, &mut blocks_read)
+    }
+
+    /// [`IndexView::lookup`], adding to `blocks_read` the blocks it reads.
+    fn lookup_reading(&self, hash: &Hash, blocks_read: &mut u64) -> Result<Option<u64>, CtDbError> {
         // Runs are in sequence order, oldest first, and sorted by (hash, sequence) within: the
-        // first one that holds the hash holds its first sequence number.
-        for run in &self.runs {
+        // first one that holds the hash holds its first sequence number. A filter only says
+        // which runs cannot hold it.
+        for ViewRun { run, filter } in &self.runs {
+            if filter.as_ref().is_some_and(|filter| !filter.may_hold(hash)) {
+                continue;
+            }
             let after = run.fences.partition_point(|fence| fence < hash);
             // The block before the first one starting at or past the hash may hold it; so may
             // that one, if it starts with it.
@@ -417,6 +609,7 @@ impl IndexView {
                 if block >= run.fences.len() || (block == after && run.fences[block] != *hash) {
                     continue;
                 }
+                *blocks_read += 1;
                 let records = run.read_block(block as u64)?;
                 let at = records.partition_point(|(h, _)| h < hash);
                 if let Some((found, sequence)) = records.get(at)
@@ -435,30 +628,314 @@ impl IndexView {
             })
             .min())
     }
+
+    /// Bytes this view keeps in memory: fences, the filters kept, and the records not yet in a
+    /// run.
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        let fences: usize = self.runs.iter().map(|entry| entry.run.fences.len()).sum();
+        let fresh: usize = self.fresh.iter().map(|chunk| chunk.len()).sum();
+        (fences * size_of::<Hash>()) as u64
+            + self.filter_bytes()
+            + (fresh * size_of::<(Hash, u64)>()) as u64
+    }
+
+    /// Bytes of the filters kept in memory.
+    fn filter_bytes(&self) -> u64 {
+        self.runs
+            .iter()
+            .filter_map(|entry| entry.filter.as_ref())
+            .map(|filter| filter.geometry.bytes())
+            .sum()
+    }
 }
 
 impl Run {
     /// Block `block` of the run, read from its file.
     fn read_block(&self, block: u64) -> Result<Vec<(Hash, u64)>, CtDbError> {
-        let per_block = self.block_records as u64;
-        let first = block * per_block;
-        if first >= self.meta.records {
-            return Err(CtDbError::Corrupt(format!(
-                "leaf index run {} has no block {block}",
-                self.meta.id
-            )));
+        read_block(&*self.file, &self.meta, self.block_records, block)
+    }
+
+    /// The run's filter, read from its file and checked against its CRC.
+    fn load_filter(&self) -> Result<Filter, CtDbError> {
+        let StoredFilter { geometry, crc } = self.filter;
+        let start = self.meta.blocks_end();
+        let segment_bytes = geometry.segment_bytes();
+        let mut words = Vec::with_capacity(
+            usize::try_from(geometry.bytes() / FILTER_WORD_BYTES as u64).unwrap_or(0),
+        );
+        let mut bytes = vec![0u8; usize::try_from(segment_bytes).expect("a segment")];
+        let mut hasher = crc32fast::Hasher::new();
+        for segment in 0..u64::from(geometry.segments) {
+            self.file
+                .read_at(start + segment * segment_bytes, &mut bytes)
+                .map_err(|error| filter_damaged(&self.meta, &error.to_string()))?;
+            hasher.update(&bytes);
+            words.extend(
+                bytes
+                    .chunks_exact(FILTER_WORD_BYTES)
+                    .map(|word| u64::from_le_bytes(word.try_into().expect("8 bytes"))),
+            );
         }
-        let records = (self.meta.records - first).min(per_block);
-        let mut bytes = vec![0u8; usize::try_from(records).expect("a block") * RECORD_BYTES];
-        self.file
-            .read_at(first * RECORD_BYTES as u64, &mut bytes)
-            .map_err(|error| {
-                CtDbError::Corrupt(format!(
-                    "block {block} of leaf index run {}: {error}",
-                    self.meta.id
-                ))
-            })?;
-        decode_block(&bytes)
+        hasher.update(&geometry.encode());
+        if hasher.finalize() != crc {
+            return Err(filter_damaged(&self.meta, "it does not match its checksum"));
+        }
+        Ok(Filter { geometry, words })
+    }
+}
+
+/// Block `block` of `run`, read from its file.
+fn read_block(
+    file: &dyn LogFile,
+    run: &RunMeta,
+    block_records: usize,
+    block: u64,
+) -> Result<Vec<(Hash, u64)>, CtDbError> {
+    let per_block = block_records as u64;
+    let first = block * per_block;
+    if first >= run.records {
+        return Err(CtDbError::Corrupt(format!(
+            "leaf index run {} has no block {block}",
+            run.id
+        )));
+    }
+    let records = (run.records - first).min(per_block);
+    let mut bytes = vec![0u8; usize::try_from(records).expect("a block") * RECORD_BYTES];
+    file.read_at(first * RECORD_BYTES as u64, &mut bytes)
+        .map_err(|error| {
+            CtDbError::Corrupt(format!(
+                "block {block} of leaf index run {}: {error}",
+                run.id
+            ))
+        })?;
+    decode_block(&bytes)
+}
+
+/// A filter's shape: segments of `segment_words` words, `hashes` bits set per record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FilterGeometry {
+    segments: u32,
+    segment_words: u32,
+    hashes: u32,
+}
+
+impl FilterGeometry {
+    /// The geometry this code writes for a run of `records`: [`FILTER_BITS_PER_RECORD`] bits
+    /// each (at least one word), in as few segments of at most [`FILTER_SEGMENT_WORDS_MAX`]
+    /// words as hold them.
+    fn for_records(records: u64) -> FilterGeometry {
+        let words = (records * FILTER_BITS_PER_RECORD).div_ceil(64).max(1);
+        let segments = words.div_ceil(FILTER_SEGMENT_WORDS_MAX);
+        let segment_words = words.div_ceil(segments);
+        FilterGeometry {
+            segments: u32::try_from(segments).expect("runs hold fewer than 2^40 records"),
+            segment_words: u32::try_from(segment_words).expect("at most the segment maximum"),
+            hashes: FILTER_HASHES,
+        }
+    }
+
+    fn segment_bytes(&self) -> u64 {
+        u64::from(self.segment_words) * FILTER_WORD_BYTES as u64
+    }
+
+    /// The filter's bytes, in memory and in its file.
+    fn bytes(&self) -> u64 {
+        u64::from(self.segments) * self.segment_bytes()
+    }
+
+    /// The segment `hash` falls in: its first eight bytes scaled to the segment count, so that
+    /// segments follow hash order.
+    fn segment_of(&self, hash: &Hash) -> u64 {
+        let high = u64::from_be_bytes(hash[..8].try_into().expect("8 bytes"));
+        scale(high, u64::from(self.segments))
+    }
+
+    /// The bits `hash` sets within its segment: double hashing on bytes 8..16 and 16..24 (the
+    /// step odd, so that no two probes coincide for want of one).
+    fn bits_of(&self, hash: &Hash) -> impl Iterator<Item = u64> {
+        let start = u64::from_le_bytes(hash[8..16].try_into().expect("8 bytes"));
+        let step = u64::from_le_bytes(hash[16..24].try_into().expect("8 bytes")) | 1;
+        let segment_bits = u64::from(self.segment_words) * 64;
+        (0..u64::from(self.hashes))
+            .map(move |probe| scale(start.wrapping_add(probe.wrapping_mul(step)), segment_bits))
+    }
+
+    /// The three numbers as the trailer stores them (and its CRC covers).
+    fn encode(&self) -> [u8; 12] {
+        let mut bytes = [0u8; 12];
+        bytes[..4].copy_from_slice(&self.segments.to_be_bytes());
+        bytes[4..8].copy_from_slice(&self.segment_words.to_be_bytes());
+        bytes[8..].copy_from_slice(&self.hashes.to_be_bytes());
+        bytes
+    }
+}
+
+/// `value` scaled from `0..2^64` to `0..range` (Lemire's multiply-shift: no division).
+fn scale(value: u64, range: u64) -> u64 {
+    u64::try_from((u128::from(value) * u128::from(range)) >> 64).expect("below range")
+}
+
+/// Where a run's filter is in its file, as the trailer says, and the CRC it must match.
+#[derive(Clone, Copy, Debug)]
+struct StoredFilter {
+    geometry: FilterGeometry,
+    crc: u32,
+}
+
+impl StoredFilter {
+    /// The trailer of `run`'s filter, checked against the file's length.
+    fn read(file: &dyn LogFile, run: &RunMeta) -> Result<StoredFilter, CtDbError> {
+        let size = file.size()?;
+        let trailer_start = run.blocks_end() + FILTER_TRAILER_BYTES as u64;
+        if size < trailer_start {
+            return Err(filter_damaged(
+                run,
+                &format!(
+                    "it is missing (the file is {size} bytes, its blocks {})",
+                    run.blocks_end()
+                ),
+            ));
+        }
+        let mut trailer = [0u8; FILTER_TRAILER_BYTES];
+        file.read_at(size - FILTER_TRAILER_BYTES as u64, &mut trailer)
+            .map_err(|error| filter_damaged(run, &error.to_string()))?;
+        let number = |at: usize| u32::from_be_bytes(trailer[at..at + 4].try_into().expect("4"));
+        if trailer[..4] != FILTER_MAGIC {
+            return Err(filter_damaged(
+                run,
+                "the file does not end in a filter trailer",
+            ));
+        }
+        let geometry = FilterGeometry {
+            segments: number(4),
+            segment_words: number(8),
+            hashes: number(12),
+        };
+        if geometry.segments == 0 || geometry.segment_words == 0 || geometry.hashes == 0 {
+            return Err(filter_damaged(
+                run,
+                &format!("its trailer says {geometry:?}"),
+            ));
+        }
+        if trailer_start + geometry.bytes() != size {
+            return Err(filter_damaged(
+                run,
+                &format!(
+                    "its trailer says {} bytes, the file holds {}",
+                    geometry.bytes(),
+                    size - trailer_start
+                ),
+            ));
+        }
+        Ok(StoredFilter {
+            geometry,
+            crc: number(16),
+        })
+    }
+}
+
+fn filter_damaged(run: &RunMeta, what: &str) -> CtDbError {
+    CtDbError::Corrupt(format!("the filter of leaf index run {}: {what}", run.id))
+}
+
+/// A run's Bloom filter in memory.
+#[derive(Debug)]
+struct Filter {
+    geometry: FilterGeometry,
+    words: Vec<u64>,
+}
+
+impl Filter {
+    /// False if the run cannot hold `hash`.
+    fn may_hold(&self, hash: &Hash) -> bool {
+        let first_word = self.geometry.segment_of(hash) * u64::from(self.geometry.segment_words);
+        self.geometry.bits_of(hash).all(|bit| {
+            let word = usize::try_from(first_word + bit / 64).expect("within the filter");
+            self.words[word] & (1 << (bit % 64)) != 0
+        })
+    }
+}
+
+/// A run's filter being written as its records go by, in hash order: one segment in memory,
+/// written to the file when the records move past it.
+#[derive(Debug)]
+struct FilterWriter {
+    geometry: FilterGeometry,
+    /// Where the filter starts in the file.
+    start: u64,
+    /// The segment in `words`; those before it are written.
+    segment: u64,
+    words: Vec<u64>,
+    crc: crc32fast::Hasher,
+}
+
+impl FilterWriter {
+    /// The filter of a run of `records`, written from `start` on.
+    fn new(records: u64, start: u64) -> FilterWriter {
+        let geometry = FilterGeometry::for_records(records);
+        FilterWriter {
+            geometry,
+            start,
+            segment: 0,
+            words: vec![0; usize::try_from(geometry.segment_words).expect("a segment")],
+            crc: crc32fast::Hasher::new(),
+        }
+    }
+
+    /// Adds `hash`, at or after every hash added before.
+    fn insert(&mut self, file: &dyn LogFile, hash: &Hash) -> Result<(), CtDbError> {
+        let segment = self.geometry.segment_of(hash);
+        if segment < self.segment {
+            // Records come from sorted runs; only damaged ones could be out of order.
+            return Err(CtDbError::Corrupt(
+                "leaf index records are out of hash order".into(),
+            ));
+        }
+        while self.segment < segment {
+            self.write_segment(file)?;
+        }
+        for bit in self.geometry.bits_of(hash) {
+            let word = usize::try_from(bit / 64).expect("within the segment");
+            self.words[word] |= 1 << (bit % 64);
+        }
+        Ok(())
+    }
+
+    fn write_segment(&mut self, file: &dyn LogFile) -> Result<(), CtDbError> {
+        assert!(self.segment < u64::from(self.geometry.segments));
+        let bytes: Vec<u8> = self
+            .words
+            .iter()
+            .flat_map(|word| word.to_le_bytes())
+            .collect();
+        self.crc.update(&bytes);
+        file.write_at(
+            self.start + self.segment * self.geometry.segment_bytes(),
+            &bytes,
+        )?;
+        self.words.fill(0);
+        self.segment += 1;
+        Ok(())
+    }
+
+    /// Writes the segments left and the trailer (not synced: the caller syncs the run).
+    fn finish(mut self, file: &dyn LogFile) -> Result<StoredFilter, CtDbError> {
+        while self.segment < u64::from(self.geometry.segments) {
+            self.write_segment(file)?;
+        }
+        let fields = self.geometry.encode();
+        self.crc.update(&fields);
+        let crc = self.crc.finalize();
+        let mut trailer = Vec::with_capacity(FILTER_TRAILER_BYTES);
+        trailer.extend_from_slice(&FILTER_MAGIC);
+        trailer.extend_from_slice(&fields);
+        trailer.extend_from_slice(&crc.to_be_bytes());
+        assert_eq!(trailer.len(), FILTER_TRAILER_BYTES);
+        file.write_at(self.start + self.geometry.bytes(), &trailer)?;
+        Ok(StoredFilter {
+            geometry: self.geometry,
+            crc,
+        })
     }
 }
 
@@ -466,6 +943,9 @@ fn flush_block(merge: &mut Merge) -> Result<(), CtDbError> {
     merge.fences.push(merge.block[0].0);
     let offset = merge.output.records * RECORD_BYTES as u64;
     merge.file.write_at(offset, &encode_block(&merge.block))?;
+    for (hash, _) in &merge.block {
+        merge.filter.insert(&*merge.file, hash)?;
+    }
     merge.blocks_written += 1;
     merge.output.blocks += 1;
     merge.output.records += merge.block.len() as u64;
@@ -482,6 +962,14 @@ fn numbered(prefix: &[u8], id: u64, number: u64) -> Vec<u8> {
     key.extend_from_slice(&id.to_be_bytes());
     key.extend_from_slice(&number.to_be_bytes());
     key
+}
+
+fn read_meta(disk: &dyn Disk) -> Result<Meta, CtDbError> {
+    match disk.get(META_KEY)? {
+        Some(bytes) => postcard::from_bytes(&bytes)
+            .map_err(|error| CtDbError::Corrupt(format!("the leaf index meta: {error}"))),
+        None => Ok(Meta::default()),
+    }
 }
 
 fn put_fences(batch: &mut WriteBatch, run: u64, fences: &[Hash]) {
@@ -542,4 +1030,384 @@ fn decode_block(bytes: &[u8]) -> Result<Vec<(Hash, u64)>, CtDbError> {
             (hash, sequence)
         })
         .collect())
+}
+
+/// Cuts every run file back to its blocks, as runs were before they carried filters (for tests
+/// of the layout before them).
+#[cfg(test)]
+pub(crate) fn remove_filters(disk: &dyn Disk, files: &DataFiles) -> Result<(), CtDbError> {
+    for run in read_meta(disk)?.runs {
+        let file = files.get(&run_file(run.id))?;
+        file.set_len(run.blocks_end())?;
+        file.sync_data()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use certus_ct::merkle::leaf_hash;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::files::Files;
+    use crate::{SimDisk, SimFiles};
+
+    fn hash_of(n: u64) -> Hash {
+        leaf_hash(&n.to_be_bytes())
+    }
+
+    /// Runs of `fresh` records, never merged, in blocks of 4.
+    fn unmerged(fresh: usize, filter_bytes_max: usize) -> Shape {
+        Shape {
+            fresh_records_max: fresh,
+            merge_fan_in: 1_000,
+            merge_work_per_record: 1,
+            block_records: 4,
+            filter_bytes_max,
+        }
+    }
+
+    /// An index on simulated storage, and the model it must answer as: every hash indexed, by
+    /// sequence number.
+    struct Harness {
+        disk: Arc<SimDisk>,
+        sim: Arc<SimFiles>,
+        files: DataFiles,
+        index: LeafIndex,
+        hashes: Vec<Hash>,
+    }
+
+    impl Harness {
+        fn new(shape: Shape) -> Harness {
+            let disk = Arc::new(SimDisk::new());
+            let sim = Arc::new(SimFiles::new());
+            let files = DataFiles::new(Arc::clone(&sim) as Arc<dyn Files>);
+            let index = LeafIndex::open(&*disk, &files, 0, shape, |_, _| Ok(Vec::new())).unwrap();
+            Harness {
+                disk,
+                sim,
+                files,
+                index,
+                hashes: Vec::new(),
+            }
+        }
+
+        /// One round of `hashes`, its batch written as the database writes it.
+        fn add_round(&mut self, hashes: &[Hash]) {
+            let first = self.hashes.len() as u64;
+            let records = hashes.iter().copied().zip(first..).collect();
+            let mut batch = WriteBatch::new();
+            self.index
+                .add_round(&self.files, &mut batch, records)
+                .unwrap();
+            self.disk.write(batch).unwrap();
+            self.disk.flush().unwrap();
+            self.hashes.extend_from_slice(hashes);
+        }
+
+        /// Opens the index again, as a restarted node does (its files opened anew).
+        fn reopen(&mut self, shape: Shape) -> Result<(), CtDbError> {
+            self.files = DataFiles::new(Arc::clone(&self.sim) as Arc<dyn Files>);
+            let hashes = &self.hashes;
+            self.index = LeafIndex::open(
+                &*self.disk,
+                &self.files,
+                hashes.len() as u64,
+                shape,
+                |from, to| {
+                    Ok(
+                        hashes[usize::try_from(from).unwrap()..usize::try_from(to).unwrap()]
+                            .to_vec(),
+                    )
+                },
+            )?;
+            Ok(())
+        }
+
+        fn run(&self, at: usize) -> RunMeta {
+            self.index.meta.runs[at].clone()
+        }
+
+        /// The file of run `run`, opened past the index's own handles.
+        fn run_file(&self, run: &RunMeta) -> Arc<dyn LogFile> {
+            self.sim.open(&run_file(run.id)).unwrap()
+        }
+    }
+
+    /// The blocks read by looking up each of `hashes`, none of which is indexed.
+    fn blocks_read_for_absent(view: &IndexView, hashes: &[Hash]) -> u64 {
+        let mut blocks_read = 0;
+        for hash in hashes {
+            assert_eq!(view.lookup_reading(hash, &mut blocks_read).unwrap(), None);
+        }
+        blocks_read
+    }
+
+    #[test]
+    fn filters_skip_the_runs_that_cannot_hold_the_hash() {
+        let runs = 30u64;
+        let mut harness = Harness::new(unmerged(64, usize::MAX));
+        for round in 0..runs {
+            let hashes: Vec<Hash> = (round * 64..(round + 1) * 64).map(hash_of).collect();
+            harness.add_round(&hashes);
+        }
+        assert_eq!(harness.index.meta.runs.len() as u64, runs);
+        let absent: Vec<Hash> = (1_000_000..1_001_000).map(hash_of).collect();
+        let lookups = absent.len() as u64;
+
+        // Each run lets about 0.8 % of absent hashes through its filter.
+        let view = harness.index.view();
+        let filtered = blocks_read_for_absent(&view, &absent);
+        assert!(
+            filtered * 20 < runs * lookups,
+            "{filtered} blocks read for {lookups} absent hashes in {runs} runs"
+        );
+        // Present hashes are all found, at their numbers.
+        for (sequence, hash) in harness.hashes.iter().enumerate() {
+            assert_eq!(view.lookup(hash).unwrap(), Some(sequence as u64));
+        }
+        // The filters are what memory holds beside the fences: 10 bits a record, in words.
+        let filter_bytes = view.filter_bytes();
+        assert_eq!(filter_bytes, runs * 80);
+        assert_eq!(view.memory_bytes(), runs * 16 * 32 + filter_bytes);
+
+        // Without filters in memory, a lookup reads a block in nearly every run.
+        harness.reopen(unmerged(64, 0)).unwrap();
+        let view = harness.index.view();
+        assert_eq!(view.filter_bytes(), 0);
+        let unfiltered = blocks_read_for_absent(&view, &absent);
+        assert!(
+            unfiltered * 10 > runs * lookups * 9,
+            "{unfiltered} blocks read without filters"
+        );
+
+        // With room for a third of them, the older runs keep theirs (all runs are the same size).
+        harness.reopen(unmerged(64, 10 * 80)).unwrap();
+        let view = harness.index.view();
+        let kept: Vec<bool> = view.runs.iter().map(|run| run.filter.is_some()).collect();
+        assert_eq!(kept, (0..runs).map(|at| at < 10).collect::<Vec<_>>());
+        let partly = blocks_read_for_absent(&view, &absent);
+        assert!(partly < unfiltered && partly > filtered);
+    }
+
+    #[test]
+    fn a_filter_of_several_segments_lets_about_one_absent_hash_in_a_hundred_through() {
+        let records = 200_000u64;
+        let mut harness = Harness::new(unmerged(usize::try_from(records).unwrap(), usize::MAX));
+        let hashes: Vec<Hash> = (0..records).map(hash_of).collect();
+        harness.add_round(&hashes);
+        let view = harness.index.view();
+        let filter = view.runs[0].filter.as_ref().expect("kept");
+        assert_eq!(filter.geometry.segments, 4);
+        assert!(hashes.iter().all(|hash| filter.may_hold(hash)));
+        let absent = 100_000u64;
+        let passed = (records..records + absent)
+            .filter(|&n| filter.may_hold(&hash_of(n)))
+            .count() as u64;
+        // (1 − e^(−0.7))^7 ≈ 0.82 %.
+        assert!(passed * 1_000 < absent * 11, "{passed} of {absent} passed");
+        assert!(passed * 1_000 > absent * 5, "{passed} of {absent} passed");
+    }
+
+    #[test]
+    fn the_largest_runs_keep_their_filters_within_the_bound() {
+        // (records, filter bytes), oldest first.
+        let runs = [(10, 100), (80, 800), (10, 100), (640, 6_400), (80, 800)];
+        assert_eq!(filters_kept(&runs, 0), [false; 5]);
+        assert_eq!(filters_kept(&runs, 8_200), [true; 5]);
+        // The largest first, then the older of the two of 80 records; the rest fits the
+        // smaller ones.
+        assert_eq!(filters_kept(&runs, 7_400), [true, true, true, true, false]);
+        // The largest does not fit: the others take what there is.
+        assert_eq!(filters_kept(&runs, 1_000), [true, true, true, false, false]);
+    }
+
+    #[test]
+    fn a_damaged_or_missing_filter_is_refused() {
+        let mut harness = Harness::new(unmerged(40, usize::MAX));
+        for round in 0..3 {
+            let hashes: Vec<Hash> = (round * 40..(round + 1) * 40).map(hash_of).collect();
+            harness.add_round(&hashes);
+        }
+        let run = harness.run(1);
+        let file = harness.run_file(&run);
+        let size = file.size().unwrap();
+        let filter_bytes = FilterGeometry::for_records(run.records).bytes();
+        assert_eq!(
+            size,
+            run.blocks_end() + filter_bytes + FILTER_TRAILER_BYTES as u64
+        );
+        let original = harness.sim.contents(&run_file(run.id)).unwrap();
+        let restore = |harness: &mut Harness| {
+            let file = harness.run_file(&run);
+            file.set_len(0).unwrap();
+            file.write_at(0, &original).unwrap();
+            harness.reopen(unmerged(40, usize::MAX)).unwrap();
+            for (sequence, hash) in harness.hashes.iter().enumerate() {
+                assert_eq!(
+                    harness.index.view().lookup(hash).unwrap(),
+                    Some(sequence as u64)
+                );
+            }
+        };
+        let refused = |harness: &mut Harness, filter_bytes_max: usize, what: &str| match harness
+            .reopen(unmerged(40, filter_bytes_max))
+        {
+            Err(CtDbError::Corrupt(message)) => {
+                assert!(message.contains(what), "{message}");
+                assert!(message.contains(&format!("run {}", run.id)), "{message}");
+            }
+            other => panic!("{what}: {other:?}"),
+        };
+
+        // A flipped bit in the filter: its CRC catches it when it is loaded. Not kept in memory,
+        // it is not read, and lookups probe the run as they did before filters.
+        file.write_at(
+            run.blocks_end() + 3,
+            &[original[usize::try_from(run.blocks_end()).unwrap() + 3] ^ 0x10],
+        )
+        .unwrap();
+        refused(&mut harness, usize::MAX, "checksum");
+        harness.reopen(unmerged(40, 0)).unwrap();
+        assert_eq!(
+            harness.index.view().lookup(&harness.hashes[50]).unwrap(),
+            Some(50)
+        );
+        restore(&mut harness);
+
+        // A damaged trailer is caught at open whatever the bound.
+        file.write_at(size - 20, b"xbf1").unwrap();
+        refused(&mut harness, 0, "filter trailer");
+        restore(&mut harness);
+        file.write_at(size - 16, &[0, 0, 0, 9]).unwrap();
+        refused(&mut harness, 0, "the file holds");
+        restore(&mut harness);
+        file.write_at(size - 8, &[0, 0, 0, 0]).unwrap();
+        refused(&mut harness, 0, "its trailer says");
+        restore(&mut harness);
+
+        // A missing filter (the run as it was before filters), and a file longer than its
+        // filter.
+        file.set_len(run.blocks_end()).unwrap();
+        refused(&mut harness, 0, "missing");
+        restore(&mut harness);
+        file.write_at(size, &[0; 8]).unwrap();
+        refused(&mut harness, 0, "filter trailer");
+        restore(&mut harness);
+    }
+
+    #[test]
+    fn runs_without_filters_get_them_from_their_blocks() {
+        let shape = Shape {
+            fresh_records_max: 10,
+            merge_fan_in: 2,
+            merge_work_per_record: 1,
+            block_records: 3,
+            filter_bytes_max: usize::MAX,
+        };
+        let mut harness = Harness::new(shape);
+        for round in 0..9 {
+            let hashes: Vec<Hash> = (round * 10..(round + 1) * 10).map(hash_of).collect();
+            harness.add_round(&hashes);
+        }
+        let written: Vec<Vec<u8>> = harness
+            .index
+            .meta
+            .runs
+            .iter()
+            .map(|run| harness.sim.contents(&run_file(run.id)).unwrap())
+            .collect();
+        remove_filters(&*harness.disk, &harness.files).unwrap();
+        assert!(matches!(harness.reopen(shape), Err(CtDbError::Corrupt(_))));
+        add_filters(&*harness.disk, &harness.files, shape).unwrap();
+        // The same files as written with their runs; and again, the same.
+        for _ in 0..2 {
+            for (run, bytes) in harness.index.meta.runs.iter().zip(&written) {
+                assert_eq!(
+                    harness.sim.contents(&run_file(run.id)).as_ref(),
+                    Some(bytes)
+                );
+            }
+            add_filters(&*harness.disk, &harness.files, shape).unwrap();
+        }
+        harness.reopen(shape).unwrap();
+        let view = harness.index.view();
+        assert!(view.runs.iter().all(|run| run.filter.is_some()));
+        for (sequence, hash) in harness.hashes.iter().enumerate() {
+            assert_eq!(view.lookup(hash).unwrap(), Some(sequence as u64));
+        }
+    }
+
+    proptest! {
+        /// Across rounds, merges, reopenings and changes of the memory bound, the index answers
+        /// as a map of each hash to its first number, and keeps within the bound.
+        #[test]
+        fn lookups_answer_as_a_map_of_first_numbers(
+            steps in proptest::collection::vec((0u8..6, 0u64..30), 1..40),
+            fresh_records_max in 1usize..20,
+            merge_fan_in in 2usize..4,
+            merge_work_per_record in 1usize..4,
+            block_records in 1usize..6,
+            filter_bytes_max in prop_oneof![Just(0usize), 0usize..300, Just(usize::MAX)],
+        ) {
+            let mut shape = Shape {
+                fresh_records_max,
+                merge_fan_in,
+                merge_work_per_record,
+                block_records,
+                filter_bytes_max,
+            };
+            let mut harness = Harness::new(shape);
+            let mut model: BTreeMap<Hash, u64> = BTreeMap::new();
+            for (kind, amount) in steps {
+                match kind {
+                    0..=3 => {
+                        let first = harness.hashes.len() as u64;
+                        // Kind 0 repeats hashes from a small pool; the others are new.
+                        let hashes: Vec<Hash> = (first..first + amount)
+                            .map(|sequence| match kind {
+                                0 => hash_of(sequence % 23),
+                                _ => hash_of(1_000_000 + sequence),
+                            })
+                            .collect();
+                        for (hash, sequence) in hashes.iter().zip(first..) {
+                            model.entry(*hash).or_insert(sequence);
+                        }
+                        harness.add_round(&hashes);
+                    }
+                    4 => harness.reopen(shape).unwrap(),
+                    _ => {
+                        shape.filter_bytes_max = usize::try_from(amount * 40).unwrap();
+                        harness.reopen(shape).unwrap();
+                    }
+                }
+                let view = harness.index.view();
+                prop_assert!(view.filter_bytes() <= shape.filter_bytes_max as u64);
+                for (hash, first) in &model {
+                    prop_assert_eq!(view.lookup(hash).unwrap(), Some(*first));
+                }
+                for absent in 2_000_000..2_000_020 {
+                    prop_assert_eq!(view.lookup(&hash_of(absent)).unwrap(), None);
+                }
+            }
+        }
+
+        /// Whatever the runs, the filters kept fit the bound, and each one left out would not
+        /// have fitted in what is left.
+        #[test]
+        fn the_filters_kept_fit_and_leave_no_room_for_another(
+            runs in proptest::collection::vec((1u64..10_000, 1u64..2_000), 0..30),
+            bytes_max in 0u64..20_000,
+        ) {
+            let kept = filters_kept(&runs, bytes_max);
+            let used: u64 = runs.iter().zip(&kept).filter(|(_, kept)| **kept).map(|((_, bytes), _)| bytes).sum();
+            prop_assert!(used <= bytes_max);
+            for ((_, bytes), kept) in runs.iter().zip(&kept) {
+                prop_assert!(*kept || *bytes > bytes_max - used);
+            }
+        }
+    }
 }
