@@ -75,6 +75,9 @@ struct ServeFile {
     /// The `[ct]` table: `key_file`, `roots_file`.
     #[serde(default)]
     ct: CtFiles,
+    /// The `[store]` table: `cache_mib`.
+    #[serde(default)]
+    store: certus_node::StoreSetup,
     /// The `[sessions]` table: `daemons`, `ca_key_file`, `ca_cert_file`, `http01_resolve`,
     /// `http01_timeout_ms`.
     #[serde(default)]
@@ -179,6 +182,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         config.challenge_retention_ms = retention;
     }
     config.ct = ct_files(file.ct, args.ct_key_file, args.ct_roots_file);
+    config.store = file.store;
     config.sessions = file.sessions;
     config.pipelines = file.pipelines;
     let plaintext = args.plaintext || file.plaintext;

@@ -33,6 +33,9 @@ pub struct NodeConfig {
     /// The Certificate Transparency log, if this node takes part in one.
     #[serde(default)]
     pub ct: CtFiles,
+    /// The node's store (sled) in `data_dir/raft`.
+    #[serde(default)]
+    pub store: StoreSetup,
     /// CA issuance sessions: the cluster CA and the HTTP-01 tester.
     #[serde(default)]
     pub sessions: SessionsSetup,
@@ -138,6 +141,27 @@ impl Default for CtFiles {
     }
 }
 
+/// The smallest page cache a node's store accepts: below it sled thrashes on its own metadata.
+const STORE_CACHE_MIB_MIN: u64 = 8;
+
+/// The node's store: sled, holding the vote, the state machine and its snapshots, and the CT
+/// log's metadata and edge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSetup {
+    /// The most sled keeps of its pages in memory, in MiB (sled's own default: 1024). A bound,
+    /// not a reservation: it fills only as the store is read.
+    pub cache_mib: u64,
+}
+
+impl Default for StoreSetup {
+    fn default() -> Self {
+        StoreSetup {
+            cache_mib: certus_store::SLED_CACHE_MIB_DEFAULT,
+        }
+    }
+}
+
 /// The smallest Raft log segment a node accepts: smaller ones only multiply files and syncs.
 const LOG_SEGMENT_BYTES_MIN: u64 = 4096;
 
@@ -199,6 +223,7 @@ impl NodeConfig {
             tick_interval_ms: default_tick_interval_ms(),
             challenge_retention_ms: default_challenge_retention_ms(),
             ct: CtFiles::default(),
+            store: StoreSetup::default(),
             sessions: SessionsSetup::default(),
             pipelines: PipelinesSetup::default(),
             tls: None,
@@ -240,6 +265,12 @@ impl NodeConfig {
             return Err(format!(
                 "raft.log_segment_bytes is {}; it must be at least {LOG_SEGMENT_BYTES_MIN}",
                 raft.log_segment_bytes
+            ));
+        }
+        if self.store.cache_mib < STORE_CACHE_MIB_MIN {
+            return Err(format!(
+                "store.cache_mib is {}; it must be at least {STORE_CACHE_MIB_MIN}",
+                self.store.cache_mib
             ));
         }
         if self.ct.roots_file.is_some() && self.ct.key_file.is_none() {

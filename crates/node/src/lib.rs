@@ -49,7 +49,7 @@ pub mod tls;
 pub mod types;
 
 pub use clock::Clock;
-pub use config::{CtFiles, NodeConfig, PipelinesSetup, RaftTuning, SessionsSetup};
+pub use config::{CtFiles, NodeConfig, PipelinesSetup, RaftTuning, SessionsSetup, StoreSetup};
 pub use ct_log::CtSetup;
 pub use errors::ServiceError;
 pub use node::{Node, NodeFiles, StartError};

@@ -100,7 +100,8 @@ impl Node {
     /// with the given clock.
     pub async fn start_with_clock(config: NodeConfig, clock: Clock) -> Result<Node, StartError> {
         let path = config.data_dir.join("raft");
-        let disk = SledDisk::open(&path).map_err(|error| storage_error(&path, &error))?;
+        let disk = SledDisk::open_with_cache(&path, Some(config.store.cache_mib << 20))
+            .map_err(|error| storage_error(&path, &error))?;
         let log_path = config.data_dir.join("raft-log");
         let raft_log =
             OsFiles::open(&log_path).map_err(|error| storage_error(&log_path, &error))?;

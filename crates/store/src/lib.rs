@@ -33,5 +33,5 @@ pub use files::{CrashReport, Files, LogFile, OsFiles, SimFiles};
 pub use log_store::{AppendObserver, AppendTiming, LogStore, REPLICATION_READ_BYTES_MAX};
 pub use segment_log::{SEGMENT_BYTES, SEGMENT_BYTES_MIN, SegmentLog, SyncJob, SyncRunner};
 pub use sim_disk::SimDisk;
-pub use sled_disk::{CORRUPT, Rebuilt, SledDisk, rebuild_keeping_vote};
+pub use sled_disk::{CORRUPT, Rebuilt, SLED_CACHE_MIB_DEFAULT, SledDisk, rebuild_keeping_vote};
 pub use state_machine::{Applied, ApplyObserver, SnapshotBuilder, StateMachineStore, StateReader};

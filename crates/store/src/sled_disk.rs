@@ -228,6 +228,9 @@ pub fn rebuild_keeping_vote(
     })
 }
 
+/// sled's own page cache bound when none is given, in MiB.
+pub const SLED_CACHE_MIB_DEFAULT: u64 = 1024;
+
 impl SledDisk {
     /// Opens (or creates) the database at `path`, with sled's default page cache (1 GiB).
     pub fn open(path: &Path) -> Result<SledDisk, DiskError> {

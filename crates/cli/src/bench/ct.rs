@@ -74,6 +74,10 @@ pub(crate) struct CtArgs {
     /// Set the log's unsequenced watermark through Log/SetConfig before measuring.
     #[arg(long)]
     unsequenced_watermark: Option<u64>,
+    /// Each node's store page cache (`[store] cache_mib`), in MiB: set it low to see the
+    /// memory that grows with the log apart from this bounded cache.
+    #[arg(long, default_value_t = certus_store::SLED_CACHE_MIB_DEFAULT)]
+    store_cache_mib: u64,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     json: bool,
@@ -164,6 +168,7 @@ pub(super) async fn run(args: CtArgs) -> Result<(), String> {
             dir.path().join(format!("node-{id}")),
         );
         config.ct = ct.clone();
+        config.store.cache_mib = args.store_cache_mib;
         configs.push(config);
     }
     let addrs: Vec<NodeAddrs> = configs
@@ -917,6 +922,7 @@ mod tests {
             sequencing_interval_ms: None,
             guard_window_ms: None,
             unsequenced_watermark: None,
+            store_cache_mib: certus_store::SLED_CACHE_MIB_DEFAULT,
             json: false,
         };
         args.check().expect("valid");
