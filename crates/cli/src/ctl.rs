@@ -1,5 +1,6 @@
-//! `certus ctl`: status, membership, snapshots, leases, challenge tokens and the CT log of a
-//! running cluster, as tables or (`--json`) one JSON document on stdout.
+//! `certus ctl`: status, membership, snapshots, leases and challenge tokens of a running cluster
+//! (the CT log, CA sessions and transaction pipelines in their own modules), as tables or
+//! (`--json`) one JSON document on stdout.
 
 use std::time::Duration;
 
@@ -12,6 +13,8 @@ use clap::{Args, Subcommand};
 use comfy_table::Table;
 use serde_json::{Value, json};
 
+use show::{human_ms, now_ms, or_dash, table, table_of};
+
 /// `println!` that ignores a closed stdout (`certus ctl status | head` must not panic).
 macro_rules! say {
     ($($arg:tt)*) => {{
@@ -23,6 +26,12 @@ macro_rules! say {
 mod log;
 mod pipeline;
 mod session;
+mod settings;
+mod show;
+
+/// How long one long-poll call of `session wait` or `pipeline get --wait` holds (the node cuts
+/// a wait at 60 s).
+const WAIT_CHUNK: Duration = Duration::from_secs(30);
 
 /// Talk to a running cluster (by default the one `certus up` starts).
 #[derive(Debug, Args)]
@@ -305,24 +314,8 @@ fn failed(what: &str, error: &ClientError) -> String {
     format!("{what}: {error}")
 }
 
-fn table(header: &[&str]) -> Table {
-    let mut table = Table::new();
-    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
-    table.set_header(header.to_vec());
-    table
-}
-
 fn join_ids(ids: &[u64]) -> String {
     ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-}
-
-/// `0` (meaning none) as `-`.
-fn or_dash(value: u64) -> String {
-    if value == 0 {
-        "-".to_owned()
-    } else {
-        value.to_string()
-    }
 }
 
 // ---- status and members ----------------------------------------------------------------
@@ -452,16 +445,14 @@ fn member_json(member: &Member) -> Value {
 }
 
 fn members_table(members: &[Member]) -> Table {
-    let mut rows = table(&["id", "kind", "gRPC", "HTTP"]);
-    for member in members {
-        rows.add_row(vec![
+    table_of(&["id", "kind", "gRPC", "HTTP"], members, |member| {
+        vec![
             member.id.to_string(),
             if member.voter { "voter" } else { "learner" }.to_owned(),
             member.grpc_addr.clone(),
             member.http_addr.clone(),
-        ]);
-    }
-    rows
+        ]
+    })
 }
 
 // ---- snapshots -------------------------------------------------------------------------
@@ -625,6 +616,43 @@ where
     Ok(items)
 }
 
+/// Every page of each of `keys` in turn, each from `after`; at most `limit` items in all when
+/// given. `fetch(key, after, limit)` asks for the page after `after` of at most `limit` items (0:
+/// the node's page size) and answers its items and the `after` of the next page (0: none).
+async fn pages_by_id<'a, K, T, Fut>(
+    keys: &'a [K],
+    after: u64,
+    limit: Option<u32>,
+    mut fetch: impl FnMut(&'a K, u64, u32) -> Fut,
+) -> Result<Vec<T>, String>
+where
+    Fut: Future<Output = Result<(Vec<T>, u64), String>>,
+{
+    let mut items = Vec::new();
+    for key in keys {
+        let mut cursor = after;
+        loop {
+            let left = match limit {
+                Some(limit) => {
+                    let left = u64::from(limit).saturating_sub(items.len() as u64);
+                    if left == 0 {
+                        return Ok(items);
+                    }
+                    u32::try_from(left).unwrap_or(u32::MAX)
+                }
+                None => 0,
+            };
+            let (page, next_after) = fetch(key, cursor, left).await?;
+            items.extend(page);
+            if next_after == 0 {
+                break;
+            }
+            cursor = next_after;
+        }
+    }
+    Ok(items)
+}
+
 async fn list_leases(
     client: &Client,
     start_after: Option<String>,
@@ -699,31 +727,33 @@ fn lease_json(lease: &Lease) -> Value {
 
 fn leases_table(leases: &[Lease]) -> Table {
     let now = now_ms();
-    let mut rows = table(&[
-        "name",
-        "holder",
-        "token",
-        "TTL",
-        "expires in",
-        "expires at (ms)",
-    ]);
-    for lease in leases {
-        rows.add_row(vec![
-            lease.name.clone(),
-            lease.holder.clone(),
-            lease.fencing_token.to_string(),
-            human_ms(lease.ttl_ms),
-            now.map_or_else(
-                || "?".to_owned(),
-                |now| match lease.expires_at_ms.checked_sub(now) {
-                    Some(left) => human_ms(left),
-                    None => "expired".to_owned(),
-                },
-            ),
-            lease.expires_at_ms.to_string(),
-        ]);
-    }
-    rows
+    table_of(
+        &[
+            "name",
+            "holder",
+            "token",
+            "TTL",
+            "expires in",
+            "expires at (ms)",
+        ],
+        leases,
+        |lease| {
+            vec![
+                lease.name.clone(),
+                lease.holder.clone(),
+                lease.fencing_token.to_string(),
+                human_ms(lease.ttl_ms),
+                now.map_or_else(
+                    || "?".to_owned(),
+                    |now| match lease.expires_at_ms.checked_sub(now) {
+                        Some(left) => human_ms(left),
+                        None => "expired".to_owned(),
+                    },
+                ),
+                lease.expires_at_ms.to_string(),
+            ]
+        },
+    )
 }
 
 // ---- challenge tokens ------------------------------------------------------------------
@@ -832,63 +862,84 @@ fn challenge_json(challenge: &Challenge) -> Value {
 
 fn challenges_table(challenges: &[Challenge]) -> Table {
     let now = now_ms();
-    let mut rows = table(&["token", "key authorization", "age", "stored at (ms)"]);
-    for challenge in challenges {
-        rows.add_row(vec![
-            challenge.token.clone(),
-            challenge.key_authorization.clone(),
-            now.map_or_else(
-                || "?".to_owned(),
-                |now| human_ms(now.saturating_sub(challenge.stored_at_ms)),
-            ),
-            challenge.stored_at_ms.to_string(),
-        ]);
+    table_of(
+        &["token", "key authorization", "age", "stored at (ms)"],
+        challenges,
+        |challenge| {
+            vec![
+                challenge.token.clone(),
+                challenge.key_authorization.clone(),
+                now.map_or_else(
+                    || "?".to_owned(),
+                    |now| human_ms(now.saturating_sub(challenge.stored_at_ms)),
+                ),
+                challenge.stored_at_ms.to_string(),
+            ]
+        },
+    )
+}
+
+/// Command lines parsed as `certus ctl` parses them, for the tests of every `ctl` command.
+#[cfg(test)]
+mod testing {
+    use std::fmt::Debug;
+
+    use clap::{FromArgMatches, Parser, Subcommand};
+
+    use super::CtlArgs;
+
+    /// `certus ctl ARGS…`.
+    fn try_parse_ctl(args: &[&str]) -> Result<CtlArgs, clap::Error> {
+        #[derive(Debug, Parser)]
+        struct Ctl {
+            #[command(flatten)]
+            ctl: CtlArgs,
+        }
+        Ctl::try_parse_from(std::iter::once("ctl").chain(args.iter().copied())).map(|cli| cli.ctl)
     }
-    rows
-}
 
-// ---- time ------------------------------------------------------------------------------
+    /// `NAME ARGS…`, a command `NAME` whose subcommands are `C`.
+    fn try_parse<C: Subcommand + FromArgMatches>(
+        name: &str,
+        args: &[&str],
+    ) -> Result<C, clap::Error> {
+        #[derive(Debug, Parser)]
+        struct Command<C: Subcommand + FromArgMatches> {
+            #[command(subcommand)]
+            command: C,
+        }
+        Command::<C>::try_parse_from(std::iter::once(name).chain(args.iter().copied()))
+            .map(|cli| cli.command)
+    }
 
-/// This machine's clock in milliseconds since the Unix epoch (the cluster's clock is the
-/// leader's; relative times shown are approximate).
-fn now_ms() -> Option<u64> {
-    Some(certus_node::Clock::system().now_ms())
-}
+    /// `certus ctl ARGS…`, parsed.
+    pub(super) fn parse_ctl(args: &[&str]) -> CtlArgs {
+        try_parse_ctl(args).unwrap_or_else(|error| panic!("{args:?}: {error}"))
+    }
 
-/// A duration in milliseconds for people: `850 ms`, `12.5 s`, `3 min 20 s`, `2 h 5 min`.
-fn human_ms(ms: u64) -> String {
-    let duration = Duration::from_millis(ms);
-    let seconds = duration.as_secs();
-    if ms < 1_000 {
-        format!("{ms} ms")
-    } else if seconds < 60 {
-        format!("{:.1} s", duration.as_secs_f64())
-    } else if seconds < 3_600 {
-        format!("{} min {} s", seconds / 60, seconds % 60)
-    } else if seconds < 86_400 {
-        format!("{} h {} min", seconds / 3_600, seconds % 3_600 / 60)
-    } else {
-        format!("{} d {} h", seconds / 86_400, seconds % 86_400 / 3_600)
+    /// Why the parser refuses `certus ctl ARGS…`.
+    pub(super) fn parse_ctl_error(args: &[&str]) -> String {
+        try_parse_ctl(args).expect_err("refused").to_string()
+    }
+
+    /// `NAME ARGS…`, parsed as the subcommands `C` of `NAME`.
+    pub(super) fn parse<C: Subcommand + FromArgMatches>(name: &str, args: &[&str]) -> C {
+        try_parse(name, args).unwrap_or_else(|error| panic!("{args:?}: {error}"))
+    }
+
+    /// Why the parser refuses `NAME ARGS…` as the subcommands `C` of `NAME`.
+    pub(super) fn parse_error<C: Subcommand + FromArgMatches + Debug>(
+        name: &str,
+        args: &[&str],
+    ) -> String {
+        try_parse::<C>(name, args).expect_err("refused").to_string()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
+    use super::testing::{parse_ctl as parse, parse_ctl_error as parse_error};
     use super::*;
-
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        ctl: CtlArgs,
-    }
-
-    fn parse(args: &[&str]) -> CtlArgs {
-        Cli::try_parse_from(std::iter::once("ctl").chain(args.iter().copied()))
-            .unwrap_or_else(|error| panic!("{args:?}: {error}"))
-            .ctl
-    }
 
     #[test]
     fn the_default_endpoints_are_the_up_cluster() {
@@ -992,11 +1043,6 @@ mod tests {
 
     #[test]
     fn log_flags_are_checked_by_the_parser() {
-        let parse_error = |args: &[&str]| {
-            Cli::try_parse_from(std::iter::once("ctl").chain(args.iter().copied()))
-                .expect_err("refused")
-                .to_string()
-        };
         let error = parse_error(&["log", "config", "set", "--watermark", "many"]);
         assert!(error.contains("--watermark"), "{error}");
         let error = parse_error(&["log", "config", "set", "--min-serving-nodes=-1"]);
@@ -1005,14 +1051,5 @@ mod tests {
         assert!(error.contains("<FILE>"), "{error}");
         let error = parse_error(&["log", "config", "set", "--bogus", "1"]);
         assert!(error.contains("--bogus"), "{error}");
-    }
-
-    #[test]
-    fn durations_read_well() {
-        assert_eq!(human_ms(850), "850 ms");
-        assert_eq!(human_ms(12_500), "12.5 s");
-        assert_eq!(human_ms(200_000), "3 min 20 s");
-        assert_eq!(human_ms(7_500_000), "2 h 5 min");
-        assert_eq!(human_ms(90_000_000), "1 d 1 h");
     }
 }

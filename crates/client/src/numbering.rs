@@ -95,7 +95,7 @@ impl Ticket {
             .copied()
             .unwrap_or(self.sequence)
             .min(self.sequence);
-        Number(Some((self.numbering.id, self.sequence, first_outstanding)))
+        Number(self.numbering.id, self.sequence, first_outstanding)
     }
 }
 
@@ -107,22 +107,16 @@ impl Drop for Ticket {
     }
 }
 
-/// The numbering an attempt carries, if any: `(client, sequence, first_outstanding)`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Number(Option<(u64, u64, u64)>);
+/// The numbering an attempt carries: `(client, sequence, first_outstanding)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Number(u64, u64, u64);
 
 impl Number {
-    /// No numbering: the write is applied as it arrives.
-    pub(crate) fn none() -> Number {
-        Number(None)
-    }
-
     /// `message` as a request carrying this numbering in its metadata.
     pub(crate) fn wrap<M>(&self, message: M) -> tonic::Request<M> {
+        let Number(client, sequence, first_outstanding) = *self;
         let mut request = tonic::Request::new(message);
-        if let Some((client, sequence, first_outstanding)) = self.0 {
-            certus_proto::number_request(&mut request, client, sequence, first_outstanding);
-        }
+        certus_proto::number_request(&mut request, client, sequence, first_outstanding);
         request
     }
 }
@@ -135,7 +129,8 @@ mod tests {
     };
 
     fn parts(number: Number) -> (u64, u64, u64) {
-        number.0.expect("numbered")
+        let Number(client, sequence, first_outstanding) = number;
+        (client, sequence, first_outstanding)
     }
 
     #[tokio::test]
@@ -172,7 +167,7 @@ mod tests {
 
     #[test]
     fn a_number_travels_as_three_metadata_entries() {
-        let request = Number(Some((7, 12, 10))).wrap(());
+        let request = Number(7, 12, 10).wrap(());
         let value = |key| {
             request
                 .metadata()
@@ -185,6 +180,5 @@ mod tests {
         assert_eq!(value(CLIENT_ID_METADATA), "7");
         assert_eq!(value(CLIENT_SEQUENCE_METADATA), "12");
         assert_eq!(value(CLIENT_FIRST_OUTSTANDING_METADATA), "10");
-        assert!(Number::none().wrap(()).metadata().is_empty());
     }
 }

@@ -16,7 +16,9 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use x509_cert::der::Decode as _;
 
-use super::{Output, human_ms, now_ms, table};
+use super::Output;
+use super::settings::{self, Changes, ConfigCommand, Setting, Settings, config_json};
+use super::show::{human_ms, now_ms, table, table_of, yes_no};
 
 /// The CT log.
 #[derive(Debug, Subcommand)]
@@ -33,7 +35,7 @@ pub(super) enum LogCommand {
     /// The log's cluster-wide configuration, or change it.
     Config {
         #[command(subcommand)]
-        command: Option<ConfigCommand>,
+        command: Option<ConfigCommand<ConfigChanges>>,
     },
     /// Stop accepting new entries; STHs and reads are still served.
     Freeze,
@@ -63,12 +65,6 @@ pub(super) enum LogCommand {
     },
 }
 
-#[derive(Debug, Subcommand)]
-pub(super) enum ConfigCommand {
-    /// Change the given fields (at least one); the others keep their current values.
-    Set(ConfigChanges),
-}
-
 /// The fields `log config set` may change; `None` keeps the current value.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Args)]
 pub(super) struct ConfigChanges {
@@ -95,17 +91,11 @@ pub(super) struct ConfigChanges {
     report_ttl_ms: Option<u64>,
 }
 
-/// The flags of [`ConfigChanges`], for messages.
-const CONFIG_FLAGS: &str = "--min-serving-nodes, --min-serving-permille, --watermark, \
-     --guard-window-ms, --signing-interval-ms, --sequencing-interval-ms, --report-ttl-ms";
+impl Changes for ConfigChanges {
+    type Config = LogConfig;
 
-impl ConfigChanges {
-    /// `config` with the given fields changed; `None` when no field is given.
-    fn apply(&self, config: &LogConfig) -> Option<LogConfig> {
-        if *self == ConfigChanges::default() {
-            return None;
-        }
-        Some(LogConfig {
+    fn changed(&self, config: &LogConfig) -> LogConfig {
+        LogConfig {
             min_serving_nodes: self.min_serving_nodes.unwrap_or(config.min_serving_nodes),
             min_serving_permille: self
                 .min_serving_permille
@@ -119,7 +109,34 @@ impl ConfigChanges {
                 .sequencing_interval_ms
                 .unwrap_or(config.sequencing_interval_ms),
             report_ttl_ms: self.report_ttl_ms.unwrap_or(config.report_ttl_ms),
-        })
+        }
+    }
+}
+
+impl Settings for LogConfig {
+    const COMMAND: &'static str = "log";
+    const WHOSE: &'static str = "The log's";
+    const DURATIONS_SHOWN: bool = false;
+
+    fn settings(&self) -> Vec<Setting> {
+        vec![
+            Setting::new("min_serving_nodes", self.min_serving_nodes, ""),
+            Setting::new(
+                "min_serving_permille",
+                self.min_serving_permille,
+                "‰ of members",
+            ),
+            Setting::new(
+                "unsequenced_watermark",
+                self.unsequenced_watermark,
+                "entries",
+            )
+            .flag("--watermark"),
+            Setting::new("guard_window_ms", self.guard_window_ms, "ms"),
+            Setting::new("signing_interval_ms", self.signing_interval_ms, "ms"),
+            Setting::new("sequencing_interval_ms", self.sequencing_interval_ms, "ms"),
+            Setting::new("report_ttl_ms", self.report_ttl_ms, "ms"),
+        ]
     }
 }
 
@@ -141,27 +158,15 @@ pub(super) async fn run(client: &Client, out: &Output, command: LogCommand) -> R
                 .map_err(|error| failed("log sth", &error))?;
             print_sth(out, &sth)?;
         }
-        LogCommand::Config { command: None } => {
-            let config = current_config(client).await?;
-            out.emit(&config_json(&config), || {
-                say!("{}", config_table(&config, None));
-            });
-        }
-        LogCommand::Config {
-            command: Some(ConfigCommand::Set(changes)),
-        } => {
+        LogCommand::Config { command } => {
             let current = current_config(client).await?;
-            let wanted = changes.apply(&current).ok_or_else(|| {
-                format!("log config set: nothing to change; give at least one of {CONFIG_FLAGS}")
-            })?;
-            let now = client
-                .set_log_config(wanted)
-                .await
-                .map_err(|error| failed("log config set", &error))?;
-            out.emit(&config_json(&now), || {
-                say!("The log's configuration is now:");
-                say!("{}", config_table(&now, Some(&current)));
-            });
+            settings::run(out, command, current, |wanted| async move {
+                client
+                    .set_log_config(wanted)
+                    .await
+                    .map_err(|error| failed("log config set", &error))
+            })
+            .await?;
         }
         LogCommand::Freeze | LogCommand::Unfreeze => {
             let frozen = matches!(command, LogCommand::Freeze);
@@ -335,10 +340,6 @@ fn b64(bytes: &[u8]) -> String {
     STANDARD.encode(bytes)
 }
 
-fn yes_no(value: bool) -> &'static str {
-    if value { "yes" } else { "no" }
-}
-
 /// How long ago `ms` was by this machine's clock.
 fn age(ms: u64) -> String {
     now_ms().map_or_else(
@@ -490,17 +491,17 @@ fn print_status(out: &Output, status: &LogStatus) {
             return;
         }
         let serving = status.serving.as_ref().map_or(0, |sth| sth.tree_size);
-        let mut reports = table(&[
+        let header = [
             "node",
             "tree size",
             "contiguous",
             "holds serving",
             "STH signed",
             "reported",
-        ]);
-        for report in &status.reports {
+        ];
+        let reports = table_of(&header, &status.reports, |report| {
             let size = report.sth.as_ref().map(|sth| sth.tree_size);
-            reports.add_row(vec![
+            vec![
                 report.node.to_string(),
                 size.map_or_else(|| "-".to_owned(), |size| size.to_string()),
                 report.contiguous_size.to_string(),
@@ -510,69 +511,10 @@ fn print_status(out: &Output, status: &LogStatus) {
                     .as_ref()
                     .map_or_else(|| "-".to_owned(), |sth| age(sth.timestamp_ms)),
                 age(report.reported_at_ms),
-            ]);
-        }
+            ]
+        });
         say!("{reports}");
     });
-}
-
-fn config_json(config: &LogConfig) -> Value {
-    json!({
-        "min_serving_nodes": config.min_serving_nodes,
-        "min_serving_permille": config.min_serving_permille,
-        "unsequenced_watermark": config.unsequenced_watermark,
-        "guard_window_ms": config.guard_window_ms,
-        "signing_interval_ms": config.signing_interval_ms,
-        "sequencing_interval_ms": config.sequencing_interval_ms,
-        "report_ttl_ms": config.report_ttl_ms,
-    })
-}
-
-/// The configuration, one row per field with the flag that sets it; with `before`, a column
-/// marking what changed.
-fn config_table(config: &LogConfig, before: Option<&LogConfig>) -> comfy_table::Table {
-    let rows_of = |config: &LogConfig| {
-        [
-            (
-                "--min-serving-nodes",
-                u64::from(config.min_serving_nodes),
-                "",
-            ),
-            (
-                "--min-serving-permille",
-                u64::from(config.min_serving_permille),
-                "‰ of members",
-            ),
-            ("--watermark", config.unsequenced_watermark, "entries"),
-            ("--guard-window-ms", config.guard_window_ms, "ms"),
-            ("--signing-interval-ms", config.signing_interval_ms, "ms"),
-            (
-                "--sequencing-interval-ms",
-                config.sequencing_interval_ms,
-                "ms",
-            ),
-            ("--report-ttl-ms", config.report_ttl_ms, "ms"),
-        ]
-    };
-    let mut header = vec!["setting", "value", "unit"];
-    if before.is_some() {
-        header.push("was");
-    }
-    let mut rows = table(&header);
-    let old = before.map(rows_of);
-    for (index, (flag, value, unit)) in rows_of(config).into_iter().enumerate() {
-        let mut row = vec![flag.to_owned(), value.to_string(), unit.to_owned()];
-        if let Some(old) = &old {
-            let was = old[index].1;
-            row.push(if was == value {
-                String::new()
-            } else {
-                was.to_string()
-            });
-        }
-        rows.add_row(row);
-    }
-    rows
 }
 
 /// A certificate's subject, or why it cannot be shown.
@@ -596,17 +538,20 @@ fn print_roots(out: &Output, roots: &[Vec<u8>]) {
             );
             return;
         }
-        let mut rows = table(&["#", "subject", "SHA-256 fingerprint"]);
-        for (index, der) in roots.iter().enumerate() {
-            rows.add_row(vec![
-                index.to_string(),
-                subject(der),
-                certus_ct::sha256(der)
-                    .iter()
-                    .map(|byte| format!("{byte:02x}"))
-                    .collect::<String>(),
-            ]);
-        }
+        let rows = table_of(
+            &["#", "subject", "SHA-256 fingerprint"],
+            roots.iter().enumerate(),
+            |(index, der)| {
+                vec![
+                    index.to_string(),
+                    subject(der),
+                    certus_ct::sha256(der)
+                        .iter()
+                        .map(|byte| format!("{byte:02x}"))
+                        .collect::<String>(),
+                ]
+            },
+        );
         say!("{rows}");
     });
 }
@@ -614,83 +559,6 @@ fn print_roots(out: &Output, roots: &[Vec<u8>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const DEFAULTS: LogConfig = LogConfig {
-        min_serving_nodes: 2,
-        min_serving_permille: 500,
-        unsequenced_watermark: 100_000,
-        guard_window_ms: 100,
-        signing_interval_ms: 200,
-        sequencing_interval_ms: 100,
-        report_ttl_ms: 30_000,
-    };
-
-    #[test]
-    fn config_set_changes_only_the_given_fields() {
-        assert_eq!(ConfigChanges::default().apply(&DEFAULTS), None);
-        let changes = ConfigChanges {
-            watermark: Some(500),
-            guard_window_ms: Some(0),
-            ..ConfigChanges::default()
-        };
-        assert_eq!(
-            changes.apply(&DEFAULTS),
-            Some(LogConfig {
-                unsequenced_watermark: 500,
-                guard_window_ms: 0,
-                ..DEFAULTS
-            })
-        );
-        let every = ConfigChanges {
-            min_serving_nodes: Some(3),
-            min_serving_permille: Some(750),
-            watermark: Some(1),
-            guard_window_ms: Some(2),
-            signing_interval_ms: Some(30),
-            sequencing_interval_ms: Some(40),
-            report_ttl_ms: Some(5),
-        };
-        assert_eq!(
-            every.apply(&DEFAULTS),
-            Some(LogConfig {
-                min_serving_nodes: 3,
-                min_serving_permille: 750,
-                unsequenced_watermark: 1,
-                guard_window_ms: 2,
-                signing_interval_ms: 30,
-                sequencing_interval_ms: 40,
-                report_ttl_ms: 5,
-            })
-        );
-    }
-
-    #[test]
-    fn the_config_table_marks_what_changed() {
-        let now = LogConfig {
-            unsequenced_watermark: 500,
-            guard_window_ms: 0,
-            ..DEFAULTS
-        };
-        let text = config_table(&now, Some(&DEFAULTS)).to_string();
-        let watermark = text
-            .lines()
-            .find(|line| line.contains("--watermark"))
-            .expect("a watermark row");
-        assert!(
-            watermark.contains("500") && watermark.contains("100000"),
-            "{watermark}"
-        );
-        let guard = text
-            .lines()
-            .find(|line| line.contains("--guard-window-ms"))
-            .expect("a guard row");
-        assert!(guard.contains("100"), "the old value, 100: {guard}");
-        let ttl = text
-            .lines()
-            .find(|line| line.contains("--report-ttl-ms"))
-            .expect("a ttl row");
-        assert_eq!(ttl.matches("30000").count(), 1, "unchanged: {ttl}");
-    }
 
     fn pem(label: &str, der: &[u8]) -> String {
         let body = STANDARD.encode(der);

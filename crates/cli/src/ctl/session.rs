@@ -14,10 +14,11 @@ use clap::{Args, Subcommand, ValueEnum};
 use comfy_table::Table;
 use serde_json::{Value, json};
 
-use super::{Output, failed, human_ms, now_ms, table};
-
-/// How long one `Wait` call of `session wait` holds (the node caps a wait at 60 s).
-const WAIT_CHUNK: Duration = Duration::from_secs(30);
+use super::settings::{self, Changes, ConfigCommand, Setting, Settings, config_json, config_table};
+use super::show::{
+    human_ms, ms_or_null, now_ms, or_none, relative, table, table_of, text_or_null, yes_no,
+};
+use super::{Output, WAIT_CHUNK, failed, pages_by_id};
 
 /// CA issuance sessions.
 #[derive(Debug, Subcommand)]
@@ -92,7 +93,7 @@ pub(super) enum SessionCommand {
     /// The sessions' cluster-wide configuration, or change it.
     Config {
         #[command(subcommand)]
-        command: Option<ConfigCommand>,
+        command: Option<ConfigCommand<ConfigChanges>>,
     },
 }
 
@@ -103,12 +104,6 @@ pub(super) enum WaitFor {
     Done,
     /// Any change but a claim (stage, challenge test, acknowledgement, …).
     Any,
-}
-
-#[derive(Debug, Subcommand)]
-pub(super) enum ConfigCommand {
-    /// Change the given fields (at least one); the others keep their current values.
-    Set(ConfigChanges),
 }
 
 /// The fields `session config set` may change; `None` keeps the current value.
@@ -134,17 +129,11 @@ pub(super) struct ConfigChanges {
     sessions_max: Option<u64>,
 }
 
-/// The flags of [`ConfigChanges`], for messages.
-const CONFIG_FLAGS: &str = "--stage-timeout-ms, --max-tests, --test-retry-ms, \
-     --done-retention-ms, --archive-retention-ms, --sessions-max";
+impl Changes for ConfigChanges {
+    type Config = SessionConfig;
 
-impl ConfigChanges {
-    /// `config` with the given fields changed; `None` when no field is given.
-    fn apply(&self, config: &SessionConfig) -> Option<SessionConfig> {
-        if *self == ConfigChanges::default() {
-            return None;
-        }
-        Some(SessionConfig {
+    fn changed(&self, config: &SessionConfig) -> SessionConfig {
+        SessionConfig {
             stage_timeout_ms: self.stage_timeout_ms.unwrap_or(config.stage_timeout_ms),
             max_tests: self.max_tests.unwrap_or(config.max_tests),
             test_retry_ms: self.test_retry_ms.unwrap_or(config.test_retry_ms),
@@ -153,7 +142,24 @@ impl ConfigChanges {
                 .archive_retention_ms
                 .unwrap_or(config.archive_retention_ms),
             sessions_max: self.sessions_max.unwrap_or(config.sessions_max),
-        })
+        }
+    }
+}
+
+impl Settings for SessionConfig {
+    const COMMAND: &'static str = "session";
+    const WHOSE: &'static str = "The sessions'";
+    const DURATIONS_SHOWN: bool = true;
+
+    fn settings(&self) -> Vec<Setting> {
+        vec![
+            Setting::new("stage_timeout_ms", self.stage_timeout_ms, "ms"),
+            Setting::new("max_tests", self.max_tests, "tests"),
+            Setting::new("test_retry_ms", self.test_retry_ms, "ms"),
+            Setting::new("done_retention_ms", self.done_retention_ms, "ms"),
+            Setting::new("archive_retention_ms", self.archive_retention_ms, "ms"),
+            Setting::new("sessions_max", self.sessions_max, "sessions"),
+        ]
     }
 }
 
@@ -253,29 +259,15 @@ pub(super) async fn run(
                 .map_err(|error| failed("session status", &error))?;
             print_status(out, &status);
         }
-        SessionCommand::Config { command: None } => {
-            let config = current_config(client).await?;
-            out.emit(&config_json(&config), || {
-                say!("{}", config_table(&config, None));
-            });
-        }
-        SessionCommand::Config {
-            command: Some(ConfigCommand::Set(changes)),
-        } => {
+        SessionCommand::Config { command } => {
             let current = current_config(client).await?;
-            let wanted = changes.apply(&current).ok_or_else(|| {
-                format!(
-                    "session config set: nothing to change; give at least one of {CONFIG_FLAGS}"
-                )
-            })?;
-            let now = client
-                .set_session_config(wanted)
-                .await
-                .map_err(|error| failed("session config set", &error))?;
-            out.emit(&config_json(&now), || {
-                say!("The sessions' configuration is now:");
-                say!("{}", config_table(&now, Some(&current)));
-            });
+            settings::run(out, command, current, |wanted| async move {
+                client
+                    .set_session_config(wanted)
+                    .await
+                    .map_err(|error| failed("session config set", &error))
+            })
+            .await?;
         }
     }
     Ok(())
@@ -307,34 +299,14 @@ async fn list(
     after: u64,
     limit: Option<u32>,
 ) -> Result<Vec<Session>, String> {
-    let mut sessions = Vec::new();
-    for &stage in stages {
-        let mut cursor = after;
-        loop {
-            let left = match limit {
-                Some(limit) => {
-                    let left = u64::from(limit).saturating_sub(sessions.len() as u64);
-                    if left == 0 {
-                        return Ok(sessions);
-                    }
-                    u32::try_from(left).unwrap_or(u32::MAX)
-                }
-                None => 0,
-            };
-            let page = client
-                .list_sessions(stage, cursor, left)
-                .await
-                .map_err(|error| {
-                    failed(&format!("session list {}", stage.as_str_name()), &error)
-                })?;
-            sessions.extend(page.sessions);
-            if page.next_after == 0 {
-                break;
-            }
-            cursor = page.next_after;
-        }
-    }
-    Ok(sessions)
+    pages_by_id(stages, after, limit, |&stage, after, limit| async move {
+        let page = client
+            .list_sessions(stage, after, limit)
+            .await
+            .map_err(|error| failed(&format!("session list {}", stage.as_str_name()), &error))?;
+        Ok((page.sessions, page.next_after))
+    })
+    .await
 }
 
 // ---- wait --------------------------------------------------------------------------------
@@ -591,37 +563,6 @@ fn parse_stage(text: &str) -> Result<Stage, String> {
         })
 }
 
-fn or_none(text: &str) -> &str {
-    if text.is_empty() { "-" } else { text }
-}
-
-/// `""` as JSON null.
-fn text_or_null(text: &str) -> Value {
-    if text.is_empty() {
-        Value::Null
-    } else {
-        Value::String(text.to_owned())
-    }
-}
-
-/// `0` (never) as JSON null.
-fn ms_or_null(ms: u64) -> Value {
-    if ms == 0 { Value::Null } else { json!(ms) }
-}
-
-fn yes_no(value: bool) -> &'static str {
-    if value { "yes" } else { "no" }
-}
-
-/// A time relative to `now` (this machine's clock): `12.5 s ago`, `in 3.0 s`.
-fn relative(ms: u64, now: Option<u64>) -> String {
-    match now {
-        None => format!("at {ms} ms"),
-        Some(now) if now >= ms => format!("{} ago", human_ms(now - ms)),
-        Some(now) => format!("in {}", human_ms(ms - now)),
-    }
-}
-
 fn challenge_json(challenge: &SessionChallenge) -> Value {
     json!({
         "name": challenge.name,
@@ -742,22 +683,24 @@ fn session_table(session: &Session, now: Option<u64>) -> Table {
 
 /// The challenges of a session, one row each.
 fn challenges_table(challenges: &[SessionChallenge], now: Option<u64>) -> Table {
-    let mut rows = table(&["name", "token", "satisfied", "tested", "made", "last error"]);
-    for challenge in challenges {
-        rows.add_row(vec![
-            challenge.name.clone(),
-            challenge.token.clone(),
-            if challenge.failed {
-                "failed".to_owned()
-            } else {
-                yes_no(challenge.satisfied).to_owned()
-            },
-            challenge.times_tested.to_string(),
-            relative(challenge.challtime_ms, now),
-            or_none(&challenge.last_error).to_owned(),
-        ]);
-    }
-    rows
+    table_of(
+        &["name", "token", "satisfied", "tested", "made", "last error"],
+        challenges,
+        |challenge| {
+            vec![
+                challenge.name.clone(),
+                challenge.token.clone(),
+                if challenge.failed {
+                    "failed".to_owned()
+                } else {
+                    yes_no(challenge.satisfied).to_owned()
+                },
+                challenge.times_tested.to_string(),
+                relative(challenge.challtime_ms, now),
+                or_none(&challenge.last_error).to_owned(),
+            ]
+        },
+    )
 }
 
 fn print_session(out: &Output, headline: &str, session: &Session) {
@@ -773,7 +716,7 @@ fn print_session(out: &Output, headline: &str, session: &Session) {
 
 /// Sessions, one row each.
 fn sessions_table(sessions: &[Session], now: Option<u64>) -> Table {
-    let mut rows = table(&[
+    let header = [
         "id",
         "stage",
         "state",
@@ -782,8 +725,8 @@ fn sessions_table(sessions: &[Session], now: Option<u64>) -> Table {
         "claimant",
         "created",
         "archived",
-    ]);
-    for session in sessions {
+    ];
+    table_of(&header, sessions, |session| {
         let state = if !session.live {
             format!("killed: {}", session.kill_reason)
         } else if !session.failure.is_empty() {
@@ -793,7 +736,7 @@ fn sessions_table(sessions: &[Session], now: Option<u64>) -> Table {
         } else {
             "live".to_owned()
         };
-        rows.add_row(vec![
+        vec![
             session.id.to_string(),
             stage_name(session.stage),
             state,
@@ -814,9 +757,8 @@ fn sessions_table(sessions: &[Session], now: Option<u64>) -> Table {
             } else {
                 relative(session.archived_at_ms, now)
             },
-        ]);
-    }
-    rows
+        ]
+    })
 }
 
 fn queue_json(queue: &StageQueue) -> Value {
@@ -839,20 +781,22 @@ fn status_json(status: &SessionsStatus) -> Value {
 }
 
 fn queues_table(queues: &[StageQueue]) -> Table {
-    let mut rows = table(&["stage", "waiting", "claimed", "oldest visible"]);
-    for queue in queues {
-        rows.add_row(vec![
-            stage_name(queue.stage),
-            queue.waiting.to_string(),
-            queue.claimed.to_string(),
-            if queue.oldest_visible_age_ms == 0 {
-                "-".to_owned()
-            } else {
-                human_ms(queue.oldest_visible_age_ms)
-            },
-        ]);
-    }
-    rows
+    table_of(
+        &["stage", "waiting", "claimed", "oldest visible"],
+        queues,
+        |queue| {
+            vec![
+                stage_name(queue.stage),
+                queue.waiting.to_string(),
+                queue.claimed.to_string(),
+                if queue.oldest_visible_age_ms == 0 {
+                    "-".to_owned()
+                } else {
+                    human_ms(queue.oldest_visible_age_ms)
+                },
+            ]
+        },
+    )
 }
 
 fn counts_table(status: &SessionsStatus) -> Table {
@@ -882,90 +826,17 @@ fn print_status(out: &Output, status: &SessionsStatus) {
     });
 }
 
-fn config_json(config: &SessionConfig) -> Value {
-    json!({
-        "stage_timeout_ms": config.stage_timeout_ms,
-        "max_tests": config.max_tests,
-        "test_retry_ms": config.test_retry_ms,
-        "done_retention_ms": config.done_retention_ms,
-        "archive_retention_ms": config.archive_retention_ms,
-        "sessions_max": config.sessions_max,
-    })
-}
-
-/// The configuration, one row per field with the flag that sets it; with `before`, a column
-/// marking what changed.
-fn config_table(config: &SessionConfig, before: Option<&SessionConfig>) -> Table {
-    let rows_of = |config: &SessionConfig| {
-        [
-            ("--stage-timeout-ms", config.stage_timeout_ms, "ms"),
-            ("--max-tests", u64::from(config.max_tests), "tests"),
-            ("--test-retry-ms", config.test_retry_ms, "ms"),
-            ("--done-retention-ms", config.done_retention_ms, "ms"),
-            ("--archive-retention-ms", config.archive_retention_ms, "ms"),
-            ("--sessions-max", config.sessions_max, "sessions"),
-        ]
-    };
-    let mut header = vec!["setting", "value", "unit"];
-    if before.is_some() {
-        header.push("was");
-    }
-    let mut rows = table(&header);
-    let old = before.map(rows_of);
-    for (index, (flag, value, unit)) in rows_of(config).into_iter().enumerate() {
-        let shown = if unit == "ms" && value >= 1_000 {
-            format!("{value} ({})", human_ms(value))
-        } else {
-            value.to_string()
-        };
-        let mut row = vec![flag.to_owned(), shown, unit.to_owned()];
-        if let Some(old) = &old {
-            let was = old[index].1;
-            row.push(if was == value {
-                String::new()
-            } else {
-                was.to_string()
-            });
-        }
-        rows.add_row(row);
-    }
-    rows
-}
-
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(subcommand)]
-        command: SessionCommand,
-    }
+    use crate::ctl::testing::parse_ctl;
 
     fn parse(args: &[&str]) -> SessionCommand {
-        Cli::try_parse_from(std::iter::once("session").chain(args.iter().copied()))
-            .unwrap_or_else(|error| panic!("{args:?}: {error}"))
-            .command
+        crate::ctl::testing::parse("session", args)
     }
 
     fn parse_error(args: &[&str]) -> String {
-        Cli::try_parse_from(std::iter::once("session").chain(args.iter().copied()))
-            .expect_err("refused")
-            .to_string()
-    }
-
-    /// Through `certus ctl`, as a user types it.
-    fn parse_ctl(args: &[&str]) -> super::super::CtlArgs {
-        #[derive(Debug, Parser)]
-        struct Ctl {
-            #[command(flatten)]
-            ctl: super::super::CtlArgs,
-        }
-        Ctl::try_parse_from(std::iter::once("ctl").chain(args.iter().copied()))
-            .unwrap_or_else(|error| panic!("{args:?}: {error}"))
-            .ctl
+        crate::ctl::testing::parse_error::<SessionCommand>("session", args)
     }
 
     const DEFAULTS: SessionConfig = SessionConfig {
@@ -1142,82 +1013,6 @@ mod tests {
                 command: SessionCommand::Get { id: 5 }
             }
         ));
-    }
-
-    #[test]
-    fn config_set_changes_only_the_given_fields() {
-        assert_eq!(ConfigChanges::default().apply(&DEFAULTS), None);
-        let changes = ConfigChanges {
-            max_tests: Some(3),
-            archive_retention_ms: Some(0),
-            ..ConfigChanges::default()
-        };
-        assert_eq!(
-            changes.apply(&DEFAULTS),
-            Some(SessionConfig {
-                max_tests: 3,
-                archive_retention_ms: 0,
-                ..DEFAULTS
-            })
-        );
-        let every = ConfigChanges {
-            stage_timeout_ms: Some(1),
-            max_tests: Some(2),
-            test_retry_ms: Some(3),
-            done_retention_ms: Some(4),
-            archive_retention_ms: Some(5),
-            sessions_max: Some(6),
-        };
-        assert_eq!(
-            every.apply(&DEFAULTS),
-            Some(SessionConfig {
-                stage_timeout_ms: 1,
-                max_tests: 2,
-                test_retry_ms: 3,
-                done_retention_ms: 4,
-                archive_retention_ms: 5,
-                sessions_max: 6,
-            })
-        );
-        let SessionCommand::Config {
-            command: Some(ConfigCommand::Set(parsed)),
-        } = parse(&["config", "set", "--sessions-max", "7"])
-        else {
-            panic!("config set");
-        };
-        assert_eq!(
-            parsed,
-            ConfigChanges {
-                sessions_max: Some(7),
-                ..ConfigChanges::default()
-            }
-        );
-        let error = parse_error(&["config", "set", "--max-tests=-1"]);
-        assert!(error.contains("--max-tests"), "{error}");
-    }
-
-    #[test]
-    fn the_config_table_marks_what_changed() {
-        let now = SessionConfig {
-            max_tests: 3,
-            ..DEFAULTS
-        };
-        let text = config_table(&now, Some(&DEFAULTS)).to_string();
-        let tests = text
-            .lines()
-            .find(|line| line.contains("--max-tests"))
-            .expect("a max-tests row");
-        assert!(tests.contains('3') && tests.contains("10"), "{tests}");
-        let max = text
-            .lines()
-            .find(|line| line.contains("--sessions-max"))
-            .expect("a sessions-max row");
-        assert_eq!(max.matches("100000").count(), 1, "unchanged: {max}");
-        let timeout = text
-            .lines()
-            .find(|line| line.contains("--stage-timeout-ms"))
-            .expect("a timeout row");
-        assert!(timeout.contains("3600000 (1 h 0 min)"), "{timeout}");
     }
 
     #[test]

@@ -1,0 +1,76 @@
+//! `certus.v1.Admin`: the cluster's status, membership changes and snapshots.
+
+use certus_proto::v1::admin_client::AdminClient;
+use certus_proto::v1::{
+    AddLearnerRequest, ChangeMembershipRequest, MembershipReply, StatusReply, StatusRequest,
+    TriggerSnapshotReply, TriggerSnapshotRequest,
+};
+
+use super::call::rpcs;
+use crate::{Client, ClientError};
+
+rpcs! { AdminClient::new =>
+    "Admin/Status": status(StatusRequest) -> StatusReply;
+    "Admin/AddLearner": add_learner(AddLearnerRequest) -> MembershipReply;
+    "Admin/ChangeMembership": change_membership(ChangeMembershipRequest) -> MembershipReply;
+    "Admin/TriggerSnapshot": trigger_snapshot(TriggerSnapshotRequest) -> TriggerSnapshotReply;
+}
+
+impl Client {
+    /// The cluster's status as one node sees it: the leader's view when the leader answers,
+    /// otherwise any node's (with retries like every cluster call).
+    pub async fn status(&self) -> Result<StatusReply, ClientError> {
+        self.call(StatusRequest {}).await
+    }
+
+    /// The status of the node at `endpoint`, which need not be one of the client's endpoints.
+    /// One attempt, never sent to another node: an unreachable node is reported as
+    /// [`ClientError::Unavailable`].
+    pub async fn status_of(&self, endpoint: &str) -> Result<StatusReply, ClientError> {
+        let timeout = self.config().attempt_timeout;
+        self.call_one(endpoint, timeout, StatusRequest {}).await
+    }
+
+    /// Adds node `id` as a learner with the given addresses (`ip:port`); the node answers once
+    /// the learner has caught up. Attempts time out after
+    /// [`ClientConfig::admin_timeout`](crate::ClientConfig::admin_timeout).
+    pub async fn add_learner(
+        &self,
+        id: u64,
+        grpc_addr: impl Into<String>,
+        http_addr: impl Into<String>,
+    ) -> Result<MembershipReply, ClientError> {
+        let request = AddLearnerRequest {
+            id,
+            grpc_addr: grpc_addr.into(),
+            http_addr: http_addr.into(),
+        };
+        self.call_with(self.admin_budget(), request).await
+    }
+
+    /// Makes `voters` the voters. Each must already be a member (refused with `not-a-member`
+    /// otherwise); members left out become learners if `retain`, and leave otherwise.
+    /// Attempts time out after [`ClientConfig::admin_timeout`](crate::ClientConfig::admin_timeout).
+    pub async fn change_membership(
+        &self,
+        voters: impl IntoIterator<Item = u64>,
+        retain: bool,
+    ) -> Result<MembershipReply, ClientError> {
+        let request = ChangeMembershipRequest {
+            voters: voters.into_iter().collect(),
+            retain,
+        };
+        self.call_with(self.admin_budget(), request).await
+    }
+
+    /// Makes the node at `endpoint` build a snapshot now (and compact its log). One attempt,
+    /// timing out after [`ClientConfig::admin_timeout`](crate::ClientConfig::admin_timeout).
+    pub async fn trigger_snapshot(
+        &self,
+        endpoint: &str,
+    ) -> Result<TriggerSnapshotReply, ClientError> {
+        let timeout = self.config().admin_timeout;
+        self.call_one(endpoint, timeout, TriggerSnapshotRequest {})
+            .await
+    }
+}
