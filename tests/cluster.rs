@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use certus_client::{Client, ClientConfig, ClientError};
-use certus_node::forward::{ForwardRefusal, ForwardReply, ForwardRequest};
+use certus_node::raft::forward::{ForwardRefusal, ForwardReply, ForwardRequest};
 use certus_proto::v1::RaftMessage;
 use certus_proto::v1::raft_client::RaftClient;
 use support::{Cluster, Tuning, eventually, http_get};
@@ -408,13 +408,13 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let mut leader_raft = RaftClient::connect(format!("http://{leader_addr}"))
         .await
         .expect("connect to the leader's Raft service");
-    let empty = certus_node::codec::encode(&ForwardRequest::Write(Vec::new()));
+    let empty = certus_node::raft::codec::encode(&ForwardRequest::Write(Vec::new()));
     let reply = leader_raft
         .forward(RaftMessage { payload: empty })
         .await
         .expect("the leader answers")
         .into_inner();
-    let reply: ForwardReply = certus_node::codec::decode(&reply.payload).expect("a reply");
+    let reply: ForwardReply = certus_node::raft::codec::decode(&reply.payload).expect("a reply");
     assert!(
         matches!(
             reply,

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use certus_core::{Command, Response};
-use certus_node::ct_log::CtNode;
 use certus_node::{
-    CertusNode, Clock, CtSetup, Leader, Node, NodeConfig, ServiceError, SessionParts,
+    CertusNode, Clock, CtNode, CtSetup, Leader, Node, NodeConfig, NodeParts, ServiceError,
+    SessionParts,
 };
 use certus_store::{ApplyObserver, CrashReport, SimDisk, SimFiles};
 use madsim::runtime::{Handle, NodeHandle};
@@ -247,18 +247,20 @@ impl SimCluster {
                         clock.set_skew(skew.offset_at(elapsed_ms(started)), skew.drift_ppm);
                         let node = match storage {
                             Storage::Simulated => {
-                                Node::start_with_parts(
-                                    config,
-                                    Arc::new(disk),
+                                let parts = NodeParts {
+                                    disk: Arc::new(disk),
                                     files,
                                     clock,
                                     ct,
                                     sessions,
-                                    Some(observer),
-                                )
-                                .await
+                                    applied: Some(observer),
+                                };
+                                Node::start_with(config, parts).await
                             }
-                            Storage::Sled(_) => Node::start_with_clock(config, clock).await,
+                            Storage::Sled(_) => match NodeParts::open(&config, clock) {
+                                Ok(parts) => Node::start_with(config, parts).await,
+                                Err(error) => Err(error),
+                            },
                         }
                         .expect("a simulated node starts");
                         if id == 1 {
@@ -283,7 +285,7 @@ impl SimCluster {
                     }
                 })
                 .build();
-            certus_node::runtime::skew::set_drift_ppm(machine.id(), skew.drift_ppm);
+            certus_node::raft::runtime::skew::set_drift_ppm(machine.id(), skew.drift_ppm);
             machines.insert(id, machine);
         }
         SimCluster {

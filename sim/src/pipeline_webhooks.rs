@@ -1,5 +1,5 @@
 //! Webhooks in a pipelines run: the node's own webhook processor
-//! ([`certus_node::pipeline_webhooks`]) on every node's machine, sending through [`SimSender`]
+//! ([`certus_node::roles::pipeline_webhooks`]) on every node's machine, sending through [`SimSender`]
 //! over madsim's network to receivers on their own machines (10.0.7.R), which this module fails
 //! and heals.
 //!
@@ -25,10 +25,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use certus_node::Replica;
-use certus_node::pipeline_webhooks::{
+use certus_node::roles::pipeline_webhooks::{
     self, Delivery, ProcessorTimings, WebhookProcessor, WebhookSender,
 };
-use certus_node::session_daemons::BoxFuture;
+use certus_node::roles::session_daemons::BoxFuture;
 use madsim::net::{Endpoint as NetEndpoint, NetSim};
 use madsim::runtime::Handle;
 use serde::Serialize;

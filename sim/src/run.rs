@@ -514,7 +514,7 @@ fn linearizability_verdict(
 
 /// The simulated part of a run, on madsim's main machine.
 async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
-    certus_node::runtime::skew::reset();
+    certus_node::raft::runtime::skew::reset();
     let started = Instant::now();
     let epoch_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)

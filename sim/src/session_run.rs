@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use certus_core::sessions::SessionConfig;
 use certus_core::{Command, Response, SessionCommand, Stage};
-use certus_node::session_daemons::Upstream;
+use certus_node::roles::session_daemons::Upstream;
 use certus_node::{NodeConfig, SessionParts, WorkEvent, WorkObserver};
 use serde::Serialize;
 use tokio::sync::watch;
@@ -104,7 +104,7 @@ impl SessionSetup {
             tune(&mut config);
             let policy = certus_ca::poller::PollPolicy::new(config.sessions.upstream_poll)
                 .expect("a valid poll policy");
-            let upstream: Arc<dyn certus_node::session_daemons::UpstreamConnector> =
+            let upstream: Arc<dyn certus_node::roles::session_daemons::UpstreamConnector> =
                 Arc::clone(&setup.upstream) as _;
             let shared = setup.shared.clone();
             let started = setup.started;

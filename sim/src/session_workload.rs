@@ -23,7 +23,7 @@ use certus_ca::http01::{TestOutcome, challenge_url, judge};
 use certus_ca::issuer::{CaIdentity, LEAF_VALIDITY_DEFAULT, SerialNumber};
 use certus_ca::poller::{Answer, RetryAfter, Step};
 use certus_ca::upstream::{IssuedChain, OrderId, OrderRequest, Submitted};
-use certus_node::session_daemons::{BoxFuture, ChallengeTester, UpstreamConnector};
+use certus_node::roles::session_daemons::{BoxFuture, ChallengeTester, UpstreamConnector};
 use certus_proto::v1;
 use certus_proto::v1::sessions_client::SessionsClient;
 use madsim::net::Endpoint as NetEndpoint;

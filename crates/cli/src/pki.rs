@@ -12,7 +12,7 @@ use std::time::Duration;
 use certus_ca::issuer::CaIdentity;
 
 use crate::ca_files::write_new;
-use certus_node::security::{Role, TokenEntry, token_hash};
+use certus_node::edge::security::{Role, TokenEntry, token_hash};
 use rcgen::{
     CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose, SanType,
 };
@@ -350,11 +350,11 @@ mod tests {
         .expect("loads");
         drop(material);
         let der = rustls_pemfile_der(&read(&cert));
-        let identity = certus_node::security::certificate_identity(&der).expect("identity");
+        let identity = certus_node::edge::security::certificate_identity(&der).expect("identity");
         assert_eq!(identity.name, "admin");
         assert_eq!(identity.roles, [Role::Admin].into());
         let der = rustls_pemfile_der(&read(&identity_files(dir.path(), "node-2").0));
-        let identity = certus_node::security::certificate_identity(&der).expect("identity");
+        let identity = certus_node::edge::security::certificate_identity(&der).expect("identity");
         assert_eq!(identity.roles, [Role::Node].into());
         // Never overwritten.
         let error =

@@ -89,14 +89,14 @@ struct ServeFile {
     tls: Option<certus_node::TlsSetup>,
     /// `[[tokens]]`: `name`, `roles`, `sha256`.
     #[serde(default)]
-    tokens: Vec<certus_node::security::TokenEntry>,
+    tokens: Vec<certus_node::edge::security::TokenEntry>,
     /// Serve plain text: no TLS, no authorization. Must be said, never assumed.
     #[serde(default)]
     plaintext: bool,
     /// The `[client_limits]` table: `enabled`, `requests_in_flight_max`, `streams_max`,
     /// `requests_per_second`, `burst`, `clients_max`.
     #[serde(default)]
-    client_limits: certus_node::client_limits::ClientLimits,
+    client_limits: certus_node::edge::client_limits::ClientLimits,
 }
 
 /// The CT files of the config file, each overridden by its flag (or environment variable).

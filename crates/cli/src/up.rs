@@ -94,7 +94,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
         ..CtFiles::default()
     };
     // Read the files once here, so a bad roots file is reported before any node starts.
-    let roots = certus_node::node::load_ct_setup(&ct)?.map_or(0, |setup| setup.roots.len());
+    let roots = certus_node::ct::setup::load_ct_setup(&ct)?.map_or(0, |setup| setup.roots.len());
     let (ca_key_file, ca_cert_file, ca_created) = ensure_ca(&args.data_dir)?;
     let sessions = SessionsSetup {
         ca_key_file: Some(ca_key_file),

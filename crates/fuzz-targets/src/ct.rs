@@ -4,7 +4,7 @@
 //! TLS decoding is strict (exact lengths, no trailing bytes), so whatever decodes must encode back
 //! to exactly the input. A JSON body that parses must serialize to one that parses to the same
 //! value. A chain that passes the checks is taken through the rest of a submission as
-//! `certus_node::ct_log` does it (entry key, leaf input, `extra_data`, a signed SCT that
+//! `certus_node::ct` does it (entry key, leaf input, `extra_data`, a signed SCT that
 //! verifies) and applied to a `State` as the `Add` command the node proposes.
 
 use std::sync::OnceLock;
@@ -275,7 +275,7 @@ pub fn submit(chain: &[Vec<u8>], precert: bool) {
     assert_eq!(decoded.timestamped_entry.entry, entry);
     let extra = extra_data.encode().expect("an accepted chain encodes");
     let submission = Submission {
-        key: certus_node::ct_log::entry_key(&entry),
+        key: certus_node::ct::convert::entry_key(&entry),
         sct_timestamp_ms: SUBMITTED_AT_MS,
         leaf_input: leaf,
         extra_data: extra,

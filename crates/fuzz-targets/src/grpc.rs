@@ -5,10 +5,10 @@
 //! [`crate::commands::apply_checked`].
 //!
 //! The services build their commands inside their async methods; this module repeats those
-//! steps with the same pieces (`certus_node::convert`, the core's validating constructors, the
-//! configurations' `validate`, `CheckedCsr`, the chain checks) so the fuzzer reaches every
-//! validation a request goes through before it is proposed. Keep it in step with
-//! `leases_service.rs`, `sessions_service.rs`, `pipelines_service.rs` and `log_service.rs`.
+//! steps with the same pieces (`certus_node::services::convert`, the core's validating
+//! constructors, the configurations' `validate`, `CheckedCsr`, the chain checks) so the fuzzer
+//! reaches every validation a request goes through before it is proposed. Keep it in step with
+//! `crates/node/src/services/`: `leases.rs`, `sessions.rs`, `pipelines.rs` and `log.rs`.
 
 use std::sync::OnceLock;
 
@@ -24,7 +24,7 @@ use certus_core::{
     PipelineCommand, PipelineConfig, PipelineReply, Reason, RequestKey, Response, SessionCommand,
     SessionConfig, SessionId, Stage, Stamp, State, StepOutcome, TestResult, Ttl, WorkerId,
 };
-use certus_node::convert;
+use certus_node::services::convert;
 use certus_proto::v1;
 use prost::Message;
 

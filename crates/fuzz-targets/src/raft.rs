@@ -8,8 +8,8 @@
 //! [`crate::commands`]), and a snapshot sent whole in one install-snapshot chunk is loaded.
 
 use certus_core::{Stamp, State};
-use certus_node::codec;
-use certus_node::forward::{ForwardReply, ForwardRequest};
+use certus_node::raft::codec;
+use certus_node::raft::forward::{ForwardReply, ForwardRequest};
 use certus_node::{NodeId, TypeConfig};
 use openraft::EntryPayload;
 use openraft::error::{InstallSnapshotError, RaftError};

@@ -32,8 +32,8 @@ use certus_ct::structures::{
 };
 use certus_ct::{LogEntry, sha256};
 use certus_fuzz_targets::grpc::{Facts, base};
-use certus_node::codec;
-use certus_node::forward::{
+use certus_node::raft::codec;
+use certus_node::raft::forward::{
     ForwardRefusal, ForwardReply, ForwardRequest, MemberView, MembershipView,
 };
 use certus_node::{CertusNode, NodeId, TypeConfig};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::NodeId;
+use crate::raft::types::NodeId;
 
 /// Everything one node needs to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,19 +42,19 @@ pub struct NodeConfig {
     /// Transaction pipelines: this node's part in their background roles.
     #[serde(default)]
     pub pipelines: PipelinesSetup,
-    /// TLS with the cluster CA and the authorization of every call (`crate::tls`); `None`
+    /// TLS with the cluster CA and the authorization of every call (`crate::edge::tls`); `None`
     /// serves plain text and lets every call through (the simulation, tests, and local
     /// experiments that choose it).
     #[serde(default)]
-    pub tls: Option<crate::tls::TlsSetup>,
+    pub tls: Option<crate::edge::tls::TlsSetup>,
     /// Bearer tokens for programs that cannot present a client certificate (`[[tokens]]`).
     /// Used only with `tls`.
     #[serde(default)]
-    pub tokens: Vec<crate::security::TokenEntry>,
+    pub tokens: Vec<crate::edge::security::TokenEntry>,
     /// What one client (a peer IP address) may have in flight, open and per second on the gRPC
-    /// server (`crate::client_limits`).
+    /// server (`crate::edge::client_limits`).
     #[serde(default)]
-    pub client_limits: crate::client_limits::ClientLimits,
+    pub client_limits: crate::edge::client_limits::ClientLimits,
 }
 
 /// What a node does for transaction pipelines (`[pipelines]` in `certus serve`'s file).
@@ -62,7 +62,8 @@ pub struct NodeConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct PipelinesSetup {
     /// Compete for the webhook role (one node at a time sends webhooks; see
-    /// `pipeline_webhooks`). A node that never should send webhooks (no route out) sets false.
+    /// `roles::pipeline_webhooks`). A node that never should send webhooks (no route out) sets
+    /// false.
     pub webhooks: bool,
 }
 
@@ -228,7 +229,7 @@ impl NodeConfig {
             pipelines: PipelinesSetup::default(),
             tls: None,
             tokens: Vec::new(),
-            client_limits: crate::client_limits::ClientLimits::default(),
+            client_limits: crate::edge::client_limits::ClientLimits::default(),
         }
     }
 
@@ -308,7 +309,7 @@ impl NodeConfig {
         if !self.tokens.is_empty() && self.tls.is_none() {
             return Err("tokens are set but tls is not: tokens are only checked over TLS".into());
         }
-        crate::security::Tokens::new(&self.tokens)?;
+        crate::edge::security::Tokens::new(&self.tokens)?;
         if self.tick_interval_ms == 0 {
             return Err("tick_interval_ms must be at least 1".into());
         }
@@ -316,8 +317,8 @@ impl NodeConfig {
     }
 
     /// How the rest of the cluster reaches this node (its membership entry).
-    pub fn member(&self) -> crate::types::CertusNode {
-        crate::types::CertusNode {
+    pub fn member(&self) -> crate::raft::types::CertusNode {
+        crate::raft::types::CertusNode {
             grpc_addr: self.grpc_addr.to_string(),
             http_addr: self.http_addr.to_string(),
         }

@@ -4,9 +4,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use certus_core::{ChallengeCommand, Command, Response};
-use certus_ct::chain::{AcceptedRoots, ChainLimits};
-use certus_ct::signer::EcdsaP256Signer;
 use certus_store::{
     AppendObserver, CtDatabase, Disk, DiskError, Files, LogStore, OsFiles, SledDisk,
     StateMachineStore,
@@ -15,22 +12,24 @@ use openraft::error::{InitializeError, RaftError};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::admin_service::AdminService;
 use crate::clock::Clock;
-use crate::config::{CtFiles, NodeConfig};
-use crate::ct_log::{CtNode, CtSetup};
-use crate::health::HealthService;
-use crate::leases_service::LeasesService;
+use crate::config::NodeConfig;
+use crate::ct::node::CtNode;
+use crate::ct::setup::{CtSetup, load_ct_setup};
 use crate::limits::{
     CLIENT_MESSAGE_BYTES_MAX, PIPELINE_REPLY_BYTES_MAX, PIPELINE_REQUEST_BYTES_MAX,
     RAFT_MESSAGE_BYTES_MAX,
 };
-use crate::log_service::LogService;
-use crate::network::{Network, Peers};
-use crate::raft_service::RaftService;
-use crate::replica::{BootLog, Leader, Replica};
-use crate::session_daemons::{SessionDaemons, SessionParts};
-use crate::types::{CertusNode, NodeId, Raft};
+use crate::raft::network::{Network, Peers};
+use crate::raft::replica::{BootLog, Replica};
+use crate::raft::service::RaftService;
+use crate::raft::types::{CertusNode, NodeId, Raft};
+use crate::roles::session_daemons::{SessionDaemons, SessionParts};
+use crate::services::admin::AdminService;
+use crate::services::health::HealthService;
+use crate::services::leases::LeasesService;
+use crate::services::log::LogService;
+use crate::stop::stopped;
 
 /// Why a node did not start.
 #[derive(Debug, thiserror::Error)]
@@ -89,16 +88,42 @@ pub struct NodeFiles {
 /// How long a stopping node waits for its storage to be released.
 const DISK_RELEASE_WAIT: Duration = Duration::from_secs(10);
 
-impl Node {
-    /// Starts a node on sled in `config.data_dir`, with the system clock.
-    pub async fn start(config: NodeConfig) -> Result<Node, StartError> {
-        Node::start_with_clock(config, Clock::system()).await
-    }
+/// What a node is started on besides its configuration: its storage, its clock, and what its
+/// CT log and session daemons work with. Production opens them from the configuration
+/// ([`NodeParts::open`]); the simulation builds its own (a `SimDisk` and `SimFiles` that
+/// outlive crashes, a skewed clock, its own CT key, its challenge tester and upstream CA, an
+/// observer of applied requests).
+pub struct NodeParts<D> {
+    /// The store of the vote, the committed pointer, the snapshot and the CT database's edge.
+    pub disk: Arc<D>,
+    /// The file directories beside it.
+    pub files: NodeFiles,
+    /// The node's wall clock.
+    pub clock: Clock,
+    /// The CT log's key and roots (`None`: this node runs no CT log).
+    pub ct: Option<CtSetup>,
+    /// What the session daemons work with (used only when `config.sessions.daemons` is on).
+    pub sessions: SessionParts,
+    /// Told of every client request the state machine applies for the first time.
+    pub applied: Option<certus_store::ApplyObserver>,
+}
 
-    /// Starts a node on sled in `config.data_dir/raft`, the Raft log's segments in
-    /// `config.data_dir/raft-log` and the CT log's tiles and bundles in `config.data_dir/ct-log`,
-    /// with the given clock.
-    pub async fn start_with_clock(config: NodeConfig, clock: Clock) -> Result<Node, StartError> {
+impl<D> std::fmt::Debug for NodeParts<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeParts")
+            .field("files", &self.files)
+            .field("clock", &self.clock)
+            .field("ct", &self.ct)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeParts<SledDisk> {
+    /// A node's parts as its configuration names them: sled in `config.data_dir/raft`, the Raft
+    /// log's segments in `config.data_dir/raft-log` and the CT log's tiles and bundles in
+    /// `config.data_dir/ct-log`; the CT log set up from `config.ct`'s files, and the session
+    /// daemons (if on) working with what `config.sessions` names; the given clock.
+    pub fn open(config: &NodeConfig, clock: Clock) -> Result<NodeParts<SledDisk>, StartError> {
         let path = config.data_dir.join("raft");
         let disk = SledDisk::open_with_cache(&path, Some(config.store.cache_mib << 20))
             .map_err(|error| storage_error(&path, &error))?;
@@ -111,60 +136,44 @@ impl Node {
             raft_log: Arc::new(raft_log),
             ct_log: Arc::new(ct_log),
         };
-        Node::start_on(config, Arc::new(disk), files, clock).await
-    }
-
-    /// Starts a node on any disk, log files and clock (the simulation passes its own), with the
-    /// CT log set up from `config.ct`'s files.
-    pub async fn start_on<D>(
-        config: NodeConfig,
-        disk: Arc<D>,
-        files: NodeFiles,
-        clock: Clock,
-    ) -> Result<Node, StartError>
-    where
-        D: Disk + Send + Sync + 'static,
-    {
         let ct = load_ct_setup(&config.ct).map_err(StartError::Config)?;
-        Node::start_with_ct(config, disk, files, clock, ct).await
-    }
-
-    /// Starts a node on any disk, log files and clock with the given CT setup (`None`: no CT
-    /// log), its session daemons (if on) working with what `config.sessions` names.
-    pub async fn start_with_ct<D>(
-        config: NodeConfig,
-        disk: Arc<D>,
-        files: NodeFiles,
-        clock: Clock,
-        ct: Option<CtSetup>,
-    ) -> Result<Node, StartError>
-    where
-        D: Disk + Send + Sync + 'static,
-    {
         let sessions = if config.sessions.daemons {
             SessionParts::from_setup(&config.sessions).map_err(StartError::Config)?
         } else {
             SessionParts::default()
         };
-        Node::start_with_parts(config, disk, files, clock, ct, sessions, None).await
+        Ok(NodeParts {
+            disk: Arc::new(disk),
+            files,
+            clock,
+            ct,
+            sessions,
+            applied: None,
+        })
+    }
+}
+
+impl Node {
+    /// Starts a node on what its configuration names ([`NodeParts::open`]), with the system
+    /// clock.
+    pub async fn start(config: NodeConfig) -> Result<Node, StartError> {
+        let parts = NodeParts::open(&config, Clock::system())?;
+        Node::start_with(config, parts).await
     }
 
-    /// Starts a node on any disk, log files and clock with the given CT setup and the parts its
-    /// session daemons work with (the simulation passes its own tester, upstream CA and
-    /// observer), and an observer of every client request its state machine applies for the
-    /// first time.
-    pub async fn start_with_parts<D>(
-        config: NodeConfig,
-        disk: Arc<D>,
-        files: NodeFiles,
-        clock: Clock,
-        ct: Option<CtSetup>,
-        sessions: SessionParts,
-        applied: Option<certus_store::ApplyObserver>,
-    ) -> Result<Node, StartError>
+    /// Starts a node on `parts`.
+    pub async fn start_with<D>(config: NodeConfig, parts: NodeParts<D>) -> Result<Node, StartError>
     where
         D: Disk + Send + Sync + 'static,
     {
+        let NodeParts {
+            disk,
+            files,
+            clock,
+            ct,
+            sessions,
+            applied,
+        } = parts;
         config.validate().map_err(StartError::Config)?;
         // A CA that cannot cover a leaf issued now would fail every issuance; say so at start.
         if config.sessions.daemons
@@ -175,12 +184,14 @@ impl Node {
                 .map_err(|error| StartError::Config(format!("sessions CA: {error}")))?;
         }
         let tls = match &config.tls {
-            Some(setup) => Some(crate::tls::TlsMaterial::load(setup).map_err(StartError::Config)?),
+            Some(setup) => {
+                Some(crate::edge::tls::TlsMaterial::load(setup).map_err(StartError::Config)?)
+            }
             None => None,
         };
         let peer_tls = tls
             .as_ref()
-            .map(crate::tls::TlsMaterial::peer_tls)
+            .map(crate::edge::tls::TlsMaterial::peer_tls)
             .unwrap_or_default();
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let ct = match ct {
@@ -213,7 +224,7 @@ impl Node {
         )
         .map_err(|error| storage_error(&config.data_dir, &error))?;
         #[cfg(madsim)]
-        let log_store = log_store.with_sync_runner(crate::runtime::simulated_log_sync());
+        let log_store = log_store.with_sync_runner(crate::raft::runtime::simulated_log_sync());
         let mut log_store = log_store.with_observer(AppendObserver::new({
             let metrics = Arc::clone(&metrics);
             move |timing| metrics.observe_log_append(timing)
@@ -249,8 +260,8 @@ impl Node {
         // once parsed, serves gRPC and HTTP alike. Without TLS every call is let through.
         #[cfg(not(madsim))]
         let authorizer = match &tls {
-            Some(_) => Some(crate::security::Authorizer::new(
-                crate::security::Tokens::new(&config.tokens).map_err(StartError::Config)?,
+            Some(_) => Some(crate::edge::security::Authorizer::new(
+                crate::edge::security::Tokens::new(&config.tokens).map_err(StartError::Config)?,
             )),
             None => None,
         };
@@ -281,7 +292,7 @@ impl Node {
             .await?,
         );
         if let Some(ct) = &ct {
-            servers.push(tokio::spawn(crate::ct_log::run(
+            servers.push(tokio::spawn(crate::ct::node::run(
                 Arc::clone(&replica),
                 Arc::clone(ct),
                 stopped.clone(),
@@ -289,7 +300,7 @@ impl Node {
         }
         if config.sessions.daemons {
             let daemons = SessionDaemons::new(config.id, sessions, &config.sessions);
-            servers.push(tokio::spawn(crate::session_daemons::run(
+            servers.push(tokio::spawn(crate::roles::session_daemons::run(
                 Arc::clone(&replica),
                 daemons,
                 stopped.clone(),
@@ -300,10 +311,10 @@ impl Node {
         // machine with a sender over simulated links (sim/src/pipeline_webhooks.rs).
         #[cfg(not(madsim))]
         if config.pipelines.webhooks {
-            let webhooks = crate::pipeline_webhooks::WebhookProcessor::http(config.id)
+            let webhooks = crate::roles::pipeline_webhooks::WebhookProcessor::http(config.id)
                 .map_err(StartError::Config)?
                 .with_metrics(Arc::clone(&metrics));
-            servers.push(tokio::spawn(crate::pipeline_webhooks::run_with(
+            servers.push(tokio::spawn(crate::roles::pipeline_webhooks::run_with(
                 Arc::clone(&replica),
                 webhooks,
                 stopped.clone(),
@@ -323,7 +334,7 @@ impl Node {
             config.raft.election_timeout_max_ms,
             stopped.clone(),
         )));
-        servers.push(tokio::spawn(run_ticks(
+        servers.push(tokio::spawn(crate::roles::ticks::run(
             Arc::clone(&replica),
             config.clone(),
             stopped,
@@ -412,7 +423,7 @@ fn storage_error(path: &std::path::Path, error: &DiskError) -> StartError {
 /// The vote's term and the last log index on disk, read before Raft starts (see [`BootLog`]),
 /// once a purge a snapshot install deferred is finished.
 async fn boot_log<D: Disk>(
-    log_store: &mut LogStore<crate::types::TypeConfig, D>,
+    log_store: &mut LogStore<crate::raft::types::TypeConfig, D>,
 ) -> Result<BootLog, String> {
     use openraft::storage::RaftLogStorage as _;
     log_store
@@ -432,14 +443,6 @@ async fn boot_log<D: Disk>(
     Ok(BootLog { term, last_index })
 }
 
-async fn stopped(mut stop: watch::Receiver<bool>) {
-    while !*stop.borrow() {
-        if stop.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
 /// Every gRPC service of the node, added to `builder` (a `tonic::transport::Server`, with or
 /// without layers): a macro, because each layer stack is a different builder type.
 macro_rules! with_node_services {
@@ -453,9 +456,9 @@ macro_rules! with_node_services {
         use certus_proto::v1::raft_server::RaftServer;
         use certus_proto::v1::sessions_server::SessionsServer;
 
-        use crate::clients_service::ClientsService;
-        use crate::pipelines_service::PipelinesService;
-        use crate::sessions_service::SessionsService;
+        use crate::services::clients::ClientsService;
+        use crate::services::pipelines::PipelinesService;
+        use crate::services::sessions::SessionsService;
         let replica: &Arc<Replica> = $replica;
         let ct: Option<&Arc<CtNode>> = $ct;
         let stop: &watch::Receiver<bool> = $stop;
@@ -504,19 +507,19 @@ macro_rules! with_node_services {
 }
 
 /// The gRPC server on real sockets: every call counted by method and status
-/// (`crate::grpc_metrics`), and server reflection (v1 and v1alpha) so that generic tools can
+/// (`crate::edge::grpc_metrics`), and server reflection (v1 and v1alpha) so that generic tools can
 /// list and call the API.
 #[cfg(not(madsim))]
 async fn serve_grpc(
     config: &NodeConfig,
-    tls: Option<&crate::tls::TlsMaterial>,
-    authorizer: Option<crate::security::Authorizer>,
+    tls: Option<&crate::edge::tls::TlsMaterial>,
+    authorizer: Option<crate::edge::security::Authorizer>,
     replica: Arc<Replica>,
     ct: Option<Arc<CtNode>>,
     metrics: Arc<crate::metrics::Metrics>,
     stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, StartError> {
-    use crate::grpc_metrics::{GrpcMetricsLayer, KnownMethods};
+    use crate::edge::grpc_metrics::{GrpcMetricsLayer, KnownMethods};
     let listener = tokio::net::TcpListener::bind(config.grpc_addr)
         .await
         .map_err(|error| StartError::Bind {
@@ -546,10 +549,10 @@ async fn serve_grpc(
     // authorization, which names peers (exempt from them).
     let mut builder = builder
         .layer(GrpcMetricsLayer::new(metrics, methods))
-        .layer(crate::tls::AuthLayer::new(authorizer))
+        .layer(crate::edge::tls::AuthLayer::new(authorizer))
         .layer(
-            crate::client_limits::ClientLimitsLayer::new(config.client_limits)
-                .keyed_by(crate::client_limits::tls_or_tcp_peer),
+            crate::edge::client_limits::ClientLimitsLayer::new(config.client_limits)
+                .keyed_by(crate::edge::client_limits::tls_or_tcp_peer),
         );
     let router = with_node_services!(builder, &replica, ct.as_ref(), &stop)
         // Requests are small; replies (file descriptors) keep tonic's default bound.
@@ -591,8 +594,8 @@ async fn serve_grpc(
 #[cfg(not(madsim))]
 async fn serve_http(
     config: &NodeConfig,
-    tls: Option<&crate::tls::TlsMaterial>,
-    authorizer: Option<Arc<crate::security::Authorizer>>,
+    tls: Option<&crate::edge::tls::TlsMaterial>,
+    authorizer: Option<Arc<crate::edge::security::Authorizer>>,
     replica: Arc<Replica>,
     ct: Option<Arc<CtNode>>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -604,7 +607,7 @@ async fn serve_http(
             addr: config.http_addr.to_string(),
             reason: error.to_string(),
         })?;
-    let router = crate::http::node_router(replica, metrics, ct, authorizer);
+    let router = crate::edge::http::node_router(replica, metrics, ct, authorizer);
     let id = config.id;
     if let Some(tls) = tls.filter(|tls| tls.https()) {
         let acceptor =
@@ -675,7 +678,7 @@ async fn serve_https(
                 .1
                 .peer_certificates()
                 .and_then(|chain| chain.first())
-                .map(|der| crate::http::PeerCertificate(Arc::new(der.as_ref().to_vec())));
+                .map(|der| crate::edge::http::PeerCertificate(Arc::new(der.as_ref().to_vec())));
             let router = match certificate {
                 Some(certificate) => router.layer(axum::Extension(certificate)),
                 None => router,
@@ -770,7 +773,7 @@ async fn break_split_votes(
             continue;
         }
         failed_rounds = 0;
-        let pause = Duration::from_millis(crate::session_daemons::random_below(spread_ms));
+        let pause = Duration::from_millis(crate::random::random_below(spread_ms));
         tokio::select! {
             // Polled in order, not at random: the simulation replays a seed exactly.
             biased;
@@ -786,66 +789,4 @@ async fn break_split_votes(
             let _ = raft.trigger().elect().await;
         }
     }
-}
-
-/// The leader's clock drives expiry: it proposes a tick, and purges old challenge tokens, every
-/// tick interval. Followers do nothing here.
-async fn run_ticks(replica: Arc<Replica>, config: NodeConfig, stop: watch::Receiver<bool>) {
-    let interval = config.tick_interval();
-    loop {
-        tokio::select! {
-            () = stopped(stop.clone()) => break,
-            () = tokio::time::sleep(interval) => {}
-        }
-        if replica.leader() != Some(Leader::Me) {
-            continue;
-        }
-        let commands = vec![
-            Command::Tick,
-            Command::Challenge(ChallengeCommand::DeleteOlderThan {
-                age_ms: config.challenge_retention_ms,
-            }),
-        ];
-        match replica.write(commands).await {
-            Err(error) => debug!(id = replica.id, %error, "tick not applied"),
-            // A tick handles bounded batches (sessions, transactions); when more is due, tick again now.
-            Ok(mut responses) => {
-                while let Some(Response::Tick(reply)) = responses.first()
-                    && reply.more()
-                    && replica.leader() == Some(Leader::Me)
-                {
-                    match replica.write(vec![Command::Tick]).await {
-                        Ok(next) => responses = next,
-                        Err(error) => {
-                            debug!(id = replica.id, %error, "tick not applied");
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Loads the CT log's key and roots named by the node's configuration.
-pub fn load_ct_setup(files: &CtFiles) -> Result<Option<CtSetup>, String> {
-    let Some(key_file) = &files.key_file else {
-        return Ok(None);
-    };
-    let read = |path: &std::path::Path| {
-        std::fs::read_to_string(path)
-            .map_err(|error| format!("cannot read {}: {error}", path.display()))
-    };
-    let signer = EcdsaP256Signer::from_pkcs8_pem(&read(key_file)?)
-        .map_err(|error| format!("ct.key_file {}: {error}", key_file.display()))?;
-    let roots = match &files.roots_file {
-        Some(path) => AcceptedRoots::from_pem(&read(path)?)
-            .map_err(|error| format!("ct.roots_file {}: {error}", path.display()))?,
-        None => AcceptedRoots::new(),
-    };
-    Ok(Some(CtSetup {
-        signer: Arc::new(signer),
-        roots,
-        limits: ChainLimits::default(),
-    }))
 }

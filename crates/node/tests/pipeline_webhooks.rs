@@ -21,7 +21,7 @@ use certus_core::pipelines::{
 };
 use certus_core::{Command, Response, State, WorkerId};
 use certus_node::metrics::{Metrics, NodeSample};
-use certus_node::pipeline_webhooks::{
+use certus_node::roles::pipeline_webhooks::{
     ATTEMPT_HEADER, EVENT_ID_HEADER, ProcessorTimings, ROLE_LEASE, TRANSACTION_HEADER,
     WebhookProcessor, run_with,
 };

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use certus_node::TlsSetup;
-use certus_node::security::{Role, TokenEntry, token_hash};
+use certus_node::edge::security::{Role, TokenEntry, token_hash};
 use certus_proto::health::HealthCheckRequest;
 use certus_proto::health::health_client::HealthClient;
 use certus_proto::v1::admin_client::AdminClient;

@@ -1,0 +1,10 @@
+//! Where the node meets the outside: transport security and who may call what, per-client
+//! bounds and request metrics in front of the gRPC services, and the HTTP endpoints.
+
+pub mod client_limits;
+#[cfg(not(madsim))]
+pub mod grpc_metrics;
+#[cfg(not(madsim))]
+pub mod http;
+pub mod security;
+pub mod tls;

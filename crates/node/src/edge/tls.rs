@@ -1,0 +1,328 @@
+//! Transport security: the cluster CA and this node's certificate, read from files; tonic's
+//! server and client configurations made from them; the HTTPS listener; and the layer that
+//! authorizes every gRPC call ([`crate::edge::security`]).
+//!
+//! The gRPC server asks for a client certificate but also lets a connection without one
+//! through the handshake, so that programs holding a bearer token can call, and health checks
+//! need nothing; the authorization layer then refuses any call the caller's identity does not
+//! allow. Peers (the Raft transport, forwarding, CT peer reads) always present the node's own
+//! certificate, whose `node` role is the only one the Raft service accepts.
+//!
+//! The simulation runs in plain text: madsim's network has no TLS.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tonic::transport::Endpoint;
+
+/// The `[tls]` table of a node's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSetup {
+    /// The cluster CA's certificate (PEM): peers and clients must hold a certificate it signed.
+    pub ca_cert_file: std::path::PathBuf,
+    /// This node's certificate (PEM; the chain up to, not including, the CA). Its subject
+    /// alternative names must cover the addresses peers and clients dial, and it must be valid
+    /// for both server and client authentication with the organization `node`.
+    pub cert_file: std::path::PathBuf,
+    /// This node's private key (PKCS#8 PEM).
+    pub key_file: std::path::PathBuf,
+    /// Serve the HTTP port over TLS too (default). Set false to serve it in plain text behind a
+    /// TLS-terminating proxy, or for ACME validators that fetch challenges over plain HTTP; the
+    /// routes that need an identity then accept only bearer tokens.
+    #[serde(default = "https_by_default")]
+    pub https: bool,
+}
+
+fn https_by_default() -> bool {
+    true
+}
+
+/// The PEM files of a [`TlsSetup`], read and checked.
+#[derive(Clone)]
+pub struct TlsMaterial {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+    https: bool,
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("TlsMaterial")
+            .field("https", &self.https)
+            .finish_non_exhaustive()
+    }
+}
+
+fn read(path: &Path, what: &str) -> Result<String, String> {
+    std::fs::read_to_string(path)
+        .map_err(|error| format!("tls.{what}: cannot read {}: {error}", path.display()))
+}
+
+impl TlsMaterial {
+    /// Reads the files of `setup`; a missing file, or one that holds no certificate or key, is
+    /// an error naming it.
+    pub fn load(setup: &TlsSetup) -> Result<TlsMaterial, String> {
+        let material = TlsMaterial {
+            ca_pem: read(&setup.ca_cert_file, "ca_cert_file")?,
+            cert_pem: read(&setup.cert_file, "cert_file")?,
+            key_pem: read(&setup.key_file, "key_file")?,
+            https: setup.https,
+        };
+        material.check()?;
+        Ok(material)
+    }
+
+    /// Material from PEM text (tests, `certus up`).
+    pub fn from_pem(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<TlsMaterial, String> {
+        let material = TlsMaterial {
+            ca_pem: ca_pem.to_owned(),
+            cert_pem: cert_pem.to_owned(),
+            key_pem: key_pem.to_owned(),
+            https: true,
+        };
+        material.check()?;
+        Ok(material)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certificates = |pem: &str, what: &str| {
+            let found = CertificateDer::pem_slice_iter(pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|error| format!("tls.{what}: {error}"))?;
+            if found.is_empty() {
+                return Err(format!("tls.{what}: no certificate in it"));
+            }
+            Ok(found)
+        };
+        certificates(&self.ca_pem, "ca_cert_file")?;
+        certificates(&self.cert_pem, "cert_file")?;
+        PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
+            .map_err(|error| format!("tls.key_file: {error}"))?;
+        Ok(())
+    }
+
+    /// Whether the HTTP port is served over TLS.
+    pub fn https(&self) -> bool {
+        self.https
+    }
+
+    /// What peers present and trust.
+    pub fn peer_tls(&self) -> PeerTls {
+        #[cfg(not(madsim))]
+        {
+            use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+            PeerTls(Some(
+                ClientTlsConfig::new()
+                    .ca_certificate(Certificate::from_pem(&self.ca_pem))
+                    .identity(Identity::from_pem(&self.cert_pem, &self.key_pem)),
+            ))
+        }
+        #[cfg(madsim)]
+        PeerTls::default()
+    }
+
+    /// The gRPC server's TLS: this node's certificate, client certificates from the CA asked for
+    /// but not required (tokens and health checks come without).
+    #[cfg(not(madsim))]
+    pub fn grpc_server(&self) -> tonic::transport::ServerTlsConfig {
+        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+        ServerTlsConfig::new()
+            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
+            .client_ca_root(Certificate::from_pem(&self.ca_pem))
+            .client_auth_optional(true)
+    }
+
+    /// The HTTPS server's rustls configuration: as the gRPC server's, for HTTP/1.1.
+    #[cfg(not(madsim))]
+    pub fn https_server(&self) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for certificate in CertificateDer::pem_slice_iter(self.ca_pem.as_bytes()) {
+            let certificate = certificate.map_err(|error| format!("tls.ca_cert_file: {error}"))?;
+            roots
+                .add(certificate)
+                .map_err(|error| format!("tls.ca_cert_file: {error}"))?;
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            std::sync::Arc::new(roots),
+            std::sync::Arc::clone(&provider),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map_err(|error| format!("tls.ca_cert_file: {error}"))?;
+        let chain = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| format!("tls.cert_file: {error}"))?;
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
+            .map_err(|error| format!("tls.key_file: {error}"))?;
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|error| error.to_string())?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .map_err(|error| format!("tls.cert_file and key_file: {error}"))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(std::sync::Arc::new(config))
+    }
+}
+
+/// How this node dials its peers: in plain text, or over TLS with its own certificate.
+#[derive(Clone, Default)]
+pub struct PeerTls(#[cfg(not(madsim))] Option<tonic::transport::ClientTlsConfig>);
+
+impl std::fmt::Debug for PeerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PeerTls").field(&self.enabled()).finish()
+    }
+}
+
+impl PeerTls {
+    /// Whether peers are dialled over TLS.
+    pub fn enabled(&self) -> bool {
+        #[cfg(not(madsim))]
+        return self.0.is_some();
+        #[cfg(madsim)]
+        false
+    }
+
+    /// An endpoint for the peer at `addr` (`host:port`).
+    pub fn endpoint(&self, addr: &str) -> Result<Endpoint, String> {
+        let scheme = if self.enabled() { "https" } else { "http" };
+        let endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+            .map_err(|error| error.to_string())?;
+        #[cfg(not(madsim))]
+        if let Some(tls) = &self.0 {
+            return endpoint
+                .tls_config(tls.clone())
+                .map_err(|error| error.to_string());
+        }
+        Ok(endpoint)
+    }
+}
+
+#[cfg(not(madsim))]
+pub use layer::{AuthLayer, AuthService};
+
+#[cfg(not(madsim))]
+mod layer {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    use tracing::debug;
+
+    use crate::edge::security::{Authorizer, Refusal, method_permission};
+
+    /// Authorizes every gRPC call before it reaches a service: `UNAUTHENTICATED` without a
+    /// known identity, `PERMISSION_DENIED` when the identity's roles do not allow the method
+    /// (the reason in the status's `certus-reason` metadata, as every refusal of the node).
+    /// Without an authorizer (plain text) it lets every call through.
+    #[derive(Debug, Clone)]
+    pub struct AuthLayer {
+        authorizer: Option<Arc<Authorizer>>,
+    }
+
+    impl AuthLayer {
+        /// A layer that decides with `authorizer`, or lets everything through without one.
+        pub fn new(authorizer: Option<Authorizer>) -> AuthLayer {
+            AuthLayer {
+                authorizer: authorizer.map(Arc::new),
+            }
+        }
+    }
+
+    impl<S> tower_layer::Layer<S> for AuthLayer {
+        type Service = AuthService<S>;
+        fn layer(&self, inner: S) -> AuthService<S> {
+            AuthService {
+                inner,
+                authorizer: self.authorizer.clone(),
+            }
+        }
+    }
+
+    /// The service [`AuthLayer`] makes.
+    #[derive(Debug, Clone)]
+    pub struct AuthService<S> {
+        inner: S,
+        authorizer: Option<Arc<Authorizer>>,
+    }
+
+    type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+    impl<S, B, R> tower_service::Service<http::Request<B>> for AuthService<S>
+    where
+        S: tower_service::Service<http::Request<B>, Response = http::Response<R>>,
+        S::Future: Send + 'static,
+        S::Error: Send + 'static,
+        R: Default + Send + 'static,
+    {
+        type Response = http::Response<R>;
+        type Error = S::Error;
+        type Future = BoxFuture<Self::Response, Self::Error>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        fn call(&mut self, request: http::Request<B>) -> Self::Future {
+            let Some(authorizer) = &self.authorizer else {
+                return Box::pin(self.inner.call(request));
+            };
+            let path = request.uri().path();
+            let decision = match method_permission(path) {
+                None => Err(Refusal::Forbidden(format!(
+                    "{path} is not a method of this node"
+                ))),
+                Some(permission) => {
+                    let certificates = request
+                        .extensions()
+                        .get::<TlsConnectInfo<TcpConnectInfo>>()
+                        .and_then(TlsConnectInfo::peer_certs);
+                    let leaf = certificates
+                        .as_ref()
+                        .and_then(|chain| chain.first())
+                        .map(|der| der.as_ref());
+                    let authorization = request
+                        .headers()
+                        .get(http::header::AUTHORIZATION)
+                        .and_then(|value| value.to_str().ok());
+                    authorizer.check(path, permission, leaf, authorization)
+                }
+            };
+            match decision {
+                Ok(identity) => {
+                    let mut request = request;
+                    if let Some(identity) = identity {
+                        request.extensions_mut().insert(identity);
+                    }
+                    Box::pin(self.inner.call(request))
+                }
+                Err(refusal) => {
+                    debug!(
+                        path,
+                        reason = refusal.reason(),
+                        "refused: {}",
+                        refusal.message()
+                    );
+                    let code = match refusal {
+                        Refusal::Unauthenticated(_) => tonic::Code::Unauthenticated,
+                        Refusal::Forbidden(_) => tonic::Code::PermissionDenied,
+                    };
+                    let status =
+                        crate::errors::status(code, refusal.reason(), refusal.message().to_owned());
+                    Box::pin(std::future::ready(Ok(status.into_http())))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! The client side of the Raft transport: openraft's network over `certus.v1.Raft` gRPC, and the
+//! forwarding client a follower uses to reach the leader.
+//!
+//! A channel is created lazily (no connection until the first RPC), every RPC has a deadline,
+//! and a channel that failed is dropped so the next RPC reconnects.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use certus_proto::v1::RaftMessage;
+use certus_proto::v1::raft_client::RaftClient;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout as RpcTimeout,
+    Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::transport::Channel;
+
+use crate::edge::tls::PeerTls;
+use crate::limits::{FORWARD_TIMEOUT, RAFT_MESSAGE_BYTES_MAX};
+use crate::raft::codec;
+use crate::raft::forward::{ForwardReply, ForwardRequest};
+use crate::raft::types::{CertusNode, NodeId, TypeConfig};
+
+/// Channels to peers by gRPC address, shared by every Raft client and the forwarder.
+#[derive(Debug, Clone, Default)]
+pub struct Peers {
+    channels: Arc<Mutex<BTreeMap<String, Channel>>>,
+    tls: PeerTls,
+}
+
+/// Why a call to a peer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// The address is not a valid endpoint.
+    #[error("invalid peer address {addr:?}: {reason}")]
+    BadAddress {
+        /// The address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// The peer could not be reached, or failed the call.
+    #[error("peer {addr} failed: {status}")]
+    Call {
+        /// The address.
+        addr: String,
+        /// What it answered.
+        status: Box<tonic::Status>,
+    },
+    /// The peer did not answer in time.
+    #[error("peer {addr} did not answer within {timeout:?}")]
+    Timeout {
+        /// The address.
+        addr: String,
+        /// The deadline.
+        timeout: Duration,
+    },
+    /// The peer answered with bytes this node cannot read.
+    #[error("peer {addr} sent an unreadable reply: {reason}")]
+    Decode {
+        /// The address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Peers {
+    /// Peers dialled as `tls` says.
+    pub fn new(tls: PeerTls) -> Peers {
+        Peers {
+            channels: Arc::default(),
+            tls,
+        }
+    }
+
+    /// How peers are dialled.
+    pub fn tls(&self) -> &PeerTls {
+        &self.tls
+    }
+
+    fn client(&self, addr: &str) -> Result<RaftClient<Channel>, PeerError> {
+        let mut channels = self.channels.lock().expect("peer table lock");
+        let channel = match channels.get(addr) {
+            Some(channel) => channel.clone(),
+            None => {
+                let endpoint = self
+                    .tls
+                    .endpoint(addr)
+                    .map_err(|reason| PeerError::BadAddress {
+                        addr: addr.to_owned(),
+                        reason,
+                    })?
+                    .connect_timeout(Duration::from_secs(1))
+                    .tcp_nodelay(true);
+                let channel = endpoint.connect_lazy();
+                channels.insert(addr.to_owned(), channel.clone());
+                channel
+            }
+        };
+        Ok(RaftClient::new(channel)
+            .max_decoding_message_size(RAFT_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(RAFT_MESSAGE_BYTES_MAX))
+    }
+
+    fn forget(&self, addr: &str) {
+        self.channels.lock().expect("peer table lock").remove(addr);
+    }
+
+    /// One RPC to `addr`: `kind` picks the method; the reply is decoded as `Reply`.
+    async fn call<Req: Serialize, Reply: DeserializeOwned>(
+        &self,
+        addr: &str,
+        kind: RpcKind,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Reply, PeerError> {
+        let mut client = self.client(addr)?;
+        let message = RaftMessage {
+            payload: codec::encode(request),
+        };
+        let call = async {
+            match kind {
+                RpcKind::AppendEntries => client.append_entries(message).await,
+                RpcKind::Vote => client.vote(message).await,
+                RpcKind::InstallSnapshot => client.install_snapshot(message).await,
+                RpcKind::Forward => client.forward(message).await,
+            }
+        };
+        let reply = match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(reply)) => reply.into_inner(),
+            Ok(Err(status)) => {
+                self.forget(addr);
+                return Err(PeerError::Call {
+                    addr: addr.to_owned(),
+                    status: Box::new(status),
+                });
+            }
+            Err(_elapsed) => {
+                self.forget(addr);
+                return Err(PeerError::Timeout {
+                    addr: addr.to_owned(),
+                    timeout,
+                });
+            }
+        };
+        codec::decode(&reply.payload).map_err(|error| PeerError::Decode {
+            addr: addr.to_owned(),
+            reason: error.to_string(),
+        })
+    }
+
+    /// Sends a request to the leader at `addr` and waits for its answer.
+    pub async fn forward(
+        &self,
+        addr: &str,
+        request: &ForwardRequest,
+    ) -> Result<ForwardReply, PeerError> {
+        self.call(addr, RpcKind::Forward, request, FORWARD_TIMEOUT)
+            .await
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum RpcKind {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+    Forward,
+}
+
+/// Makes a [`PeerClient`] per replication target.
+#[derive(Debug, Clone)]
+pub struct Network {
+    id: NodeId,
+    peers: Peers,
+}
+
+impl Network {
+    /// The network of node `id` over the shared channel table.
+    pub fn new(id: NodeId, peers: Peers) -> Network {
+        Network { id, peers }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &CertusNode) -> PeerClient {
+        // Creating a client does not connect: an unreachable peer shows up on the first RPC.
+        PeerClient {
+            id: self.id,
+            peers: self.peers.clone(),
+            target,
+            node: node.clone(),
+        }
+    }
+}
+
+/// openraft's view of one peer.
+#[derive(Debug)]
+pub struct PeerClient {
+    id: NodeId,
+    peers: Peers,
+    target: NodeId,
+    node: CertusNode,
+}
+
+type RpcResult<T, E> = Result<T, RPCError<NodeId, CertusNode, RaftError<NodeId, E>>>;
+
+impl PeerClient {
+    async fn rpc<Req, Reply, E>(
+        &self,
+        kind: RpcKind,
+        request: &Req,
+        option: &RPCOption,
+    ) -> RpcResult<Reply, E>
+    where
+        Req: Serialize,
+        Reply: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let timeout = option.hard_ttl();
+        let reply: Result<Reply, RaftError<NodeId, E>> = self
+            .peers
+            .call(&self.node.grpc_addr, kind, request, timeout)
+            .await
+            .map_err(|error| match error {
+                PeerError::Timeout { .. } => RPCError::Timeout(RpcTimeout {
+                    action: match kind {
+                        RpcKind::Vote => openraft::network::RPCTypes::Vote,
+                        RpcKind::InstallSnapshot => openraft::network::RPCTypes::InstallSnapshot,
+                        RpcKind::AppendEntries | RpcKind::Forward => {
+                            openraft::network::RPCTypes::AppendEntries
+                        }
+                    },
+                    id: self.id,
+                    target: self.target,
+                    timeout,
+                }),
+                PeerError::Call { ref status, .. } if status.code() == tonic::Code::Unavailable => {
+                    RPCError::Unreachable(Unreachable::new(&error))
+                }
+                other => RPCError::Network(NetworkError::new(&other)),
+            })?;
+        reply.map_err(|remote| {
+            RPCError::RemoteError(RemoteError::new_with_node(
+                self.target,
+                self.node.clone(),
+                remote,
+            ))
+        })
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        request: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        self.rpc(RpcKind::AppendEntries, &request, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        request: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.rpc(RpcKind::InstallSnapshot, &request, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        request: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        self.rpc(RpcKind::Vote, &request, &option).await
+    }
+}

@@ -1,0 +1,572 @@
+//! One node's view of the cluster and the paths every service shares: writes reach the leader
+//! (proposed here or forwarded), reads pass a linearizable barrier, membership changes run on the
+//! leader.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use certus_core::{ClientRequest, Command, Response, State};
+use openraft::error::{CheckIsLeaderError, RaftError};
+use openraft::{ChangeMembers, ServerState};
+use tokio::sync::{mpsc, oneshot};
+use tracing::debug;
+
+use crate::clock::Clock;
+use crate::errors::ServiceError;
+use crate::limits::{
+    LEADER_HOPS_MAX, LEADER_WAIT, MEMBERSHIP_CHANGE_TIMEOUT, MEMBERSHIP_IN_PROGRESS_RETRY,
+    PROPOSAL_COMMANDS_MAX, READ_APPLY_WAIT, READ_QUEUE_MAX,
+};
+use crate::raft::forward::{
+    ForwardRefusal, ForwardReply, ForwardRequest, MemberView, MembershipView,
+};
+use crate::raft::network::Peers;
+use crate::raft::proposer::{Proposer, WriteOutcome, write_error};
+use crate::raft::types::{CertusNode, NodeId, Raft, StateReader};
+
+/// Who leads, as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leader {
+    /// This node.
+    Me,
+    /// Another node.
+    Peer(NodeId, CertusNode),
+}
+
+/// What this node's log held when it started. Commit pointers are written but not flushed on
+/// every commit, so after a crash the one on disk may lag entries this node applied and
+/// acknowledged. A node that resumes leading in the term it had voted in (openraft lets it, with
+/// no new entry of its own) would name a read index from that lagging pointer; its reads in
+/// that term are therefore answered at no less than the last index it had on disk, which covers
+/// every entry it could have acknowledged. A leader of a later term needs no such floor: its
+/// first entry of the term lies past every entry committed before it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BootLog {
+    /// The term of the vote on disk.
+    pub term: u64,
+    /// The last log index on disk (0 for an empty log).
+    pub last_index: u64,
+}
+
+/// Shared by every service of a node.
+pub struct Replica {
+    /// This node's id.
+    pub id: NodeId,
+    /// The Raft handle.
+    pub raft: Raft,
+    /// The applied state.
+    pub reader: StateReader,
+    /// The node's clock.
+    pub clock: Clock,
+    /// Where this node is reached.
+    pub node: CertusNode,
+    peers: Peers,
+    proposer: Proposer,
+    reads: mpsc::Sender<oneshot::Sender<Result<(), ServiceError>>>,
+    /// The highest commit index a leader has told this node about.
+    leader_commit_seen: AtomicU64,
+    boot: BootLog,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.id)
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replica {
+    /// How this node dials its peers (plain text or TLS with its certificate).
+    pub fn peer_tls(&self) -> &crate::edge::tls::PeerTls {
+        self.peers.tls()
+    }
+
+    /// Wires the shared paths of a node whose Raft is running.
+    pub fn new(
+        id: NodeId,
+        node: CertusNode,
+        raft: Raft,
+        reader: StateReader,
+        clock: Clock,
+        peers: Peers,
+        boot: BootLog,
+    ) -> Arc<Replica> {
+        let proposer = Proposer::start(id, raft.clone(), clock.clone());
+        let (reads, read_queue) = mpsc::channel(READ_QUEUE_MAX);
+        let replica = Arc::new(Replica {
+            id,
+            raft,
+            reader,
+            clock,
+            node,
+            peers,
+            proposer,
+            reads,
+            leader_commit_seen: AtomicU64::new(0),
+            boot,
+        });
+        tokio::spawn(run_read_barriers(Arc::downgrade(&replica), read_queue));
+        replica
+    }
+
+    /// The leader as this node knows it now, if any.
+    pub fn leader(&self) -> Option<Leader> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let leader = metrics.current_leader?;
+        if leader == self.id {
+            return (metrics.state == ServerState::Leader).then_some(Leader::Me);
+        }
+        let node = metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)?
+            .clone();
+        Some(Leader::Peer(leader, node))
+    }
+
+    /// Waits (up to [`LEADER_WAIT`]) for a leader other than `not`.
+    async fn await_leader(&self, not: Option<NodeId>) -> Result<Leader, ServiceError> {
+        let id = self.id;
+        let waited = self
+            .raft
+            .wait(Some(LEADER_WAIT))
+            .metrics(
+                |metrics| match metrics.current_leader {
+                    Some(leader) if Some(leader) == not => false,
+                    Some(leader) if leader == id => metrics.state == ServerState::Leader,
+                    Some(_) => true,
+                    None => false,
+                },
+                "a leader is known",
+            )
+            .await;
+        if waited.is_err() {
+            return Err(ServiceError::NoLeader(format!(
+                "no leader elected within {LEADER_WAIT:?}"
+            )));
+        }
+        self.leader()
+            .ok_or_else(|| ServiceError::NoLeader("leadership is changing".into()))
+    }
+
+    /// Proposes `commands` on the leader (forwarding if need be) and returns their responses.
+    pub async fn write(&self, commands: Vec<Command>) -> Result<Vec<Response>, ServiceError> {
+        if commands.is_empty() || commands.len() > PROPOSAL_COMMANDS_MAX {
+            return Err(ServiceError::InvalidArgument(format!(
+                "a write carries 1 to {PROPOSAL_COMMANDS_MAX} commands, not {}",
+                commands.len()
+            )));
+        }
+        let mut not = None;
+        for _hop in 0..LEADER_HOPS_MAX {
+            let leader = match (not, self.leader()) {
+                (None, Some(leader)) => leader,
+                _ => self.await_leader(not).await?,
+            };
+            match leader {
+                Leader::Me => match self.proposer.write(commands.clone()).await {
+                    WriteOutcome::Applied(responses) => return Ok(responses),
+                    WriteOutcome::NotLeader => not = Some(self.id),
+                    WriteOutcome::Failed(error) => return Err(error),
+                },
+                Leader::Peer(leader, node) => {
+                    let request = ForwardRequest::Write(commands.clone());
+                    match self.peers.forward(&node.grpc_addr, &request).await {
+                        Ok(ForwardReply::Written(responses)) => return Ok(responses),
+                        Ok(ForwardReply::Refused(ForwardRefusal::NotLeader)) => {
+                            not = Some(leader);
+                        }
+                        Ok(reply) => return Err(refusal(reply)),
+                        Err(error) => return Err(ServiceError::OutcomeUnknown(error.to_string())),
+                    }
+                }
+            }
+        }
+        Err(ServiceError::NoLeader(format!(
+            "leadership changed {LEADER_HOPS_MAX} times while forwarding"
+        )))
+    }
+
+    /// Proposes one command of a client call, as the call's numbered request when it carried one
+    /// (see [`crate::services::clients`]): applied at most once, never after the client moved past
+    /// it. A refusal by the session layer comes back as [`ServiceError::Client`]; otherwise the
+    /// command's own response.
+    pub async fn write_for(
+        &self,
+        client: Option<ClientRequest>,
+        command: Command,
+    ) -> Result<Response, ServiceError> {
+        let command = match client {
+            Some(request) => Command::Once {
+                request,
+                command: Box::new(command),
+            },
+            None => command,
+        };
+        let mut responses = self.write(vec![command]).await?;
+        assert_eq!(responses.len(), 1, "one response per command");
+        match responses.remove(0) {
+            Response::Client(Err(error)) if client.is_some() => Err(ServiceError::Client(error)),
+            response => Ok(response),
+        }
+    }
+
+    /// Waits until a read of this node's state is linearizable: the leader confirmed it still
+    /// leads at a read index, and this node has applied up to it. Concurrent reads share one
+    /// confirmation.
+    pub async fn read_barrier(&self) -> Result<(), ServiceError> {
+        let (reply, answer) = oneshot::channel();
+        self.reads
+            .send(reply)
+            .await
+            .map_err(|_| ServiceError::Unavailable("node is stopping".into()))?;
+        answer
+            .await
+            .map_err(|_| ServiceError::Unavailable("node is stopping".into()))?
+    }
+
+    /// A linearizable read of the state: `read` gets the state and this node's clock.
+    pub async fn read<T>(&self, read: impl FnOnce(&State, u64) -> T) -> Result<T, ServiceError> {
+        self.read_barrier().await?;
+        let now_ms = self.clock.now_ms();
+        Ok(self.reader.read(|applied| read(&applied.state, now_ms)))
+    }
+
+    /// The read index, confirmed by this node as leader, and applied here. Refuses if this node
+    /// does not lead.
+    pub async fn leader_read_index(&self) -> Result<u64, ForwardRefusal> {
+        let term = || self.raft.metrics().borrow().current_term;
+        let term_before = term();
+        let index = match self.raft.ensure_linearizable().await {
+            Ok(read_log_id) => read_log_id.map_or(0, |log_id| log_id.index),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))) => {
+                return Err(ForwardRefusal::NotLeader);
+            }
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(error))) => {
+                return Err(ForwardRefusal::Unavailable(error.to_string()));
+            }
+            Err(RaftError::Fatal(fatal)) => {
+                return Err(ForwardRefusal::Unavailable(fatal.to_string()));
+            }
+        };
+        // Which term the confirmation was for is only certain when it did not change meanwhile;
+        // otherwise the caller asks again.
+        if term() != term_before {
+            return Err(ForwardRefusal::NotLeader);
+        }
+        if term_before != self.boot.term || index >= self.boot.last_index {
+            return Ok(index);
+        }
+        // Leading again in the term it led before a restart: see `BootLog`.
+        self.raft
+            .wait(Some(READ_APPLY_WAIT))
+            .applied_index_at_least(Some(self.boot.last_index), "log on disk at start applied")
+            .await
+            .map_err(|error| {
+                ForwardRefusal::Unavailable(format!(
+                    "the entries on disk at start (up to {}) are not applied yet: {error}",
+                    self.boot.last_index
+                ))
+            })?;
+        Ok(self.boot.last_index)
+    }
+
+    async fn barrier_once(&self) -> Result<(), ServiceError> {
+        let mut not = None;
+        for _hop in 0..LEADER_HOPS_MAX {
+            let leader = match (not, self.leader()) {
+                (None, Some(leader)) => leader,
+                _ => self.await_leader(not).await?,
+            };
+            let index = match leader {
+                Leader::Me => match self.leader_read_index().await {
+                    // ensure_linearizable has waited for the apply as well.
+                    Ok(_) => return Ok(()),
+                    Err(ForwardRefusal::NotLeader) => {
+                        not = Some(self.id);
+                        continue;
+                    }
+                    Err(refused) => return Err(refusal(ForwardReply::Refused(refused))),
+                },
+                Leader::Peer(leader, node) => {
+                    match self
+                        .peers
+                        .forward(&node.grpc_addr, &ForwardRequest::ReadIndex)
+                        .await
+                    {
+                        Ok(ForwardReply::ReadIndex(index)) => index,
+                        Ok(ForwardReply::Refused(ForwardRefusal::NotLeader)) => {
+                            not = Some(leader);
+                            continue;
+                        }
+                        Ok(reply) => return Err(refusal(reply)),
+                        Err(error) => return Err(ServiceError::NoLeader(error.to_string())),
+                    }
+                }
+            };
+            return self
+                .raft
+                .wait(Some(READ_APPLY_WAIT))
+                .applied_index_at_least(Some(index), "read index applied")
+                .await
+                .map(|_| ())
+                .map_err(|error| {
+                    ServiceError::Timeout(format!(
+                        "this node did not apply up to read index {index}: {error}"
+                    ))
+                });
+        }
+        Err(ServiceError::NoLeader(format!(
+            "leadership changed {LEADER_HOPS_MAX} times during a read"
+        )))
+    }
+
+    /// Adds a learner (on the leader, forwarding if need be) and waits until it has caught up.
+    pub async fn add_learner(
+        &self,
+        id: NodeId,
+        node: CertusNode,
+    ) -> Result<MembershipView, ServiceError> {
+        self.membership_op(ForwardRequest::AddLearner { id, node })
+            .await
+    }
+
+    /// Replaces the voters (on the leader, forwarding if need be).
+    pub async fn change_membership(
+        &self,
+        voters: BTreeSet<NodeId>,
+        retain: bool,
+    ) -> Result<MembershipView, ServiceError> {
+        self.membership_op(ForwardRequest::ChangeMembership { voters, retain })
+            .await
+    }
+
+    async fn membership_op(&self, request: ForwardRequest) -> Result<MembershipView, ServiceError> {
+        let mut not = None;
+        for _hop in 0..LEADER_HOPS_MAX {
+            let leader = match (not, self.leader()) {
+                (None, Some(leader)) => leader,
+                _ => self.await_leader(not).await?,
+            };
+            let reply = match leader {
+                Leader::Me => self.serve_forwarded(request.clone()).await,
+                Leader::Peer(leader, node) => {
+                    match self.peers.forward(&node.grpc_addr, &request).await {
+                        Ok(ForwardReply::Refused(ForwardRefusal::NotLeader)) => {
+                            not = Some(leader);
+                            continue;
+                        }
+                        Ok(reply) => reply,
+                        Err(error) => return Err(ServiceError::OutcomeUnknown(error.to_string())),
+                    }
+                }
+            };
+            match reply {
+                ForwardReply::Membership(view) => return Ok(view),
+                ForwardReply::Refused(ForwardRefusal::NotLeader) => not = Some(self.id),
+                other => return Err(refusal(other)),
+            }
+        }
+        Err(ServiceError::NoLeader(format!(
+            "leadership changed {LEADER_HOPS_MAX} times during a membership change"
+        )))
+    }
+
+    /// Serves a request forwarded by a follower; this node must be the leader.
+    pub async fn serve_forwarded(&self, request: ForwardRequest) -> ForwardReply {
+        if self.leader() != Some(Leader::Me) {
+            return ForwardReply::Refused(ForwardRefusal::NotLeader);
+        }
+        match request {
+            ForwardRequest::Write(commands)
+                if commands.is_empty() || commands.len() > PROPOSAL_COMMANDS_MAX =>
+            {
+                // Peers send what their own services built; anything else is refused, not obeyed.
+                ForwardReply::Refused(ForwardRefusal::FailedPrecondition(format!(
+                    "a forwarded write carries 1 to {PROPOSAL_COMMANDS_MAX} commands, not {}",
+                    commands.len()
+                )))
+            }
+            ForwardRequest::Write(commands) => match self.proposer.write(commands).await {
+                WriteOutcome::Applied(responses) => ForwardReply::Written(responses),
+                WriteOutcome::NotLeader => ForwardReply::Refused(ForwardRefusal::NotLeader),
+                WriteOutcome::Failed(error) => ForwardReply::Refused(error_refusal(error)),
+            },
+            ForwardRequest::ReadIndex => match self.leader_read_index().await {
+                Ok(index) => ForwardReply::ReadIndex(index),
+                Err(refused) => ForwardReply::Refused(refused),
+            },
+            ForwardRequest::AddLearner { id, node } => {
+                self.membership_reply(|| self.raft.add_learner(id, node.clone(), true))
+                    .await
+            }
+            ForwardRequest::ChangeMembership { voters, retain } => {
+                self.membership_reply(|| {
+                    self.raft
+                        .change_membership(ChangeMembers::ReplaceAllVoters(voters.clone()), retain)
+                })
+                .await
+            }
+        }
+    }
+
+    /// Runs the membership change `change` makes. While openraft is still committing the
+    /// previous change (the final configuration that follows a joint one, which status already
+    /// shows), it is refused as in progress: waits for that and tries again, all within
+    /// `MEMBERSHIP_CHANGE_TIMEOUT`, so a change made right after another is not refused.
+    async fn membership_reply<Change>(&self, change: impl Fn() -> Change) -> ForwardReply
+    where
+        Change: Future<
+            Output = Result<
+                openraft::raft::ClientWriteResponse<crate::raft::types::TypeConfig>,
+                RaftError<NodeId, openraft::error::ClientWriteError<NodeId, CertusNode>>,
+            >,
+        >,
+    {
+        use openraft::error::{ChangeMembershipError, ClientWriteError};
+        let deadline = tokio::time::Instant::now() + MEMBERSHIP_CHANGE_TIMEOUT;
+        let answered = loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let answered = tokio::time::timeout(left, change()).await;
+            let in_progress = matches!(
+                answered,
+                Ok(Err(RaftError::APIError(
+                    ClientWriteError::ChangeMembershipError(ChangeMembershipError::InProgress(_))
+                )))
+            );
+            if !in_progress || tokio::time::Instant::now() >= deadline {
+                break answered;
+            }
+            tokio::time::sleep(MEMBERSHIP_IN_PROGRESS_RETRY).await;
+        };
+        match answered {
+            Err(_elapsed) => ForwardReply::Refused(ForwardRefusal::OutcomeUnknown(format!(
+                "the membership change did not finish within {MEMBERSHIP_CHANGE_TIMEOUT:?}"
+            ))),
+            Ok(Ok(written)) => {
+                let mut view = self.membership();
+                view.log_index = written.log_id.index;
+                ForwardReply::Membership(view)
+            }
+            Ok(Err(error)) => match write_error(error) {
+                WriteOutcome::NotLeader => ForwardReply::Refused(ForwardRefusal::NotLeader),
+                WriteOutcome::Failed(error) => ForwardReply::Refused(error_refusal(error)),
+                WriteOutcome::Applied(_) => unreachable!("an error is not an application"),
+            },
+        }
+    }
+
+    /// The membership this node knows.
+    pub fn membership(&self) -> MembershipView {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let stored = &metrics.membership_config;
+        let membership = stored.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        MembershipView {
+            log_index: stored.log_id().map_or(0, |log_id| log_id.index),
+            members: membership
+                .nodes()
+                .map(|(id, node)| MemberView {
+                    id: *id,
+                    node: node.clone(),
+                    voter: voters.contains(id),
+                })
+                .collect(),
+        }
+    }
+
+    /// Notes the commit index a leader sent this node (for readiness and status).
+    pub fn observe_leader_commit(&self, index: u64) {
+        self.leader_commit_seen.fetch_max(index, Ordering::Relaxed);
+    }
+
+    /// The commit index: the highest a leader told this node, or on the leader the index a
+    /// quorum of voters has stored.
+    pub fn commit_index(&self) -> u64 {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let applied = metrics.last_applied.map_or(0, |log_id| log_id.index);
+        let seen = self.leader_commit_seen.load(Ordering::Relaxed);
+        let quorum = match (&metrics.replication, metrics.state) {
+            (Some(replication), ServerState::Leader) => {
+                let membership = metrics.membership_config.membership();
+                let mut matched: Vec<u64> = membership
+                    .voter_ids()
+                    .map(|voter| {
+                        if voter == self.id {
+                            metrics.last_log_index.unwrap_or(0)
+                        } else {
+                            replication
+                                .get(&voter)
+                                .and_then(|matched| matched.map(|log_id| log_id.index))
+                                .unwrap_or(0)
+                        }
+                    })
+                    .collect();
+                matched.sort_unstable_by(|a, b| b.cmp(a));
+                matched.get(matched.len() / 2).copied().unwrap_or(0)
+            }
+            _ => 0,
+        };
+        applied.max(seen).max(quorum)
+    }
+}
+
+async fn run_read_barriers(
+    replica: std::sync::Weak<Replica>,
+    mut queue: mpsc::Receiver<oneshot::Sender<Result<(), ServiceError>>>,
+) {
+    while let Some(first) = queue.recv().await {
+        // Every read queued before this confirmation starts is served by it.
+        let mut waiters = vec![first];
+        while let Ok(next) = queue.try_recv() {
+            waiters.push(next);
+        }
+        let Some(replica) = replica.upgrade() else {
+            break;
+        };
+        let result = replica.barrier_once().await;
+        drop(replica);
+        for waiter in waiters {
+            let _ = waiter.send(result.clone());
+        }
+    }
+    debug!("read barrier task stopped");
+}
+
+fn error_refusal(error: ServiceError) -> ForwardRefusal {
+    match error {
+        ServiceError::OutcomeUnknown(message) => ForwardRefusal::OutcomeUnknown(message),
+        ServiceError::FailedPrecondition(message) | ServiceError::InvalidArgument(message) => {
+            ForwardRefusal::FailedPrecondition(message)
+        }
+        ServiceError::NoLeader(_) => ForwardRefusal::NotLeader,
+        ServiceError::Unavailable(message) | ServiceError::Timeout(message) => {
+            ForwardRefusal::Unavailable(message)
+        }
+        ServiceError::Client(error) => ForwardRefusal::FailedPrecondition(error.to_string()),
+    }
+}
+
+fn refusal(reply: ForwardReply) -> ServiceError {
+    match reply {
+        ForwardReply::Refused(ForwardRefusal::NotLeader) => {
+            ServiceError::NoLeader("the leader stepped down".into())
+        }
+        ForwardReply::Refused(ForwardRefusal::OutcomeUnknown(message)) => {
+            ServiceError::OutcomeUnknown(message)
+        }
+        ForwardReply::Refused(ForwardRefusal::FailedPrecondition(message)) => {
+            ServiceError::FailedPrecondition(message)
+        }
+        ForwardReply::Refused(ForwardRefusal::Unavailable(message)) => {
+            ServiceError::Unavailable(message)
+        }
+        other => ServiceError::Unavailable(format!("the leader answered out of turn: {other:?}")),
+    }
+}
