@@ -12,6 +12,11 @@ use crate::cluster::{SimCluster, elapsed_ms};
 use crate::observe::FaultSpan;
 use crate::schedule::{Fault, Schedule};
 
+/// The longest an aimed crash waits for a write in flight.
+const CRASH_AIM_MS_MAX: u64 = 100;
+/// How often an aimed crash looks for one.
+const CRASH_AIM_POLL: Duration = Duration::from_micros(200);
+
 /// The faults in force and what they did, shared by the tasks that start and end them.
 #[derive(Default)]
 struct Board {
@@ -60,6 +65,7 @@ impl FaultDriver {
             let key = u64::try_from(key).unwrap_or(u64::MAX);
             tasks.push(tokio::spawn(async move {
                 driver.sleep_until_ms(planned.at_ms).await;
+                driver.aim_crash(&planned.fault).await;
                 driver.begin(key, planned.fault.clone());
                 let end_ms = planned.at_ms + planned.duration_ms;
                 if let Fault::Flap { period_ms, .. } = planned.fault {
@@ -102,6 +108,32 @@ impl FaultDriver {
     /// Every fault as it was applied; those still in force end at `None`.
     pub fn spans(&self) -> Vec<FaultSpan> {
         self.board.lock().expect("board").spans.clone()
+    }
+
+    /// Half the crashes wait (up to [`CRASH_AIM_MS_MAX`]) for a moment when a node they take
+    /// down has Raft log writes not yet synced, so that crashes tear writes in flight often
+    /// rather than by luck; the others strike at their planned time.
+    async fn aim_crash(&self, fault: &Fault) {
+        use madsim::rand::Rng as _;
+
+        let targets = match fault {
+            Fault::Crash { node } => vec![*node],
+            Fault::CrashAll => self.cluster.ids(),
+            _ => return,
+        };
+        if !madsim::rand::thread_rng().gen_bool(0.5) {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(CRASH_AIM_MS_MAX);
+        while tokio::time::Instant::now() < deadline {
+            let in_flight = targets
+                .iter()
+                .any(|id| self.cluster.log_files(*id).unsynced_writes() > 0);
+            if in_flight {
+                return;
+            }
+            tokio::time::sleep(CRASH_AIM_POLL).await;
+        }
     }
 
     async fn sleep_until_ms(&self, at_ms: u64) {
