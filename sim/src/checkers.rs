@@ -5,37 +5,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{Call, History, Outcome};
+use crate::history::{Call, History, Operation, Outcome};
+use crate::judge::Verdict;
+use crate::lease_model::{self, LeaseModel};
+use crate::linearizability::Verdict as Linearity;
 use crate::observe::{Role, Sample};
-
-/// One checker's judgement of one run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Verdict {
-    /// The checker.
-    pub checker: String,
-    /// Whether the invariant held.
-    pub passed: bool,
-    /// What it checked, or what broke it.
-    pub detail: String,
-}
-
-impl Verdict {
-    pub(crate) fn pass(checker: &str, detail: String) -> Verdict {
-        Verdict {
-            checker: checker.to_owned(),
-            passed: true,
-            detail,
-        }
-    }
-
-    pub(crate) fn fail(checker: &str, detail: String) -> Verdict {
-        Verdict {
-            checker: checker.to_owned(),
-            passed: false,
-            detail,
-        }
-    }
-}
 
 /// **Single master**: no term has two leaders.
 pub fn single_master(samples: &[Sample]) -> Verdict {
@@ -357,6 +331,115 @@ pub fn durability(
             finals.len()
         ),
     )
+}
+
+/// **Liveness**: within `bound_ms` after the faults healed at `heal_ms`, an acquire through the
+/// client library succeeded (`granted_at_ms`: when the probe got its grant, if it did).
+pub fn liveness(granted_at_ms: Option<u64>, heal_ms: u64, bound_ms: u64) -> Verdict {
+    const NAME: &str = "liveness";
+    match granted_at_ms {
+        Some(at_ms) => Verdict::pass(
+            NAME,
+            format!(
+                "a grant {} ms after the faults healed (bound {bound_ms} ms)",
+                at_ms - heal_ms
+            ),
+        ),
+        None => Verdict::fail(
+            NAME,
+            format!("no grant within {bound_ms} ms after the faults healed"),
+        ),
+    }
+}
+
+/// Per lease, the newest acknowledged grant or renewal that no later release could have undone:
+/// what [`durability`] looks for in the final states.
+pub fn final_grants(history: &History) -> Vec<FinalGrant> {
+    let mut newest: BTreeMap<&str, &Operation> = BTreeMap::new();
+    for operation in &history.operations {
+        if matches!(
+            operation.outcome,
+            Outcome::Acquired { .. } | Outcome::Renewed { .. }
+        ) {
+            let entry = newest.entry(operation.lease.as_str()).or_insert(operation);
+            if operation.completed_ms >= entry.completed_ms {
+                *entry = operation;
+            }
+        }
+    }
+    newest
+        .into_values()
+        .filter_map(|operation| {
+            let (Outcome::Acquired { lease, .. } | Outcome::Renewed { lease }) = &operation.outcome
+            else {
+                return None;
+            };
+            let released_later = history.operations.iter().any(|other| {
+                other.lease == operation.lease
+                    && matches!(&other.call, Call::Release { holder } if *holder == lease.holder)
+                    && other.invoked_ms >= operation.invoked_ms
+            });
+            (!released_later).then(|| FinalGrant {
+                lease: operation.lease.clone(),
+                holder: lease.holder.clone(),
+                token: lease.token,
+                expires_at_ms: lease.expires_at_ms,
+            })
+        })
+        .collect()
+}
+
+/// **Linearizability**: the lease history of every lease has a linearization consistent with
+/// the lease model (searched visiting at most `budget` states per lease; a lease whose search
+/// runs out passes as "not proven"). Also returns, per lease no linearization explains, the
+/// window of operations that none does.
+pub fn linearizability(
+    history: &History,
+    model: &LeaseModel,
+    budget: usize,
+) -> (Verdict, BTreeMap<String, Vec<Operation>>) {
+    const NAME: &str = "linearizability";
+    let verdicts = lease_model::check_history(history, model, budget);
+    let mut windows = BTreeMap::new();
+    let mut failed = Vec::new();
+    let mut undecided = Vec::new();
+    for verdict in &verdicts {
+        match &verdict.verdict {
+            Linearity::Linearizable => {}
+            Linearity::NotLinearizable { .. } => {
+                failed.push(verdict.lease.clone());
+                windows.insert(verdict.lease.clone(), verdict.window.clone());
+            }
+            Linearity::Unknown => undecided.push(verdict.lease.clone()),
+        }
+    }
+    let operations = history.operations.len();
+    let verdict = if !failed.is_empty() {
+        Verdict::fail(
+            NAME,
+            format!(
+                "no linearization of the lease history of {} explains what clients saw",
+                failed.join(", ")
+            ),
+        )
+    } else if undecided.is_empty() {
+        Verdict::pass(
+            NAME,
+            format!(
+                "{operations} operations on {} leases linearizable",
+                verdicts.len()
+            ),
+        )
+    } else {
+        Verdict::pass(
+            NAME,
+            format!(
+                "{operations} operations; search budget exhausted (not proven) on {}",
+                undecided.join(", ")
+            ),
+        )
+    };
+    (verdict, windows)
 }
 
 #[cfg(test)]

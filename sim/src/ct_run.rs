@@ -14,10 +14,10 @@ use certus_store::{CtDatabase, Disk};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::checkers::Verdict;
 use crate::cluster::{SimCluster, elapsed_ms};
 use crate::ct_checkers::{self, Acknowledged, Publication};
 use crate::ct_workload::{self, CtHistory, CtWorkload, RunningCt, TestPki};
+use crate::judge::Verdict;
 
 /// How soon after the faults heal (or after its SCT, if later) an entry must be served.
 pub const MERGE_DELAY_BOUND_MS: u64 = 10_000;

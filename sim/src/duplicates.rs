@@ -22,8 +22,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::checkers::Verdict;
 use crate::cluster::endpoint;
+use crate::judge::Verdict;
 use crate::schedule::SeedRng;
 use crate::workload::client_ip;
 

@@ -12,6 +12,7 @@
 pub mod checkers;
 pub mod ct_checkers;
 pub mod history;
+pub mod judge;
 pub mod keys;
 pub mod lease_model;
 pub mod linearizability;
@@ -22,6 +23,8 @@ pub mod schedule;
 pub mod session_checkers;
 pub mod timeline;
 
+#[cfg(madsim)]
+pub mod cli;
 #[cfg(madsim)]
 pub mod cluster;
 #[cfg(madsim)]
@@ -39,10 +42,16 @@ pub mod pipeline_webhooks;
 #[cfg(madsim)]
 pub mod pipeline_workload;
 #[cfg(madsim)]
+pub mod report;
+#[cfg(madsim)]
 pub mod run;
+#[cfg(madsim)]
+pub mod scenarios;
 #[cfg(madsim)]
 pub mod session_run;
 #[cfg(madsim)]
 pub mod session_workload;
+#[cfg(madsim)]
+pub mod settle;
 #[cfg(madsim)]
 pub mod workload;

@@ -17,15 +17,16 @@ use madsim::runtime::Handle;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::checkers::Verdict;
 use crate::cluster::{SimCluster, elapsed_ms, endpoint};
-use crate::pipeline_checkers::{self, FinalTx, Finals, TxResult};
+use crate::judge::Verdict;
+use crate::pipeline_checkers::{self, FinalTx, TxResult};
 use crate::pipeline_webhook_checkers::{self, HookedTx, NoticeKind, NoticeRecord, WebhookReceived};
 use crate::pipeline_webhooks::{self, RunningWebhooks};
 use crate::pipeline_workload::{
     self, FIRST_GROUP, PIPELINE, PipelineHistory, PipelineWorkload, RunningPipelines, Shared,
     Timing,
 };
+use crate::settle::settle;
 
 /// How soon after the faults heal (or after its enqueue, if later) every transaction must end:
 /// room for a sleep, a hand-on, and a few claims lost to workers that crashed or stalled before
@@ -282,7 +283,10 @@ impl PipelineRun {
         let webhooks_received = self.webhooks.stop().await;
         let notices = list_notices(cluster.ids().len() as u64).await;
         let hooked = read_hooked(cluster, &history.webhooks);
-        let finals = settle(cluster, &acknowledged(&self.shared)).await;
+        let ids = acknowledged(&self.shared);
+        let finals = settle(cluster, |state| read_transactions(state, &ids))
+            .await
+            .finals;
         let window_ms = pipeline_config().external_id_window_ms;
         let verdicts = vec![
             pipeline_checkers::enqueues_durable(&history.enqueued, &finals),
@@ -330,11 +334,10 @@ impl PipelineRun {
                     }
                     verdict
                 }
-                None => Verdict {
-                    checker: "webhooks-delivered".to_owned(),
-                    passed: false,
-                    detail: "no node answered ListNotices at the end".to_owned(),
-                },
+                None => Verdict::fail(
+                    "webhooks-delivered",
+                    "no node answered ListNotices at the end".to_owned(),
+                ),
             },
             pipeline_webhook_checkers::webhook_event_ids(&webhooks_received),
             clients_saw_no_violation(&history),
@@ -372,56 +375,7 @@ fn clients_saw_no_violation(history: &PipelineHistory) -> Verdict {
         history.switches.len(),
         history.archived_reads
     );
-    Verdict {
-        checker: "pipeline-clients".to_owned(),
-        passed: history.violations.is_empty(),
-        detail: if history.violations.is_empty() {
-            detail
-        } else {
-            history.violations.join("; ")
-        },
-    }
-}
-
-/// Waits (up to 10 s) until every running node has applied what the leader committed, then
-/// reads each caught-up node's copy of the acknowledged transactions.
-async fn settle(cluster: &SimCluster, ids: &BTreeSet<u64>) -> Finals {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let mut best = BTreeMap::new();
-    while tokio::time::Instant::now() < deadline {
-        let replicas = cluster.replicas();
-        let target = replicas
-            .iter()
-            .map(|(_, replica)| replica.commit_index())
-            .max()
-            .unwrap_or(0);
-        let mut finals = BTreeMap::new();
-        for (id, replica) in &replicas {
-            let applied = replica
-                .raft
-                .metrics()
-                .borrow()
-                .last_applied
-                .map_or(0, |log_id| log_id.index);
-            if applied >= target {
-                finals.insert(
-                    *id,
-                    replica
-                        .reader
-                        .read(|applied| read_transactions(&applied.state, ids)),
-                );
-            }
-        }
-        let complete = finals.len() == replicas.len() && !replicas.is_empty();
-        if finals.len() > best.len() {
-            best = finals;
-        }
-        if complete {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    best
+    Verdict::of_violations("pipeline-clients", &history.violations, detail)
 }
 
 /// The running node that has applied the most.
