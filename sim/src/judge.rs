@@ -37,7 +37,7 @@ impl Verdict {
     }
 
     /// Passes with `passed_detail` when there are no `problems`; otherwise fails naming the first
-    /// [`PROBLEMS_NAMED_MAX`] and counting the rest.
+    /// `PROBLEMS_NAMED_MAX` (ten) and counting the rest.
     pub fn of_problems(checker: &str, problems: Vec<String>, passed_detail: String) -> Verdict {
         if problems.is_empty() {
             return Verdict::pass(checker, passed_detail);
@@ -65,27 +65,30 @@ impl Verdict {
 #[cfg(test)]
 #[track_caller]
 pub(crate) fn assert_passes(verdict: &Verdict, detail: &str) {
-    assert!(verdict.passed, "{}: {}", verdict.checker, verdict.detail);
-    assert!(
-        verdict.detail.contains(detail),
-        "{}: {:?} does not say {detail:?}",
-        verdict.checker,
-        verdict.detail
-    );
+    assert_verdict(verdict, true, detail);
 }
 
 /// Asserts that `verdict` failed and that its detail names `culprit`.
 #[cfg(test)]
 #[track_caller]
 pub(crate) fn assert_fails(verdict: &Verdict, culprit: &str) {
-    assert!(
-        !verdict.passed,
-        "{} passed: {}",
-        verdict.checker, verdict.detail
+    assert_verdict(verdict, false, culprit);
+}
+
+#[cfg(test)]
+#[track_caller]
+fn assert_verdict(verdict: &Verdict, passed: bool, says: &str) {
+    assert_eq!(
+        verdict.passed,
+        passed,
+        "{} should have {}: {}",
+        verdict.checker,
+        if passed { "passed" } else { "failed" },
+        verdict.detail
     );
     assert!(
-        verdict.detail.contains(culprit),
-        "{}: {:?} does not name {culprit:?}",
+        verdict.detail.contains(says),
+        "{}: {:?} does not say {says:?}",
         verdict.checker,
         verdict.detail
     );

@@ -18,18 +18,19 @@ use tracing_subscriber::layer::SubscriberExt as _;
 
 use crate::checkers;
 use crate::cluster::{ClusterSpec, SimCluster, Storage, elapsed_ms};
-use crate::ct_run::{self, CtReport};
+use crate::ct::run::CtReport;
 use crate::faults::FaultDriver;
-use crate::history::{History, Operation};
 use crate::judge::Verdict;
-use crate::lease_model::LeaseModel;
+use crate::leases::duplicates::Duplicator;
+use crate::leases::history::{History, Operation};
+use crate::leases::model::LeaseModel;
 use crate::observe::{RunRecord, UnsyncedWrites};
-use crate::pipeline_run::{self, PipelineReport};
+use crate::pipelines::run::PipelineReport;
 use crate::scenarios::Scenario;
 use crate::schedule::Schedule;
-use crate::session_run::{self, SessionReport, SessionSetup};
+use crate::sessions::run::{SessionReport, SessionSetup};
 use crate::settle::settle;
-use crate::workload;
+use crate::{ct, leases, pipelines, sessions};
 
 /// How long after the faults heal a grant must succeed.
 pub const LIVENESS_BOUND_MS: u64 = 15_000;
@@ -208,8 +209,11 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> RunOutcome {
                 epoch_ms: collected.epoch_ms,
                 skew_ms: schedule.config.max_skew_ms,
             };
-            let (linearizable, windows) =
-                checkers::linearizability(&collected.history, &model, LINEARIZABILITY_BUDGET);
+            let (linearizable, windows) = leases::checkers::linearizability(
+                &collected.history,
+                &model,
+                LINEARIZABILITY_BUDGET,
+            );
             verdicts.push(linearizable);
             nonlinearizable = windows;
             let simulated = Duration::from_millis(collected.record.end_ms);
@@ -312,7 +316,7 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     } else {
         None
     };
-    let ct_setup = scenario.ct.as_ref().map(|_| ct_run::setup(schedule.seed));
+    let ct_setup = scenario.ct.as_ref().map(|_| ct::run::setup(schedule.seed));
     let session_setup = scenario
         .sessions
         .as_ref()
@@ -327,22 +331,22 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     };
     let cluster = Arc::new(SimCluster::start_with(&spec, started));
     let driver = FaultDriver::new(Arc::clone(&cluster), started);
-    let running = workload::start_leases(&scenario.workload, nodes, schedule.seed, started);
-    let duplicator = crate::duplicates::Duplicator::start(nodes, schedule.seed, started);
+    let running = leases::workload::start_leases(&scenario.workload, nodes, schedule.seed, started);
+    let duplicator = Duplicator::start(nodes, schedule.seed, started);
     let ct = scenario
         .ct
         .as_ref()
         .zip(ct_setup)
         .map(|(workload, (_, pki, verifier))| {
-            ct_run::start(&cluster, workload, schedule.seed, pki, verifier, started)
+            ct::run::start(&cluster, workload, schedule.seed, pki, verifier, started)
         });
     let sessions = scenario
         .sessions
         .as_ref()
         .zip(session_setup)
-        .map(|(workload, setup)| session_run::start(&cluster, workload, setup, schedule.seed));
+        .map(|(workload, setup)| sessions::run::start(&cluster, workload, setup, schedule.seed));
     let pipelines = scenario.pipelines.as_ref().map(|workload| {
-        pipeline_run::start(
+        pipelines::run::start(
             &cluster,
             workload,
             schedule.seed,
@@ -364,7 +368,7 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     }
 
     // Liveness: a grant within the bound.
-    let granted = workload::acquire_until_granted(
+    let granted = leases::workload::acquire_until_granted(
         nodes,
         "liveness",
         started,
@@ -372,7 +376,11 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         running.recorder(),
     )
     .await;
-    let mut verdicts = vec![checkers::liveness(granted, heal_ms, LIVENESS_BOUND_MS)];
+    let mut verdicts = vec![leases::checkers::liveness(
+        granted,
+        heal_ms,
+        LIVENESS_BOUND_MS,
+    )];
     let end_of_phase = started + Duration::from_millis(config.safety_ms + config.liveness_ms);
     tokio::time::sleep_until(end_of_phase).await;
     let history = running.stop().await;
@@ -405,16 +413,19 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
 
     // Let every running node catch up, then read the final state.
     let settled = settle(&cluster, final_leases).await;
-    verdicts.push(checkers::durability(
-        &checkers::final_grants(&history),
+    verdicts.push(leases::checkers::durability(
+        &leases::checkers::final_grants(&history),
         &settled.finals,
         settled.latest_clock_ms,
         nodes,
     ));
     let samples = cluster.samples();
     verdicts.push(checkers::single_master(&samples));
-    verdicts.push(checkers::exclusive_holding(&history, config.max_skew_ms));
-    verdicts.push(checkers::no_stale_token(&history));
+    verdicts.push(leases::checkers::exclusive_holding(
+        &history,
+        config.max_skew_ms,
+    ));
+    verdicts.push(leases::checkers::no_stale_token(&history));
     // Sled nodes start without an apply observer (the production path).
     if !scenario.sled {
         verdicts.push(checkers::applied_once(&cluster.applied_requests()));

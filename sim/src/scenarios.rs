@@ -4,13 +4,12 @@
 use certus_core::ct::LogConfig;
 use certus_node::NodeConfig;
 
-use crate::ct_workload::CtWorkload;
-use crate::pipeline_run;
-use crate::pipeline_workload::PipelineWorkload;
+use crate::ct::workload::CtWorkload;
+use crate::leases::workload::LeaseWorkload;
+use crate::pipelines::workload::PipelineWorkload;
 use crate::schedule::FaultConfig;
-use crate::session_run;
-use crate::session_workload::SessionWorkload;
-use crate::workload::LeaseWorkload;
+use crate::sessions::workload::SessionWorkload;
+use crate::{pipelines, sessions};
 
 /// A named way to run the simulation.
 #[derive(Clone, Debug)]
@@ -33,10 +32,10 @@ pub struct Scenario {
     /// The CT log and its workload, if the scenario runs one.
     pub ct: Option<CtWorkload>,
     /// The CA issuance sessions workload, if the scenario runs one (its `tune` must turn the
-    /// daemons on: [`session_run::tune`]).
+    /// daemons on: [`sessions::run::tune`]).
     pub sessions: Option<SessionWorkload>,
     /// The transaction pipelines workload, if the scenario runs one (its `tune` must keep the
-    /// webhook processor off: [`pipeline_run::tune`]).
+    /// webhook processor off: [`pipelines::run::tune`]).
     pub pipelines: Option<PipelineWorkload>,
 }
 
@@ -151,7 +150,7 @@ pub fn scenarios() -> Vec<Scenario> {
             faults: FaultConfig::for_nodes(3),
             sled: false,
             deterministic: true,
-            tune: session_run::tune,
+            tune: sessions::run::tune,
             workload: LeaseWorkload {
                 clients: 2,
                 ..LeaseWorkload::default()
@@ -168,7 +167,7 @@ pub fn scenarios() -> Vec<Scenario> {
             faults: FaultConfig::for_nodes(3),
             sled: false,
             deterministic: true,
-            tune: pipeline_run::tune,
+            tune: pipelines::run::tune,
             workload: LeaseWorkload {
                 clients: 2,
                 ..LeaseWorkload::default()

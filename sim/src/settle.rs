@@ -24,8 +24,8 @@ pub struct Settled<T> {
     pub latest_clock_ms: u64,
 }
 
-/// Waits (up to [`SETTLE_MAX`]) until every running node has applied what the most advanced one
-/// committed, then reads each caught-up node's state with `read`.
+/// Waits (`SETTLE_MAX`, 10 s, at most) until every running node has applied what the most
+/// advanced one committed, then reads each caught-up node's state with `read`.
 ///
 /// With a node cut off for good the wait runs to its end, and the last look alone may land just
 /// after a tick committed, so the look at which the most nodes had caught up is kept.

@@ -4,7 +4,7 @@
 //! reply, every cancel a producer sent and every switch the switcher set with their answers,
 //! when the observer first saw each transaction finished, and each caught-up node's final state
 //! of every acknowledged transaction. The webhook checkers are in
-//! [`pipeline_webhook_checkers`](crate::pipeline_webhook_checkers).
+//! [`webhook_checkers`](super::webhook_checkers).
 //!
 //! Times named `*_ms` without `machine` are simulated milliseconds since the run began (the
 //! global clock); `machine` times are the replicated state machine's clock (the leaders' skewed

@@ -14,12 +14,12 @@ use certus_node::{NodeConfig, SessionParts, WorkEvent, WorkObserver};
 use serde::Serialize;
 use tokio::sync::watch;
 
+use super::checkers::{self, ClaimRecord, FinalSession, UpstreamOrder};
+use super::workload::{
+    RunningSessions, SessionHistory, SessionWorkload, Shared, SimTester, SimUpstream,
+};
 use crate::cluster::{SessionPartsFor, SimCluster, elapsed_ms};
 use crate::judge::Verdict;
-use crate::session_checkers::{self, ClaimRecord, FinalSession, UpstreamOrder};
-use crate::session_workload::{
-    self, RunningSessions, SessionWorkload, Shared, SimTester, SimUpstream,
-};
 use crate::settle::settle;
 
 /// How soon after the faults heal (or after its creation, if later) every session must end.
@@ -182,7 +182,7 @@ pub struct SessionRun {
 #[derive(Debug, Serialize)]
 pub struct SessionReport {
     /// What the clients and workers saw.
-    pub history: session_workload::SessionHistory,
+    pub history: SessionHistory,
     /// What the upstream CA was asked for.
     pub orders: Vec<UpstreamOrder>,
 }
@@ -197,7 +197,7 @@ pub fn start(
     let nodes = cluster.ids().len() as u64;
     tokio::spawn(configure(Arc::clone(cluster)));
     let create_until_ms = Arc::new(AtomicU64::new(u64::MAX));
-    let running = session_workload::start(
+    let running = super::workload::start(
         workload,
         nodes,
         seed,
@@ -370,29 +370,26 @@ impl SessionRun {
         let history = self.setup.shared.with(|history| history.clone());
         let orders = self.setup.upstream.orders();
         let verdicts = vec![
-            session_checkers::sessions_durable(&history.created, &finals, &history.seen),
-            session_checkers::sessions_terminal(
+            checkers::sessions_durable(&history.created, &finals, &history.seen),
+            checkers::sessions_terminal(
                 &history.created,
                 &observed.terminal_at,
                 heal_ms,
                 TERMINAL_BOUND_MS,
                 end_ms,
             ),
-            session_checkers::claims_exclusive(&history.claims),
-            session_checkers::claims_redelivered(&history.claims, &finals),
-            session_checkers::expired_claims_returned(
-                &observed.overdue,
-                heal_ms + LEADER_SETTLE_MS,
-            ),
-            session_checkers::issued_once(&orders, &history.seen),
-            session_checkers::stale_completions_refused(&history.late_completions),
+            checkers::claims_exclusive(&history.claims),
+            checkers::claims_redelivered(&history.claims, &finals),
+            checkers::expired_claims_returned(&observed.overdue, heal_ms + LEADER_SETTLE_MS),
+            checkers::issued_once(&orders, &history.seen),
+            checkers::stale_completions_refused(&history.late_completions),
             clients_saw_no_violation(&history),
         ];
         (verdicts, SessionReport { history, orders })
     }
 }
 
-fn clients_saw_no_violation(history: &session_workload::SessionHistory) -> Verdict {
+fn clients_saw_no_violation(history: &SessionHistory) -> Verdict {
     let detail = format!(
         "{} create calls, {} sessions acknowledged, {} HTTP-01 fetches served, {} certificates \
          fetched",
