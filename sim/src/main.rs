@@ -2,7 +2,7 @@
 
 #[cfg(madsim)]
 fn main() -> std::process::ExitCode {
-    certus_sim::run::main()
+    certus_sim::cli::main()
 }
 
 #[cfg(not(madsim))]

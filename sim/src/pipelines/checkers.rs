@@ -4,7 +4,7 @@
 //! reply, every cancel a producer sent and every switch the switcher set with their answers,
 //! when the observer first saw each transaction finished, and each caught-up node's final state
 //! of every acknowledged transaction. The webhook checkers are in
-//! [`pipeline_webhook_checkers`](crate::pipeline_webhook_checkers).
+//! [`webhook_checkers`](super::webhook_checkers).
 //!
 //! Times named `*_ms` without `machine` are simulated milliseconds since the run began (the
 //! global clock); `machine` times are the replicated state machine's clock (the leaders' skewed
@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::checkers::Verdict;
+use crate::judge::Verdict;
 
 /// An enqueue a producer saw acknowledged.
 #[derive(Clone, Debug, Serialize)]
@@ -207,7 +207,7 @@ pub type Finals = BTreeMap<u64, BTreeMap<u64, FinalTx>>;
 pub fn enqueues_durable(enqueued: &[Enqueued], finals: &Finals) -> Verdict {
     const NAME: &str = "enqueues-durable";
     if finals.is_empty() {
-        return fail(NAME, "no node caught up to be read".to_owned());
+        return Verdict::fail(NAME, "no node caught up to be read".to_owned());
     }
     let mut problems = Vec::new();
     for (node, held) in finals {
@@ -227,7 +227,7 @@ pub fn enqueues_durable(enqueued: &[Enqueued], finals: &Finals) -> Verdict {
         .values()
         .next()
         .map_or(0, |held| held.values().filter(|tx| tx.archived).count());
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -277,7 +277,7 @@ pub fn external_ids_once(enqueued: &[Enqueued], window_ms: u64, slack_ms: u64) -
             }
         }
     }
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -330,7 +330,7 @@ pub fn transactions_terminal(
         .iter()
         .map(|(status, count)| format!("{count} {status}"))
         .collect();
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -447,7 +447,7 @@ pub fn steps_from_current_claim(claims: &[ClaimRecord], steps: &[StepRecord]) ->
         .iter()
         .filter(|step| step.accepted == Some(false))
         .count();
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -502,7 +502,7 @@ pub fn archive_faithful(
             }
         }
     }
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -545,7 +545,7 @@ pub fn long_poll_final(polled: &[Polled], finals: &Finals) -> Verdict {
             }
         }
     }
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -646,7 +646,7 @@ pub fn cancels_honoured(
         .iter()
         .map(|(what, count)| format!("{count} {what}"))
         .collect();
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -742,7 +742,7 @@ pub fn sleepers_woken(
         .iter()
         .filter(|set| set.changed == Some(true))
         .count();
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -762,30 +762,6 @@ pub fn is_terminal(status: &str) -> bool {
         status,
         "success" | "failed" | "aborted" | "timeout" | "internal-error"
     )
-}
-
-fn verdict(checker: &str, problems: Vec<String>, passed_detail: String) -> Verdict {
-    if problems.is_empty() {
-        return Verdict {
-            checker: checker.to_owned(),
-            passed: true,
-            detail: passed_detail,
-        };
-    }
-    let count = problems.len();
-    let mut detail: Vec<String> = problems.into_iter().take(10).collect();
-    if count > 10 {
-        detail.push(format!("... {} more", count - 10));
-    }
-    fail(checker, detail.join("; "))
-}
-
-fn fail(checker: &str, detail: String) -> Verdict {
-    Verdict {
-        checker: checker.to_owned(),
-        passed: false,
-        detail,
-    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! a failure's detail must name the culprit (session, token, node).
 
 use super::*;
+use crate::judge::{assert_fails, assert_passes};
 
 /// When the faults heal, how long a session then has to end, and when the run ends.
 const HEAL_MS: u64 = 10_000;
@@ -88,32 +89,6 @@ fn order(id: &str, session: u64, csr: &[u8], created_ms: u64, issued: &[&[u8]]) 
         created_ms,
         issued: issued.iter().map(|cert| cert.to_vec()).collect(),
     }
-}
-
-#[track_caller]
-fn assert_passes(verdict: &Verdict, detail: &str) {
-    assert!(verdict.passed, "{}: {}", verdict.checker, verdict.detail);
-    assert!(
-        verdict.detail.contains(detail),
-        "{}: {:?} does not say {detail:?}",
-        verdict.checker,
-        verdict.detail
-    );
-}
-
-#[track_caller]
-fn assert_fails(verdict: &Verdict, culprit: &str) {
-    assert!(
-        !verdict.passed,
-        "{} passed: {}",
-        verdict.checker, verdict.detail
-    );
-    assert!(
-        verdict.detail.contains(culprit),
-        "{}: {:?} does not name {culprit:?}",
-        verdict.checker,
-        verdict.detail
-    );
 }
 
 // sessions_durable

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::checkers::Verdict;
+use crate::judge::Verdict;
 
 /// A session whose creation a client saw acknowledged.
 #[derive(Clone, Debug, Serialize)]
@@ -130,7 +130,7 @@ pub fn sessions_durable(
 ) -> Verdict {
     const NAME: &str = "sessions-durable";
     if finals.is_empty() {
-        return fail(NAME, "no node caught up to be read".to_owned());
+        return Verdict::fail(NAME, "no node caught up to be read".to_owned());
     }
     let mut problems = Vec::new();
     for (node, sessions) in finals {
@@ -162,7 +162,7 @@ pub fn sessions_durable(
             }
         }
     }
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -228,7 +228,7 @@ pub fn sessions_terminal(
             )),
         }
     }
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -286,7 +286,7 @@ pub fn claims_exclusive(claims: &[ClaimRecord]) -> Verdict {
             }
         }
     }
-    verdict(NAME, problems, format!("{} claims", claims.len()))
+    Verdict::of_problems(NAME, problems, format!("{} claims", claims.len()))
 }
 
 /// **Abandoned claims come back**: a claim whose worker never finished (it crashed or gave up)
@@ -317,7 +317,7 @@ pub fn claims_redelivered(
             ));
         }
     }
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -388,7 +388,7 @@ pub fn issued_once(orders: &[UpstreamOrder], seen: &[SeenCertificate]) -> Verdic
         }
     }
     let issued: usize = orders.iter().map(|order| order.issued.len()).sum();
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -426,7 +426,7 @@ pub fn stale_completions_refused(late: &[LateCompletion]) -> Verdict {
         .iter()
         .filter(|completion| completion.accepted == Some(false))
         .count();
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -453,7 +453,7 @@ pub fn expired_claims_returned(overdue: &[(u64, u64, u64, u64, u64)], heal_ms: u
             )
         })
         .collect();
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -461,30 +461,6 @@ pub fn expired_claims_returned(overdue: &[(u64, u64, u64, u64, u64)], heal_ms: u
              queue within a tick"
         ),
     )
-}
-
-fn verdict(checker: &str, problems: Vec<String>, passed_detail: String) -> Verdict {
-    if problems.is_empty() {
-        return Verdict {
-            checker: checker.to_owned(),
-            passed: true,
-            detail: passed_detail,
-        };
-    }
-    let count = problems.len();
-    let mut detail: Vec<String> = problems.into_iter().take(10).collect();
-    if count > 10 {
-        detail.push(format!("... {} more", count - 10));
-    }
-    fail(checker, detail.join("; "))
-}
-
-fn fail(checker: &str, detail: String) -> Verdict {
-    Verdict {
-        checker: checker.to_owned(),
-        passed: false,
-        detail,
-    }
 }
 
 #[cfg(test)]

@@ -14,10 +14,10 @@ use certus_store::{CtDatabase, Disk};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::checkers::Verdict;
+use super::checkers::{self, Acknowledged, Publication};
+use super::workload::{CtHistory, CtWorkload, RunningCt, TestPki};
 use crate::cluster::{SimCluster, elapsed_ms};
-use crate::ct_checkers::{self, Acknowledged, Publication};
-use crate::ct_workload::{self, CtHistory, CtWorkload, RunningCt, TestPki};
+use crate::judge::Verdict;
 
 /// How soon after the faults heal (or after its SCT, if later) an entry must be served.
 pub const MERGE_DELAY_BOUND_MS: u64 = 10_000;
@@ -81,7 +81,7 @@ pub fn start(
     if workload.log_config != LogConfig::default() {
         tokio::spawn(configure(Arc::clone(cluster), workload.log_config));
     }
-    let running = ct_workload::start(workload, nodes, seed, pki, &verifier, started);
+    let running = super::workload::start(workload, nodes, seed, pki, &verifier, started);
     let observed: Arc<Mutex<Observed>> = Arc::default();
     let (stop_observer, stopped) = watch::channel(false);
     let observer = tokio::spawn(observe(
@@ -236,7 +236,7 @@ impl CtRun {
         publications.sort_by_key(|p| (p.published_at_ms, p.sth.timestamp_ms, p.sth.tree_size));
 
         let logs = stored_logs(cluster);
-        let (numbered, log) = ct_checkers::numbered_once(&logs);
+        let (numbered, log) = checkers::numbered_once(&logs);
         let checked = format!(
             "{} submissions ({} acknowledged), {} STHs fetched, {} consistency and {} inclusion proofs verified",
             history.submissions.len(),
@@ -246,17 +246,17 @@ impl CtRun {
             history.inclusion_checked
         );
         let verdicts = vec![
-            ct_checkers::serving_sth_monotonic(&publications),
-            ct_checkers::held_when_published(&publications),
+            checkers::serving_sth_monotonic(&publications),
+            checkers::held_when_published(&publications),
             numbered,
-            ct_checkers::consistent_with_log(&publications, &log, &self.verifier),
+            checkers::consistent_with_log(&publications, &log, &self.verifier),
             {
                 let mut verdict =
-                    ct_checkers::consistent_with_log(&observed.reported, &log, &self.verifier);
+                    checkers::consistent_with_log(&observed.reported, &log, &self.verifier);
                 verdict.checker = "node-sths-consistent".to_owned();
                 verdict
             },
-            ct_checkers::merge_delay(
+            checkers::merge_delay(
                 &acknowledged,
                 &log,
                 &publications,
@@ -264,8 +264,8 @@ impl CtRun {
                 end_ms,
                 MERGE_DELAY_BOUND_MS,
             ),
-            ct_checkers::trees_never_shrink(&observed.sizes),
-            ct_checkers::clients_saw_no_violation(&history.violations, &checked),
+            checkers::trees_never_shrink(&observed.sizes),
+            checkers::clients_saw_no_violation(&history.violations, &checked),
         ];
         (
             verdicts,

@@ -22,10 +22,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::checkers::Verdict;
+use super::workload::client_ip;
 use crate::cluster::endpoint;
+use crate::judge::Verdict;
 use crate::schedule::SeedRng;
-use crate::workload::client_ip;
 
 /// The lease the duplicating client works on.
 const LEASE: &str = "duplicates";

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::checkers::Verdict;
+use crate::judge::Verdict;
 
 /// One request a receiver read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -159,7 +159,7 @@ pub fn webhooks_delivered(
             }
         }
     }
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -239,7 +239,7 @@ pub fn webhook_event_ids(received: &[WebhookReceived]) -> Verdict {
             ));
         }
     }
-    verdict(
+    Verdict::of_problems(
         NAME,
         problems,
         format!(
@@ -251,27 +251,10 @@ pub fn webhook_event_ids(received: &[WebhookReceived]) -> Verdict {
     )
 }
 
-fn verdict(checker: &str, problems: Vec<String>, passed_detail: String) -> Verdict {
-    let count = problems.len();
-    let passed = problems.is_empty();
-    let mut detail: Vec<String> = problems.into_iter().take(10).collect();
-    if count > 10 {
-        detail.push(format!("... {} more", count - 10));
-    }
-    Verdict {
-        checker: checker.to_owned(),
-        passed,
-        detail: if passed {
-            passed_detail
-        } else {
-            detail.join("; ")
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::{assert_fails, assert_passes};
 
     const URL: &str = "http://10.0.7.1:8080/hooks/0";
 
@@ -321,20 +304,6 @@ mod tests {
         }
     }
 
-    #[track_caller]
-    fn assert_verdict(verdict: &Verdict, passed: bool, says: &str) {
-        assert_eq!(
-            verdict.passed, passed,
-            "{}: {}",
-            verdict.checker, verdict.detail
-        );
-        assert!(
-            verdict.detail.contains(says),
-            "{:?} does not say {says:?}",
-            verdict.detail
-        );
-    }
-
     #[test]
     fn a_delivery_after_failed_attempts_or_a_notice_passes() {
         let hooked = BTreeMap::from([
@@ -358,12 +327,8 @@ mod tests {
             ),
         ];
         let verdict = webhooks_delivered(&hooked, &received, &notices);
-        assert_verdict(&verdict, true, "1 delivered, 1 reported exhausted");
-        assert_verdict(
-            &verdict,
-            true,
-            "1 pending behind a reported pause, 1 unfinished",
-        );
+        assert_passes(&verdict, "1 delivered, 1 reported exhausted");
+        assert_passes(&verdict, "1 pending behind a reported pause, 1 unfinished");
     }
 
     #[test]
@@ -371,7 +336,7 @@ mod tests {
         let hooked = BTreeMap::from([(1, hooked(Some("success"), None))]);
         let received = [got(10, 1, 1, "completed", false)];
         let verdict = webhooks_delivered(&hooked, &received, &[]);
-        assert_verdict(&verdict, false, "transaction 1 finished success");
+        assert_fails(&verdict, "transaction 1 finished success");
         assert!(
             verdict.detail.contains("1 attempts read"),
             "{}",
@@ -379,9 +344,8 @@ mod tests {
         );
         // A progress event accepted does not deliver the completion.
         let received = [got(9, 1, 1, "progress", true)];
-        assert_verdict(
+        assert_fails(
             &webhooks_delivered(&hooked, &received, &[]),
-            false,
             "transaction 1",
         );
     }
@@ -399,20 +363,15 @@ mod tests {
                 },
             ),
         ];
-        assert_verdict(
-            &webhooks_delivered(&hooked, &[], &notices),
-            false,
-            "transaction 1",
-        );
+        assert_fails(&webhooks_delivered(&hooked, &[], &notices), "transaction 1");
     }
 
     #[test]
     fn a_delivered_completion_with_another_status_fails() {
         let hooked = BTreeMap::from([(1, hooked(Some("aborted"), None))]);
         let received = [got(10, 1, 1, "completed", true)];
-        assert_verdict(
+        assert_fails(
             &webhooks_delivered(&hooked, &received, &[]),
-            false,
             "transaction 1 finished aborted",
         );
     }
@@ -426,9 +385,8 @@ mod tests {
             got(10, 2, 1, "completed", true),
             got(11, 1, 2, "completed", true),
         ];
-        assert_verdict(
+        assert_passes(
             &webhook_event_ids(&received),
-            true,
             "5 requests read: 3 events, 2 retries",
         );
     }
@@ -440,11 +398,7 @@ mod tests {
         retry.body_event = Some(10);
         let received = [got(10, 1, 1, "completed", false), retry];
         let verdict = webhook_event_ids(&received);
-        assert_verdict(
-            &verdict,
-            false,
-            "read event 11 (attempt 2) of transaction 1",
-        );
+        assert_fails(&verdict, "read event 11 (attempt 2) of transaction 1");
         assert!(
             verdict.detail.contains("under event ids {10, 11}"),
             "{}",
@@ -458,15 +412,14 @@ mod tests {
             got(10, 1, 1, "completed", true),
             got(10, 1, 2, "completed", true),
         ];
-        assert_verdict(
+        assert_fails(
             &webhook_event_ids(&received),
-            false,
             "event id 10 was used for transaction 1's completed",
         );
         let received = [
             got(10, 1, 1, "progress", true),
             got(10, 2, 1, "completed", true),
         ];
-        assert_verdict(&webhook_event_ids(&received), false, "event id 10");
+        assert_fails(&webhook_event_ids(&received), "event id 10");
     }
 }

@@ -1,5 +1,5 @@
-//! The sequential model of one lease, for the [`linearizability`](crate::linearizability) check
-//! of the clients' history, and the per-lease check itself.
+//! The sequential model of one lease, for the [`linearizability`] check of the clients' history,
+//! and the per-lease check itself.
 //!
 //! Leases are independent, so each lease's operations are checked on their own (Porcupine's
 //! partitioning), which keeps every search small.
@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::history::{Call, History, How, LeaseSeen, Operation, Outcome};
+use super::history::{Call, History, How, LeaseSeen, Operation, Outcome};
 use crate::linearizability::{self, Entry, Model, Verdict};
 
 /// The lease model, with the clock facts it needs.
@@ -495,7 +495,7 @@ pub fn check_history(history: &History, model: &LeaseModel, budget: usize) -> Ve
 #[cfg(test)]
 mod tests {
     use super::{LeaseModel, check_history};
-    use crate::history::{Call, History, How, LeaseSeen, Operation, Outcome};
+    use crate::leases::history::{Call, History, How, LeaseSeen, Operation, Outcome};
     use crate::linearizability::Verdict;
 
     const MODEL: LeaseModel = LeaseModel {

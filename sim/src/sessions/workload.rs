@@ -35,12 +35,12 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::cluster::{elapsed_ms, endpoint};
-use crate::ct_workload::ed25519_key;
-use crate::schedule::SeedRng;
-use crate::session_checkers::{
+use super::checkers::{
     ClaimRecord, CreatedSession, LateCompletion, SeenCertificate, UpstreamOrder,
 };
+use crate::cluster::{elapsed_ms, endpoint};
+use crate::ct::workload::ed25519_key;
+use crate::schedule::SeedRng;
 
 /// The port client machines answer HTTP-01 fetches on.
 const HTTP01_PORT: u16 = 80;

@@ -1,6 +1,6 @@
 //! Transaction pipelines in a simulated run: the configuration (short reaper timeout, archive
 //! delay and webhook backoff, so reaping, archiving and webhook retries happen within the run),
-//! the workload, the webhook receivers and processors ([`pipeline_webhooks`]), an observer of
+//! the workload, the webhook receivers and processors ([`webhooks`]), an observer of
 //! when each transaction finishes, and the verdicts at the end.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,15 +17,15 @@ use madsim::runtime::Handle;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::checkers::Verdict;
-use crate::cluster::{SimCluster, elapsed_ms, endpoint};
-use crate::pipeline_checkers::{self, FinalTx, Finals, TxResult};
-use crate::pipeline_webhook_checkers::{self, HookedTx, NoticeKind, NoticeRecord, WebhookReceived};
-use crate::pipeline_webhooks::{self, RunningWebhooks};
-use crate::pipeline_workload::{
-    self, FIRST_GROUP, PIPELINE, PipelineHistory, PipelineWorkload, RunningPipelines, Shared,
-    Timing,
+use super::checkers::{self, FinalTx, TxResult};
+use super::webhook_checkers::{self, HookedTx, NoticeKind, NoticeRecord, WebhookReceived};
+use super::webhooks::RunningWebhooks;
+use super::workload::{
+    FIRST_GROUP, PIPELINE, PipelineHistory, PipelineWorkload, RunningPipelines, Shared, Timing,
 };
+use crate::cluster::{SimCluster, elapsed_ms, endpoint};
+use crate::judge::Verdict;
+use crate::settle::settle;
 
 /// How soon after the faults heal (or after its enqueue, if later) every transaction must end:
 /// room for a sleep, a hand-on, and a few claims lost to workers that crashed or stalled before
@@ -65,7 +65,7 @@ pub fn pipeline_config() -> PipelineConfig {
 
 /// Node settings for a pipelines scenario: the node does not start a webhook processor of its
 /// own (it would send over HTTP); the harness runs one on every node's machine with the
-/// simulated sender ([`pipeline_webhooks`]).
+/// simulated sender ([`webhooks`]).
 pub fn tune(config: &mut NodeConfig) {
     config.pipelines.webhooks = false;
 }
@@ -116,7 +116,7 @@ pub fn start(
     let shared = Shared::default();
     let enqueue_until_ms = Arc::new(AtomicU64::new(u64::MAX));
     let config = pipeline_config();
-    let running = pipeline_workload::start(
+    let running = super::workload::start(
         workload,
         Timing {
             running_timeout_ms: config.running_timeout_ms,
@@ -131,8 +131,7 @@ pub fn start(
     );
     let terminal_at: Arc<Mutex<BTreeMap<u64, (u64, TxResult)>>> = Arc::default();
     let (stop_observer, stopped) = watch::channel(false);
-    let webhooks =
-        pipeline_webhooks::start(cluster, workload.receivers, seed, max_skew_ms, started);
+    let webhooks = super::webhooks::start(cluster, workload.receivers, seed, max_skew_ms, started);
     let observer = tokio::spawn(observe(
         Arc::clone(cluster),
         shared.clone(),
@@ -282,32 +281,35 @@ impl PipelineRun {
         let webhooks_received = self.webhooks.stop().await;
         let notices = list_notices(cluster.ids().len() as u64).await;
         let hooked = read_hooked(cluster, &history.webhooks);
-        let finals = settle(cluster, &acknowledged(&self.shared)).await;
+        let ids = acknowledged(&self.shared);
+        let finals = settle(cluster, |state| read_transactions(state, &ids))
+            .await
+            .finals;
         let window_ms = pipeline_config().external_id_window_ms;
         let verdicts = vec![
-            pipeline_checkers::enqueues_durable(&history.enqueued, &finals),
-            pipeline_checkers::external_ids_once(
+            checkers::enqueues_durable(&history.enqueued, &finals),
+            checkers::external_ids_once(
                 &history.enqueued,
                 window_ms,
                 self.max_skew_ms + WINDOW_SLACK_MS,
             ),
-            pipeline_checkers::transactions_terminal(
+            checkers::transactions_terminal(
                 &history.enqueued,
                 &terminal_at,
                 heal_ms,
                 TERMINAL_BOUND_MS,
                 end_ms,
             ),
-            pipeline_checkers::steps_from_current_claim(&history.claims, &history.steps),
-            pipeline_checkers::archive_faithful(&history.polled, &terminal_at, &finals),
-            pipeline_checkers::long_poll_final(&history.polled, &finals),
-            pipeline_checkers::cancels_honoured(
+            checkers::steps_from_current_claim(&history.claims, &history.steps),
+            checkers::archive_faithful(&history.polled, &terminal_at, &finals),
+            checkers::long_poll_final(&history.polled, &finals),
+            checkers::cancels_honoured(
                 &history.cancels,
                 &history.steps,
                 &history.progress,
                 &terminal_at,
             ),
-            pipeline_checkers::sleepers_woken(
+            checkers::sleepers_woken(
                 &history.sleeps,
                 &history.switches,
                 &history.cancels,
@@ -317,11 +319,8 @@ impl PipelineRun {
             ),
             match &notices {
                 Some(notices) => {
-                    let mut verdict = pipeline_webhook_checkers::webhooks_delivered(
-                        &hooked,
-                        &webhooks_received,
-                        notices,
-                    );
+                    let mut verdict =
+                        webhook_checkers::webhooks_delivered(&hooked, &webhooks_received, notices);
                     if !drained {
                         verdict.detail.push_str(&format!(
                             " (deliveries still pending {WEBHOOK_SETTLE_MS} ms after the \
@@ -330,13 +329,12 @@ impl PipelineRun {
                     }
                     verdict
                 }
-                None => Verdict {
-                    checker: "webhooks-delivered".to_owned(),
-                    passed: false,
-                    detail: "no node answered ListNotices at the end".to_owned(),
-                },
+                None => Verdict::fail(
+                    "webhooks-delivered",
+                    "no node answered ListNotices at the end".to_owned(),
+                ),
             },
-            pipeline_webhook_checkers::webhook_event_ids(&webhooks_received),
+            webhook_checkers::webhook_event_ids(&webhooks_received),
             clients_saw_no_violation(&history),
         ];
         (
@@ -372,56 +370,7 @@ fn clients_saw_no_violation(history: &PipelineHistory) -> Verdict {
         history.switches.len(),
         history.archived_reads
     );
-    Verdict {
-        checker: "pipeline-clients".to_owned(),
-        passed: history.violations.is_empty(),
-        detail: if history.violations.is_empty() {
-            detail
-        } else {
-            history.violations.join("; ")
-        },
-    }
-}
-
-/// Waits (up to 10 s) until every running node has applied what the leader committed, then
-/// reads each caught-up node's copy of the acknowledged transactions.
-async fn settle(cluster: &SimCluster, ids: &BTreeSet<u64>) -> Finals {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let mut best = BTreeMap::new();
-    while tokio::time::Instant::now() < deadline {
-        let replicas = cluster.replicas();
-        let target = replicas
-            .iter()
-            .map(|(_, replica)| replica.commit_index())
-            .max()
-            .unwrap_or(0);
-        let mut finals = BTreeMap::new();
-        for (id, replica) in &replicas {
-            let applied = replica
-                .raft
-                .metrics()
-                .borrow()
-                .last_applied
-                .map_or(0, |log_id| log_id.index);
-            if applied >= target {
-                finals.insert(
-                    *id,
-                    replica
-                        .reader
-                        .read(|applied| read_transactions(&applied.state, ids)),
-                );
-            }
-        }
-        let complete = finals.len() == replicas.len() && !replicas.is_empty();
-        if finals.len() > best.len() {
-            best = finals;
-        }
-        if complete {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    best
+    Verdict::of_violations("pipeline-clients", &history.violations, detail)
 }
 
 /// The running node that has applied the most.

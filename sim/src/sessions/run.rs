@@ -14,12 +14,13 @@ use certus_node::{NodeConfig, SessionParts, WorkEvent, WorkObserver};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::checkers::Verdict;
-use crate::cluster::{SessionPartsFor, SimCluster, elapsed_ms};
-use crate::session_checkers::{self, ClaimRecord, FinalSession, UpstreamOrder};
-use crate::session_workload::{
-    self, RunningSessions, SessionWorkload, Shared, SimTester, SimUpstream,
+use super::checkers::{self, ClaimRecord, FinalSession, UpstreamOrder};
+use super::workload::{
+    RunningSessions, SessionHistory, SessionWorkload, Shared, SimTester, SimUpstream,
 };
+use crate::cluster::{SessionPartsFor, SimCluster, elapsed_ms};
+use crate::judge::Verdict;
+use crate::settle::settle;
 
 /// How soon after the faults heal (or after its creation, if later) every session must end.
 pub const TERMINAL_BOUND_MS: u64 = 20_000;
@@ -181,7 +182,7 @@ pub struct SessionRun {
 #[derive(Debug, Serialize)]
 pub struct SessionReport {
     /// What the clients and workers saw.
-    pub history: session_workload::SessionHistory,
+    pub history: SessionHistory,
     /// What the upstream CA was asked for.
     pub orders: Vec<UpstreamOrder>,
 }
@@ -196,7 +197,7 @@ pub fn start(
     let nodes = cluster.ids().len() as u64;
     tokio::spawn(configure(Arc::clone(cluster)));
     let create_until_ms = Arc::new(AtomicU64::new(u64::MAX));
-    let running = session_workload::start(
+    let running = super::workload::start(
         workload,
         nodes,
         seed,
@@ -365,33 +366,30 @@ impl SessionRun {
         let _ = self.observer.await;
         let end_ms = elapsed_ms(started);
         let observed = std::mem::take(&mut *self.observed.lock().expect("observed sessions"));
-        let finals = settle(cluster).await;
+        let finals = settle(cluster, all_sessions).await.finals;
         let history = self.setup.shared.with(|history| history.clone());
         let orders = self.setup.upstream.orders();
         let verdicts = vec![
-            session_checkers::sessions_durable(&history.created, &finals, &history.seen),
-            session_checkers::sessions_terminal(
+            checkers::sessions_durable(&history.created, &finals, &history.seen),
+            checkers::sessions_terminal(
                 &history.created,
                 &observed.terminal_at,
                 heal_ms,
                 TERMINAL_BOUND_MS,
                 end_ms,
             ),
-            session_checkers::claims_exclusive(&history.claims),
-            session_checkers::claims_redelivered(&history.claims, &finals),
-            session_checkers::expired_claims_returned(
-                &observed.overdue,
-                heal_ms + LEADER_SETTLE_MS,
-            ),
-            session_checkers::issued_once(&orders, &history.seen),
-            session_checkers::stale_completions_refused(&history.late_completions),
+            checkers::claims_exclusive(&history.claims),
+            checkers::claims_redelivered(&history.claims, &finals),
+            checkers::expired_claims_returned(&observed.overdue, heal_ms + LEADER_SETTLE_MS),
+            checkers::issued_once(&orders, &history.seen),
+            checkers::stale_completions_refused(&history.late_completions),
             clients_saw_no_violation(&history),
         ];
         (verdicts, SessionReport { history, orders })
     }
 }
 
-fn clients_saw_no_violation(history: &session_workload::SessionHistory) -> Verdict {
+fn clients_saw_no_violation(history: &SessionHistory) -> Verdict {
     let detail = format!(
         "{} create calls, {} sessions acknowledged, {} HTTP-01 fetches served, {} certificates \
          fetched",
@@ -400,52 +398,5 @@ fn clients_saw_no_violation(history: &session_workload::SessionHistory) -> Verdi
         history.fetches_served,
         history.seen.len()
     );
-    Verdict {
-        checker: "session-clients".to_owned(),
-        passed: history.violations.is_empty(),
-        detail: if history.violations.is_empty() {
-            detail
-        } else {
-            history.violations.join("; ")
-        },
-    }
-}
-
-/// Waits (up to 10 s) until every running node has applied what the leader committed, then
-/// reads each caught-up node's sessions.
-async fn settle(cluster: &SimCluster) -> BTreeMap<u64, BTreeMap<u64, FinalSession>> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let mut best = BTreeMap::new();
-    while tokio::time::Instant::now() < deadline {
-        let replicas = cluster.replicas();
-        let target = replicas
-            .iter()
-            .map(|(_, replica)| replica.commit_index())
-            .max()
-            .unwrap_or(0);
-        let mut finals = BTreeMap::new();
-        for (id, replica) in &replicas {
-            let applied = replica
-                .raft
-                .metrics()
-                .borrow()
-                .last_applied
-                .map_or(0, |log_id| log_id.index);
-            if applied >= target {
-                finals.insert(
-                    *id,
-                    replica.reader.read(|applied| all_sessions(&applied.state)),
-                );
-            }
-        }
-        let complete = finals.len() == replicas.len() && !replicas.is_empty();
-        if finals.len() > best.len() {
-            best = finals;
-        }
-        if complete {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    best
+    Verdict::of_violations("session-clients", &history.violations, detail)
 }

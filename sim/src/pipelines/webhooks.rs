@@ -34,8 +34,8 @@ use madsim::runtime::Handle;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use super::webhook_checkers::WebhookReceived;
 use crate::cluster::{SimCluster, elapsed_ms};
-use crate::pipeline_webhook_checkers::WebhookReceived;
 use crate::schedule::SeedRng;
 
 /// The port receivers listen on.

@@ -22,12 +22,12 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::cluster::{elapsed_ms, endpoint};
-use crate::pipeline_checkers::{
+use super::checkers::{
     CancelRecord, CancelSeen, ClaimRecord, Enqueued, Polled, ProgressRecord, SleepRecord, StepKind,
     StepRecord, SwitchRecord, TxResult, is_terminal,
 };
-use crate::pipeline_webhooks::receiver_url;
+use super::webhooks::receiver_url;
+use crate::cluster::{elapsed_ms, endpoint};
 use crate::schedule::SeedRng;
 
 /// The pipeline producers enqueue through (defined at the start, to [`FIRST_GROUP`]).

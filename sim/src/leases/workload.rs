@@ -4,7 +4,7 @@
 //! The lease-contention workload: each client repeatedly tries to take one of a few leases;
 //! while it holds one it writes to a protected resource (which accepts a write only if the
 //! cluster confirms the writer's fencing token), renews, and finally releases or abandons it.
-//! Later workloads (sessions, pipelines, CT) plug in beside it: a [`Workload`] is started on its
+//! Later workloads (sessions, pipelines, CT) plug in beside it: a workload is started on its
 //! machines, stopped, and hands over its history.
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -16,8 +16,8 @@ use madsim::runtime::Handle;
 use tokio::sync::watch;
 use tracing::info;
 
+use super::history::{Call, History, Hold, How, LeaseSeen, Operation, Outcome, ResourceWrite};
 use crate::cluster::{elapsed_ms, endpoint};
-use crate::history::{Call, History, Hold, How, LeaseSeen, Operation, Outcome, ResourceWrite};
 use crate::schedule::SeedRng;
 
 /// The simulated address of client machine `index`.

@@ -19,7 +19,7 @@ use certus_ct::structures::MerkleTreeLeaf;
 use certus_ct::{Hash, LogEntry};
 use serde::Serialize;
 
-use crate::checkers::Verdict;
+use crate::judge::Verdict;
 
 /// A serving STH as the harness first saw it applied.
 #[derive(Clone, Debug, Serialize)]
@@ -48,22 +48,6 @@ pub struct Acknowledged {
     pub label: String,
 }
 
-fn pass(checker: &str, detail: String) -> Verdict {
-    Verdict {
-        checker: checker.to_owned(),
-        passed: true,
-        detail,
-    }
-}
-
-fn fail(checker: &str, detail: String) -> Verdict {
-    Verdict {
-        checker: checker.to_owned(),
-        passed: false,
-        detail,
-    }
-}
-
 /// The serving STH never shrinks and never goes back in time: in publication order, sizes do
 /// not decrease and timestamps strictly increase; equal sizes have equal roots.
 pub fn serving_sth_monotonic(publications: &[Publication]) -> Verdict {
@@ -71,7 +55,7 @@ pub fn serving_sth_monotonic(publications: &[Publication]) -> Verdict {
     for pair in publications.windows(2) {
         let (before, after) = (&pair[0].sth, &pair[1].sth);
         if after.tree_size < before.tree_size {
-            return fail(
+            return Verdict::fail(
                 NAME,
                 format!(
                     "the serving STH shrank from {} to {} entries (observed at {} ms)",
@@ -80,7 +64,7 @@ pub fn serving_sth_monotonic(publications: &[Publication]) -> Verdict {
             );
         }
         if after.timestamp_ms <= before.timestamp_ms {
-            return fail(
+            return Verdict::fail(
                 NAME,
                 format!(
                     "the serving STH went back in time: {} after {} (observed at {} ms)",
@@ -89,7 +73,7 @@ pub fn serving_sth_monotonic(publications: &[Publication]) -> Verdict {
             );
         }
         if after.tree_size == before.tree_size && after.root_hash != before.root_hash {
-            return fail(
+            return Verdict::fail(
                 NAME,
                 format!(
                     "two serving STHs of {} entries differ in root",
@@ -98,7 +82,7 @@ pub fn serving_sth_monotonic(publications: &[Publication]) -> Verdict {
             );
         }
     }
-    pass(
+    Verdict::pass(
         NAME,
         format!(
             "{} serving STHs, each at least as large and newer",
@@ -118,7 +102,7 @@ pub fn held_when_published(publications: &[Publication]) -> Verdict {
             .filter(|size| **size >= publication.sth.tree_size)
             .count();
         if holders < publication.needed {
-            return fail(
+            return Verdict::fail(
                 NAME,
                 format!(
                     "the STH of {} entries served at {} ms was held by {holders} nodes ({:?}); {} needed",
@@ -130,7 +114,7 @@ pub fn held_when_published(publications: &[Publication]) -> Verdict {
             );
         }
     }
-    pass(
+    Verdict::pass(
         NAME,
         format!(
             "{} serving STHs, each held by enough nodes",
@@ -155,7 +139,7 @@ pub fn numbered_once(logs: &BTreeMap<u64, Vec<Vec<u8>>>) -> (Verdict, Vec<Vec<u8
             .position(|(mine, reference)| mine != reference)
         {
             return (
-                fail(
+                Verdict::fail(
                     NAME,
                     format!("node {node}'s entry {index} differs from another node's"),
                 ),
@@ -169,14 +153,14 @@ pub fn numbered_once(logs: &BTreeMap<u64, Vec<Vec<u8>>>) -> (Verdict, Vec<Vec<u8
             Ok(leaf) => leaf.timestamped_entry.entry,
             Err(error) => {
                 return (
-                    fail(NAME, format!("entry {index} does not decode: {error}")),
+                    Verdict::fail(NAME, format!("entry {index} does not decode: {error}")),
                     longest,
                 );
             }
         };
         if let Some(first) = seen.insert(entry, index) {
             return (
-                fail(
+                Verdict::fail(
                     NAME,
                     format!("one certificate is logged twice: entries {first} and {index}"),
                 ),
@@ -189,7 +173,7 @@ pub fn numbered_once(logs: &BTreeMap<u64, Vec<Vec<u8>>>) -> (Verdict, Vec<Vec<u8
         longest.len(),
         logs.len()
     );
-    (pass(NAME, detail), longest)
+    (Verdict::pass(NAME, detail), longest)
 }
 
 /// Every serving STH describes a prefix of the one log: its root is the root of the first
@@ -213,7 +197,7 @@ pub fn consistent_with_log(
     for publication in publications {
         let sth = &publication.sth;
         let Ok(root) = tree.root_at(sth.tree_size) else {
-            return fail(
+            return Verdict::fail(
                 NAME,
                 format!(
                     "an STH serves {} entries but the longest stored log has {}",
@@ -223,7 +207,7 @@ pub fn consistent_with_log(
             );
         };
         if root != sth.root_hash {
-            return fail(
+            return Verdict::fail(
                 NAME,
                 format!(
                     "the STH of {} entries has a root that is not the log's",
@@ -244,7 +228,7 @@ pub fn consistent_with_log(
                     .map_err(|error| error.to_string())
             });
         if let Err(error) = signed {
-            return fail(
+            return Verdict::fail(
                 NAME,
                 format!(
                     "the STH of {} entries does not verify: {error}",
@@ -256,7 +240,7 @@ pub fn consistent_with_log(
         if let Some(newest) = last.checked_sub(1).and_then(|i| newest_sct_ms.get(i))
             && sth.timestamp_ms < *newest
         {
-            return fail(
+            return Verdict::fail(
                 NAME,
                 format!(
                     "the STH of {} entries is stamped {} but includes an SCT stamped {newest}",
@@ -265,7 +249,7 @@ pub fn consistent_with_log(
             );
         }
     }
-    pass(
+    Verdict::pass(
         NAME,
         format!(
             "{} serving STHs are prefixes of one {}-entry log and verify",
@@ -295,7 +279,7 @@ pub fn merge_delay(
     let mut worst_ms = 0;
     for entry in acknowledged {
         let Some(index) = index_of.get(&entry.leaf_hash) else {
-            return fail(
+            return Verdict::fail(
                 NAME,
                 format!(
                     "{} got an SCT at {} ms but is not in the log",
@@ -314,7 +298,7 @@ pub fn merge_delay(
             }
             Some(served_ms) if served_ms <= due_ms => {}
             Some(served_ms) => {
-                return fail(
+                return Verdict::fail(
                     NAME,
                     format!(
                         "{} (entry {index}) acknowledged at {} ms was first served at {served_ms} ms, after {due_ms} ms",
@@ -323,7 +307,7 @@ pub fn merge_delay(
                 );
             }
             None if due_ms <= end_ms => {
-                return fail(
+                return Verdict::fail(
                     NAME,
                     format!(
                         "{} (entry {index}) acknowledged at {} ms was never served (due by {due_ms} ms)",
@@ -334,7 +318,7 @@ pub fn merge_delay(
             None => {}
         }
     }
-    pass(
+    Verdict::pass(
         NAME,
         format!(
             "{} acknowledged entries served in time; worst merge delay after healing {worst_ms} ms",
@@ -347,11 +331,11 @@ pub fn merge_delay(
 pub fn clients_saw_no_violation(violations: &[String], checked: &str) -> Verdict {
     const NAME: &str = "ct-clients";
     match violations.first() {
-        Some(first) => fail(
+        Some(first) => Verdict::fail(
             NAME,
             format!("{} violations; first: {first}", violations.len()),
         ),
-        None => pass(NAME, checked.to_owned()),
+        None => Verdict::pass(NAME, checked.to_owned()),
     }
 }
 
@@ -361,7 +345,7 @@ pub fn trees_never_shrink(sizes: &BTreeMap<u64, Vec<u64>>) -> Verdict {
     const NAME: &str = "local-trees-durable";
     for (node, sizes) in sizes {
         if let Some(pair) = sizes.windows(2).find(|pair| pair[1] < pair[0]) {
-            return fail(
+            return Verdict::fail(
                 NAME,
                 format!(
                     "node {node}'s local tree shrank from {} to {} entries",
@@ -371,7 +355,7 @@ pub fn trees_never_shrink(sizes: &BTreeMap<u64, Vec<u64>>) -> Verdict {
         }
     }
     let nodes: BTreeSet<&u64> = sizes.keys().collect();
-    pass(NAME, format!("{} nodes' trees only grew", nodes.len()))
+    Verdict::pass(NAME, format!("{} nodes' trees only grew", nodes.len()))
 }
 
 #[cfg(test)]

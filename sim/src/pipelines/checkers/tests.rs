@@ -2,6 +2,7 @@
 //! a failure's detail must name the culprit (transaction, token, node).
 
 use super::*;
+use crate::judge::{assert_fails, assert_passes};
 
 const HEAL_MS: u64 = 10_000;
 const BOUND_MS: u64 = 5_000;
@@ -84,32 +85,6 @@ fn step(
         status: Some("success".to_owned()),
         cancel_known: false,
     }
-}
-
-#[track_caller]
-fn assert_passes(verdict: &Verdict, detail: &str) {
-    assert!(verdict.passed, "{}: {}", verdict.checker, verdict.detail);
-    assert!(
-        verdict.detail.contains(detail),
-        "{}: {:?} does not say {detail:?}",
-        verdict.checker,
-        verdict.detail
-    );
-}
-
-#[track_caller]
-fn assert_fails(verdict: &Verdict, culprit: &str) {
-    assert!(
-        !verdict.passed,
-        "{} passed: {}",
-        verdict.checker, verdict.detail
-    );
-    assert!(
-        verdict.detail.contains(culprit),
-        "{}: {:?} does not name {culprit:?}",
-        verdict.checker,
-        verdict.detail
-    );
 }
 
 // enqueues_durable
