@@ -369,10 +369,10 @@ fn remember(memory: &mut Memory, command: &Command, response: &Response) {
             SessionReply::Created { session, .. } => memory.sessions.push(*session),
             SessionReply::Claimed(sessions) => {
                 for session in sessions {
-                    let claim = session.claim.as_ref().unwrap();
+                    let claim = session.claim().unwrap();
                     memory
                         .session_claims
-                        .push((session.id, claim.token, session.stage));
+                        .push((session.id, claim.token, session.stage()));
                 }
             }
             SessionReply::Completed { .. }
@@ -386,7 +386,7 @@ fn remember(memory: &mut Memory, command: &Command, response: &Response) {
             PipelineReply::Enqueued { transaction, .. } => memory.transactions.push(*transaction),
             PipelineReply::Dequeued(transactions) => {
                 for tx in transactions {
-                    let claim = tx.claim.as_ref().unwrap();
+                    let claim = tx.claim().unwrap();
                     memory.tx_claims.push((tx.id, claim.token));
                 }
             }
@@ -525,7 +525,7 @@ impl Script<'_> {
         }) {
             SessionReply::Claimed(sessions) => sessions
                 .into_iter()
-                .map(|s| (s.id, s.claim.unwrap().token))
+                .map(|s| (s.id, s.claim().unwrap().token))
                 .collect(),
             other => panic!("{other:?}"),
         }
@@ -562,7 +562,7 @@ impl Script<'_> {
         }) {
             PipelineReply::Dequeued(taken) => taken
                 .iter()
-                .map(|tx| (tx.id, tx.claim.as_ref().unwrap().token))
+                .map(|tx| (tx.id, tx.claim().unwrap().token))
                 .collect(),
             other => panic!("{other:?}"),
         }
