@@ -16,6 +16,9 @@
 //!   after its client moved past it;
 //! - [`ct`]: the clustered Certificate Transparency log's entries, sequence, node reports and
 //!   serving STH;
+//! - [`claims`]: claimed work, what sessions and pipelines share: where an item is (queued,
+//!   claimed, asleep or ended, one value), claim tokens and deadlines, the held check that
+//!   replays a retried step, attempts, and the tick's bounded sweeps;
 //! - [`sessions`]: CA issuance sessions, their stage queues, claims by workers and retention;
 //! - [`pipelines`]: transaction pipelines: per-node-group queues, claims with a reaper, sleep and
 //!   switches, webhooks with backoff and URL pauses, administrator notices, completion
@@ -24,6 +27,7 @@
 #![deny(missing_docs, unreachable_pub)]
 
 pub mod challenges;
+pub mod claims;
 pub mod clients;
 mod command;
 pub mod ct;
@@ -52,9 +56,10 @@ pub use pipelines::{
     PipelineTickReport,
 };
 pub use sessions::{
-    Claim, Completion, DnsName, KillReason, NewChallenge, QueueStats, Reason, RequestKey, Session,
-    SessionChallenge, SessionCommand, SessionConfig, SessionError, SessionId, SessionReply,
-    SessionTickReport, Stage, StepOutcome, TestResult, WorkerId,
+    Claim, Completion, DnsName, Ended, Ending, KillReason, NewChallenge, QueueStats, QueuedStage,
+    Reason, RequestKey, Session, SessionChallenge, SessionCommand, SessionConfig, SessionError,
+    SessionId, SessionPlace, SessionReply, SessionTickReport, Stage, StageClaim, StepOutcome,
+    TestResult, WorkerId,
 };
 pub use snapshot::SnapshotError;
 pub use state::{InvariantViolation, State, apply};

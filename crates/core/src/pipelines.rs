@@ -45,14 +45,20 @@
 //! nothing and answers the existing transaction's id with `duplicate: true`, as an idempotent
 //! queue API does; the first enqueue's content wins.
 //!
+//! Claims follow the rules of [`crate::claims`], which issuance sessions share. A transaction's
+//! [`TxPlace`] says where it is and holds what that place needs — a queue entry, a claim (with a
+//! pending cancel), what it sleeps until, or how and when it finished — so its status follows
+//! from it and cannot disagree with it; snapshots and answers still carry the flat record the
+//! format was defined with (`pipelines/record.rs`).
+//!
 //! Invariants (checked by `Pipelines::check`):
-//! - every transaction is in exactly one place, and its status says which: a queue of its node
-//!   group (queued), the processing set (running, with a claim), the sleepers (sleeping), the
-//!   finished set (terminal, awaiting archive) or the archive (terminal, archived); every index
-//!   and every counter holds exactly what the transactions' fields say;
-//!   no transaction is in two queues, and queue positions are unique;
-//! - only a running transaction has a claim or a pending cancel; its claim's token is above its
-//!   last step's; ids, tokens and positions are at most the last issued;
+//! - every transaction is in exactly one place — a queue of its node group (queued), the
+//!   processing set (running, with a claim), the sleepers (sleeping), the finished set (terminal,
+//!   awaiting archive) or the archive (terminal, archived) — by construction: the place is one
+//!   value, and its status follows from it. Every index and every counter holds exactly what the
+//!   places and fields say; no transaction is in two queues, and queue positions are unique;
+//! - only a running transaction has a claim or a pending cancel (by construction); its claim's
+//!   token is above its last step's; ids, tokens and positions are at most the last issued;
 //! - every in-play transaction's pipeline, if it has one, is defined;
 //! - times are not after the machine clock, deadlines and wake times are within their bounds;
 //! - the switches hold no zeros, and no switch has more sleepers than allowed;
@@ -67,6 +73,7 @@ use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
+use crate::claims::{self, DAY_MS, Held, Hold, InvalidConfig, OutOfRange, Place, Sweep, Work};
 use crate::limits::{
     LIST_PAGE_MAX, PIPELINE_DEQUEUE_BATCH_MAX, PIPELINE_EXTERNAL_ID_BYTES_MAX,
     PIPELINE_EXTERNAL_IDS_MAX, PIPELINE_JSON_BYTES_MAX, PIPELINE_NAME_BYTES_MAX,
@@ -79,11 +86,13 @@ use crate::sessions::WorkerId;
 use crate::text::{TextError, TextKind, check, is_name_byte, is_visible_byte, validated_text};
 
 mod notifications;
+mod record;
 mod stats;
 mod webhooks;
 
 pub use notifications::{Notification, NotificationKind, NotificationPage};
 pub(crate) use notifications::{NotificationRecords, NotificationRecordsRef, Notifications};
+pub(crate) use record::TransactionRecord;
 use stats::{Counted, Stats, StatsRecords, StatsRecordsRef};
 pub use stats::{Resolution, StatsCounts, StatsRow};
 pub use webhooks::{
@@ -218,7 +227,7 @@ pub struct ArchiveCursor {
 impl ArchiveCursor {
     /// The cursor just after `tx`, if it is archived.
     pub fn after(tx: &Transaction) -> Option<ArchiveCursor> {
-        tx.archived_at_ms.map(|archived_at_ms| ArchiveCursor {
+        tx.archived_at_ms().map(|archived_at_ms| ArchiveCursor {
             archived_at_ms,
             transaction: tx.id,
         })
@@ -305,14 +314,58 @@ impl TxStatus {
 
     /// Whether the status is final: the transaction never runs again.
     pub fn is_terminal(self) -> bool {
-        !matches!(
-            self,
-            TxStatus::Queued | TxStatus::Running | TxStatus::Sleeping
-        )
+        FinalStatus::of(self).is_some()
     }
 
     fn slot(self) -> usize {
         self as usize
+    }
+}
+
+/// A terminal status: how a finished transaction finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FinalStatus {
+    /// [`TxStatus::Success`].
+    Success,
+    /// [`TxStatus::Failed`].
+    Failed,
+    /// [`TxStatus::Aborted`].
+    Aborted,
+    /// [`TxStatus::Timeout`].
+    Timeout,
+    /// [`TxStatus::InternalError`].
+    InternalError,
+}
+
+impl FinalStatus {
+    /// The terminal status `status` is, if it is terminal.
+    pub fn of(status: TxStatus) -> Option<FinalStatus> {
+        match status {
+            TxStatus::Success => Some(FinalStatus::Success),
+            TxStatus::Failed => Some(FinalStatus::Failed),
+            TxStatus::Aborted => Some(FinalStatus::Aborted),
+            TxStatus::Timeout => Some(FinalStatus::Timeout),
+            TxStatus::InternalError => Some(FinalStatus::InternalError),
+            TxStatus::Queued | TxStatus::Running | TxStatus::Sleeping => None,
+        }
+    }
+}
+
+impl From<FinalStatus> for TxStatus {
+    fn from(status: FinalStatus) -> TxStatus {
+        match status {
+            FinalStatus::Success => TxStatus::Success,
+            FinalStatus::Failed => TxStatus::Failed,
+            FinalStatus::Aborted => TxStatus::Aborted,
+            FinalStatus::Timeout => TxStatus::Timeout,
+            FinalStatus::InternalError => TxStatus::InternalError,
+        }
+    }
+}
+
+impl fmt::Display for FinalStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        TxStatus::from(*self).fmt(f)
     }
 }
 
@@ -402,16 +455,13 @@ pub struct Slumber {
 }
 
 /// The last step (`Complete`, `Requeue` or `Sleep`) a transaction accepted, replayed to a retry.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepRecord {
-    /// The claim token it carried.
-    pub token: u64,
-    /// What it was answered.
-    pub reply: PipelineReply,
-}
+pub type StepRecord = claims::Completion<PipelineReply>;
 
 /// A transaction.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Snapshots, answers and the transport carry it as the flat record the format was defined with
+/// (`record.rs`); that record is only read into a transaction whose fields fit together.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transaction {
     /// Its id (the log index of its `Enqueue`).
     pub id: TransactionId,
@@ -423,8 +473,8 @@ pub struct Transaction {
     pub pipeline: Option<PipelineName>,
     /// The node group whose queues it is in (or was in, when it finished).
     pub node_group: NodeGroup,
-    /// Its status.
-    pub status: TxStatus,
+    /// Where it is: queued, running, sleeping or finished. Its status follows from it.
+    pub place: TxPlace,
     /// Its state, as the latest step saved it.
     pub state: JsonDocument,
     /// What the next worker is to do; cleared when it finishes.
@@ -433,31 +483,115 @@ pub struct Transaction {
     pub metadata: TxMetadata,
     /// The latest progress report.
     pub progress: Option<JsonDocument>,
-    /// A cancel arrived while it was running; the worker is to finish it as aborted.
-    pub cancel_requested: bool,
     /// Machine time of the `Enqueue`.
     pub created_at_ms: u64,
-    /// Where it waits, when queued.
-    pub queued: Option<QueueEntry>,
-    /// Who runs it, when running.
-    pub claim: Option<TxClaim>,
-    /// What it waits for, when sleeping.
-    pub sleep: Option<Slumber>,
     /// How often the current event was handed to a worker (reset when a step hands it on).
     pub attempts: u32,
     /// Machine time it was last handed to a worker.
     pub last_started_at_ms: Option<u64>,
-    /// Machine time it finished.
-    pub completed_at_ms: Option<u64>,
     /// Machine time a long-poll last replied with it (the seed's `notifiedTime`).
     pub notified_at_ms: Option<u64>,
-    /// Machine time it moved to the archive.
-    pub archived_at_ms: Option<u64>,
     /// The last accepted step.
     pub last_step: Option<StepRecord>,
     /// Grows with every change (the log index of the latest one, or one more than the previous
     /// version): an export that saw version `v` is current exactly while the version is `v`.
     pub version: u64,
+}
+
+/// Where a transaction is: queued in a queue of its node group, running, sleeping, or finished.
+pub type TxPlace = Place<QueueEntry, Running, Slumber, Finished>;
+
+/// A running transaction: a worker's claim on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Running {
+    /// Who runs it.
+    pub claim: TxClaim,
+    /// A cancel arrived while it was running; the worker is to finish it as aborted.
+    pub cancel_requested: bool,
+}
+
+impl Hold for Running {
+    fn token(&self) -> u64 {
+        self.claim.token
+    }
+
+    fn deadline_ms(&self) -> u64 {
+        self.claim.deadline_ms
+    }
+}
+
+/// A finished transaction: in the hot set until the archive delay passes, then in the archive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Finished {
+    /// How it finished.
+    pub status: FinalStatus,
+    /// Machine time it finished.
+    pub completed_at_ms: u64,
+    /// Machine time it moved to the archive.
+    pub archived_at_ms: Option<u64>,
+}
+
+impl Transaction {
+    /// Its status.
+    pub fn status(&self) -> TxStatus {
+        match &self.place {
+            Place::Queued(_) => TxStatus::Queued,
+            Place::Claimed(_) => TxStatus::Running,
+            Place::Asleep(_) => TxStatus::Sleeping,
+            Place::Ended(finished) => finished.status.into(),
+        }
+    }
+
+    /// Where it waits, when queued.
+    pub fn queued(&self) -> Option<QueueEntry> {
+        self.place.queued().copied()
+    }
+
+    /// Who runs it, when running.
+    pub fn claim(&self) -> Option<&TxClaim> {
+        self.place.claimed().map(|running| &running.claim)
+    }
+
+    /// What it waits for, when sleeping.
+    pub fn sleep(&self) -> Option<&Slumber> {
+        self.place.asleep()
+    }
+
+    /// Whether a cancel arrived while it was running: the worker is to finish it as aborted.
+    pub fn cancel_requested(&self) -> bool {
+        self.place
+            .claimed()
+            .is_some_and(|running| running.cancel_requested)
+    }
+
+    /// Machine time it finished.
+    pub fn completed_at_ms(&self) -> Option<u64> {
+        self.place.ended().map(|finished| finished.completed_at_ms)
+    }
+
+    /// Machine time it moved to the archive.
+    pub fn archived_at_ms(&self) -> Option<u64> {
+        self.place
+            .ended()
+            .and_then(|finished| finished.archived_at_ms)
+    }
+}
+
+impl Work for Transaction {
+    type Claim = Running;
+    type Reply = PipelineReply;
+
+    fn current_claim(&self) -> Option<&Running> {
+        self.place.claimed()
+    }
+
+    fn completion(&self) -> Option<&StepRecord> {
+        self.last_step.as_ref()
+    }
+
+    fn set_completion(&mut self, completion: StepRecord) {
+        self.last_step = Some(completion);
+    }
 }
 
 /// The pipelines' cluster-wide configuration, changed at run time by
@@ -494,7 +628,6 @@ pub struct PipelineConfig {
     pub url_pause_ms: u64,
 }
 
-const DAY_MS: u64 = 86_400_000;
 /// The hard bound on `external_id_window_ms`.
 const EXTERNAL_ID_WINDOW_MS_MAX: u64 = 30 * DAY_MS;
 
@@ -520,16 +653,7 @@ impl Default for PipelineConfig {
 impl PipelineConfig {
     /// Checks every field against its bounds, naming the first one out of range.
     pub fn validate(&self) -> Result<(), PipelineError> {
-        let within = |field: &'static str, min: u64, max: u64, got: u64| {
-            if (min..=max).contains(&got) {
-                Ok(())
-            } else {
-                Err(PipelineError::InvalidConfig {
-                    field: field.to_owned(),
-                    reason: format!("{got} is outside {min}..={max}"),
-                })
-            }
-        };
+        let within = claims::config_within;
         within(
             "external_id_window_ms",
             1_000,
@@ -908,6 +1032,16 @@ impl GroupCounts {
     fn is_empty(&self) -> bool {
         *self == GroupCounts::default()
     }
+
+    /// The count an in-play transaction at `place` is counted in.
+    fn of(&mut self, place: &TxPlace) -> &mut usize {
+        match place {
+            Place::Queued(entry) => &mut self.queued[entry.queue.slot()],
+            Place::Claimed(_) => &mut self.running,
+            Place::Asleep(_) => &mut self.sleeping,
+            Place::Ended(_) => unreachable!("only transactions in play are counted"),
+        }
+    }
 }
 
 /// Why a pipeline command was refused. A refused command changes nothing.
@@ -1006,71 +1140,24 @@ pub enum PipelineError {
     },
 }
 
-/// Where a transaction is; every transaction is in exactly one place.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Place {
-    /// In queue `queue` of its node group at position `seq`.
-    Queue { queue: QueueType, seq: u64 },
-    /// Running since `started_at_ms`, reaped from `deadline_ms`.
-    Running {
-        started_at_ms: u64,
-        deadline_ms: u64,
-    },
-    /// Sleeping until `until_ms` (or its switch).
-    Sleeping { until_ms: u64 },
-    /// Finished at `completed_at_ms`, awaiting the archive.
-    Finished { completed_at_ms: u64 },
-    /// In the archive since `archived_at_ms`.
-    Archived { archived_at_ms: u64 },
-}
-
-impl Place {
-    fn in_play(self) -> bool {
-        matches!(
-            self,
-            Place::Queue { .. } | Place::Running { .. } | Place::Sleeping { .. }
-        )
+impl From<OutOfRange> for PipelineError {
+    fn from(error: OutOfRange) -> PipelineError {
+        PipelineError::OutOfRange {
+            field: error.field,
+            got: error.got,
+            min: error.min,
+            max: error.max,
+        }
     }
 }
 
-/// The place a transaction's fields put it in, or why they put it nowhere.
-fn place(tx: &Transaction) -> Result<Place, String> {
-    let id = tx.id;
-    let status = tx.status;
-    let place = match (status, &tx.queued, &tx.claim, &tx.sleep, tx.completed_at_ms) {
-        (TxStatus::Queued, Some(entry), None, None, None) => Place::Queue {
-            queue: entry.queue,
-            seq: entry.seq,
-        },
-        (TxStatus::Running, None, Some(claim), None, None) => Place::Running {
-            started_at_ms: claim.started_at_ms,
-            deadline_ms: claim.deadline_ms,
-        },
-        (TxStatus::Sleeping, None, None, Some(slumber), None) => Place::Sleeping {
-            until_ms: slumber.until_ms,
-        },
-        (_, None, None, None, Some(completed_at_ms)) if status.is_terminal() => {
-            match tx.archived_at_ms {
-                Some(archived_at_ms) => Place::Archived { archived_at_ms },
-                None => Place::Finished { completed_at_ms },
-            }
+impl From<InvalidConfig> for PipelineError {
+    fn from(error: InvalidConfig) -> PipelineError {
+        PipelineError::InvalidConfig {
+            field: error.field,
+            reason: error.reason,
         }
-        _ => {
-            return Err(format!(
-                "transaction {id} is {status} but its queue entry, claim, sleep and completion \
-                 time do not say so"
-            ));
-        }
-    };
-    if tx.archived_at_ms.is_some() && !matches!(place, Place::Archived { .. }) {
-        return Err(format!("transaction {id} is {status} yet archived"));
     }
-    if tx.cancel_requested && status != TxStatus::Running {
-        return Err(format!(
-            "transaction {id} is {status} with a pending cancel"
-        ));
-    }
-    Ok(place)
 }
 
 /// An external id's window: the transaction it names, until when.
@@ -1141,7 +1228,8 @@ pub(crate) struct PipelineRecordsRef<'a> {
     stats: StatsRecordsRef<'a>,
 }
 
-/// What a snapshot stores of [`Pipelines`], as read back (a map encodes as its pairs).
+/// What a snapshot stores of [`Pipelines`], as read back (a map encodes as its pairs; a
+/// transaction as its record).
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct PipelineRecords {
     config: PipelineConfig,
@@ -1149,18 +1237,12 @@ pub(crate) struct PipelineRecords {
     last_claim_token: u64,
     last_queue_seq: u64,
     definitions: Vec<Pipeline>,
-    transactions: Vec<Transaction>,
+    transactions: Vec<TransactionRecord>,
     external_ids: Vec<(ExternalId, ExternalIdEntry)>,
     switches: Vec<(SwitchName, u64)>,
     webhooks: WebhookRecords,
     notifications: NotificationRecords,
     stats: StatsRecords,
-}
-
-/// A claim token's check: a retry of the last step, or the current claim.
-enum Held<'a> {
-    Retry(PipelineReply),
-    Current(&'a Transaction),
 }
 
 impl Pipelines {
@@ -1231,7 +1313,7 @@ impl Pipelines {
             }
             PipelineCommand::Cancel { transaction } => self.cancel(transaction, now_ms, log_index),
             PipelineCommand::TakeWebhooks { max } => {
-                within("max", max.into(), 1, PIPELINE_WEBHOOK_BATCH_MAX.into())?;
+                claims::within("max", max.into(), 1, PIPELINE_WEBHOOK_BATCH_MAX.into())?;
                 Ok(PipelineReply::WebhooksTaken(self.webhooks.take(
                     max,
                     now_ms,
@@ -1354,7 +1436,7 @@ impl Pipelines {
                     .to_owned(),
             });
         }
-        self.last_transaction_id = issue(self.last_transaction_id, log_index);
+        self.last_transaction_id = claims::issue(self.last_transaction_id, log_index);
         let id = TransactionId(self.last_transaction_id);
         // 2. A new id is queued nowhere yet; (7.) nor is it processing.
         assert!(!self.table.contains_key(&id), "transaction ids are fresh");
@@ -1375,21 +1457,15 @@ impl Pipelines {
             external_id: new.external_id,
             pipeline,
             node_group,
-            status: TxStatus::Queued,
+            place: Place::Queued(queued),
             state: new.state,
             event: new.event,
             metadata: new.metadata,
             progress: None,
-            cancel_requested: false,
             created_at_ms: now_ms,
-            queued: Some(queued),
-            claim: None,
-            sleep: None,
             attempts: 0,
             last_started_at_ms: None,
-            completed_at_ms: None,
             notified_at_ms: None,
-            archived_at_ms: None,
             last_step: None,
             version: id.0,
         });
@@ -1419,7 +1495,7 @@ impl Pipelines {
             Held::Retry(reply) => return Ok(reply),
             Held::Current(tx) => tx,
         };
-        if tx.cancel_requested {
+        if tx.cancel_requested() {
             return Err(PipelineError::CancelRequested { transaction: id });
         }
         let mut next = tx.clone();
@@ -1431,8 +1507,7 @@ impl Pipelines {
             Some(Route::NodeGroup(node_group)) => next.node_group = node_group,
             None => {}
         }
-        next.status = TxStatus::Queued;
-        next.queued = Some(self.queue_entry(queue, now_ms));
+        next.place = Place::Queued(self.queue_entry(queue, now_ms));
         next.attempts = 0;
         if let Some(state) = state {
             next.state = state;
@@ -1458,7 +1533,7 @@ impl Pipelines {
         now_ms: u64,
         log_index: u64,
     ) -> Result<PipelineReply, PipelineError> {
-        within("max", max.into(), 1, PIPELINE_DEQUEUE_BATCH_MAX.into())?;
+        claims::within("max", max.into(), 1, PIPELINE_DEQUEUE_BATCH_MAX.into())?;
         let mut picked: Vec<(QueueType, TransactionId)> = Vec::new();
         for queue in QueueType::PRIORITY {
             let room = max as usize - picked.len();
@@ -1469,28 +1544,31 @@ impl Pipelines {
         if picked.is_empty() {
             return Ok(PipelineReply::Dequeued(Vec::new()));
         }
-        self.last_claim_token = issue(self.last_claim_token, log_index);
+        self.last_claim_token = claims::issue(self.last_claim_token, log_index);
         let token = self.last_claim_token;
+        let deadline_ms = claims::deadline(now_ms, self.config.running_timeout_ms);
         let mut dequeued = Vec::with_capacity(picked.len());
         for (queue, id) in picked {
             let mut tx = self.take(id);
-            // Cancel takes a queued transaction out of its queue in the same command, so none
-            // cancelled while queued is ever found here.
-            assert!(
-                tx.status == TxStatus::Queued && !tx.cancel_requested,
-                "transaction {id} in queue {queue} of {node_group} is {}",
-                tx.status
-            );
-            tx.status = TxStatus::Running;
-            tx.queued = None;
-            tx.claim = Some(TxClaim {
-                worker: worker.clone(),
-                token,
-                started_at_ms: now_ms,
-                deadline_ms: now_ms.saturating_add(self.config.running_timeout_ms),
-                queue,
+            // Cancel takes a queued transaction out of its queue in the same command, so every
+            // transaction found in a queue is queued (claiming asserts it).
+            tx.place = tx.place.claim(|entry| {
+                assert_eq!(
+                    entry.queue, queue,
+                    "transaction {id} is where its queue says"
+                );
+                Running {
+                    claim: TxClaim {
+                        worker: worker.clone(),
+                        token,
+                        started_at_ms: now_ms,
+                        deadline_ms,
+                        queue,
+                    },
+                    cancel_requested: false,
+                }
             });
-            tx.attempts = tx.attempts.saturating_add(1);
+            tx.attempts = claims::count_attempt(tx.attempts);
             tx.last_started_at_ms = Some(now_ms);
             tx.version = next_version(tx.version, log_index);
             self.stats
@@ -1511,7 +1589,7 @@ impl Pipelines {
         let mut tx = self.take(id);
         tx.notified_at_ms = Some(now_ms);
         tx.version = next_version(tx.version, log_index);
-        let webhook_cancelled = tx.status.is_terminal()
+        let webhook_cancelled = tx.status().is_terminal()
             && tx.metadata.cancel_webhook_on_longpoll
             && self.webhooks.cancel_for(id);
         self.put(tx.clone());
@@ -1534,14 +1612,14 @@ impl Pipelines {
             Held::Retry(reply) => return Ok(reply),
             Held::Current(tx) => tx,
         };
-        if !status.is_terminal() {
+        let Some(final_status) = FinalStatus::of(status) else {
             return Err(PipelineError::NotTerminal { status });
-        }
+        };
         let mut next = tx.clone();
         if let Some(state) = state {
             next.state = state;
         }
-        finish(&mut next, status, now_ms);
+        finish(&mut next, final_status, now_ms);
         let reply = PipelineReply::Completed {
             transaction: id,
             status,
@@ -1560,22 +1638,20 @@ impl Pipelines {
         log_index: u64,
     ) -> Result<PipelineReply, PipelineError> {
         let tx = self.get_known(id)?;
-        if tx.claim.as_ref().is_none_or(|claim| claim.token != token) {
-            return Err(PipelineError::StaleClaim {
-                transaction: id,
-                token,
-                status: tx.status,
-            });
+        if tx.claim().is_none_or(|claim| claim.token != token) {
+            return Err(stale(tx, token));
         }
         let mut tx = self.take(id);
-        let deadline_ms = now_ms.saturating_add(self.config.running_timeout_ms);
-        tx.claim.as_mut().expect("checked above").deadline_ms = deadline_ms;
+        let deadline_ms = claims::deadline(now_ms, self.config.running_timeout_ms);
+        let running = tx.place.claimed_mut().expect("checked above");
+        running.claim.deadline_ms = deadline_ms;
+        let cancel_requested = running.cancel_requested;
         tx.progress = Some(report);
         tx.version = next_version(tx.version, log_index);
         let reply = PipelineReply::ProgressRecorded {
             transaction: id,
             deadline_ms,
-            cancel_requested: tx.cancel_requested,
+            cancel_requested,
         };
         if let Some(url) = &tx.metadata.webhook_url
             && tx.metadata.progress_reports
@@ -1606,10 +1682,10 @@ impl Pipelines {
             Held::Retry(reply) => return Ok(reply),
             Held::Current(tx) => tx,
         };
-        if tx.cancel_requested {
+        if tx.cancel_requested() {
             return Err(PipelineError::CancelRequested { transaction: id });
         }
-        within(
+        claims::within(
             "until_ms",
             slumber.until_ms,
             0,
@@ -1630,8 +1706,7 @@ impl Pipelines {
             transaction: id,
             until_ms: slumber.until_ms,
         };
-        next.status = TxStatus::Sleeping;
-        next.sleep = Some(slumber);
+        next.place = Place::Asleep(slumber);
         if let Some(state) = state {
             next.state = state;
         }
@@ -1681,24 +1756,27 @@ impl Pipelines {
         log_index: u64,
     ) -> Result<PipelineReply, PipelineError> {
         let tx = self.get_known(id)?;
-        let outcome = match tx.status {
-            TxStatus::Queued | TxStatus::Sleeping => {
+        let outcome = match &tx.place {
+            Place::Queued(_) | Place::Asleep(_) => {
                 let mut tx = self.take(id);
-                finish(&mut tx, TxStatus::Aborted, now_ms);
+                finish(&mut tx, FinalStatus::Aborted, now_ms);
                 tx.version = next_version(tx.version, log_index);
                 self.put(tx);
                 self.announce_finish(id, now_ms, log_index);
                 CancelOutcome::Aborted
             }
-            TxStatus::Running if tx.cancel_requested => CancelOutcome::AlreadyRequested,
-            TxStatus::Running => {
+            Place::Claimed(running) if running.cancel_requested => CancelOutcome::AlreadyRequested,
+            Place::Claimed(_) => {
                 let mut tx = self.take(id);
-                tx.cancel_requested = true;
+                let running = tx.place.claimed_mut().expect("matched above");
+                running.cancel_requested = true;
                 tx.version = next_version(tx.version, log_index);
                 self.put(tx);
                 CancelOutcome::Requested
             }
-            status => CancelOutcome::Finished { status },
+            Place::Ended(finished) => CancelOutcome::Finished {
+                status: finished.status.into(),
+            },
         };
         Ok(PipelineReply::Cancelled {
             transaction: id,
@@ -1713,28 +1791,17 @@ impl Pipelines {
     pub(crate) fn tick(&mut self, now_ms: u64, log_index: u64) -> PipelineTickReport {
         let mut report = PipelineTickReport::default();
         let config = self.config;
+        let mut sweep = Sweep::new(now_ms, PIPELINE_TICK_BATCH_MAX);
         let mut more = false;
-        // Each step pops the first entry of a time-ordered index while it is due.
-        let mut due = |index: &BTreeSet<(u64, TransactionId)>, wait_ms: u64, done: usize| {
-            let &(at_ms, id) = index.first()?;
-            if at_ms.saturating_add(wait_ms) > now_ms {
-                return None;
-            }
-            if done == PIPELINE_TICK_BATCH_MAX {
-                more = true;
-                return None;
-            }
-            Some(id)
-        };
         let mut reaped = 0;
-        while let Some(id) = due(&self.running_by_deadline, 0, reaped) {
+        while let Some(id) = sweep.next(&self.running_by_deadline, 0, reaped) {
             reaped += 1;
             let mut tx = self.take(id);
             tx.version = next_version(tx.version, log_index);
-            let terminal = if tx.cancel_requested {
-                Some(TxStatus::Aborted)
-            } else if tx.attempts >= config.max_attempts {
-                Some(TxStatus::Timeout)
+            let terminal = if tx.cancel_requested() {
+                Some(FinalStatus::Aborted)
+            } else if claims::exhausted(tx.attempts, config.max_attempts) {
+                Some(FinalStatus::Timeout)
             } else {
                 None
             };
@@ -1744,14 +1811,13 @@ impl Pipelines {
                     self.put(tx);
                     self.announce_finish(id, now_ms, log_index);
                     match status {
-                        TxStatus::Aborted => report.aborted.push(id),
+                        FinalStatus::Aborted => report.aborted.push(id),
                         _ => report.timed_out.push(id),
                     }
                 }
                 None => {
-                    let claim = tx.claim.take().expect("a running transaction has a claim");
-                    tx.status = TxStatus::Queued;
-                    tx.queued = Some(self.queue_entry(claim.queue, now_ms));
+                    let running = tx.place.into_claimed();
+                    tx.place = Place::Queued(self.queue_entry(running.claim.queue, now_ms));
                     self.stats
                         .record(tx.pipeline.as_ref(), Counted::Retried, now_ms);
                     self.put(tx);
@@ -1759,22 +1825,25 @@ impl Pipelines {
                 }
             }
         }
-        while let Some(id) = due(&self.sleeping_by_time, 0, report.woken.len()) {
+        while let Some(id) = sweep.next(&self.sleeping_by_time, 0, report.woken.len()) {
             self.wake(id, now_ms, log_index);
             report.woken.push(id);
         }
-        while let Some(id) = due(
+        while let Some(id) = sweep.next(
             &self.finished,
             config.archive_delay_ms,
             report.archived.len(),
         ) {
             let mut tx = self.take(id);
-            tx.archived_at_ms = Some(now_ms);
+            let Place::Ended(finished) = &mut tx.place else {
+                unreachable!("the finished set holds finished transactions")
+            };
+            finished.archived_at_ms = Some(now_ms);
             tx.version = next_version(tx.version, log_index);
             self.put(tx);
             report.archived.push(id);
         }
-        while let Some(id) = due(
+        while let Some(id) = sweep.next(
             &self.archived,
             config.archive_retention_ms,
             report.deleted.len(),
@@ -1798,33 +1867,20 @@ impl Pipelines {
             self.webhooks.forget_urls(now_ms, PIPELINE_TICK_BATCH_MAX);
         report.urls_forgotten = urls_forgotten;
         report.stats_rows_pruned = self.stats.prune(now_ms, PIPELINE_TICK_BATCH_MAX);
-        report.more = more || urls_left || self.stats.has_expired(now_ms);
+        report.more = sweep.more() || more || urls_left || self.stats.has_expired(now_ms);
         report
     }
 
     // Steps.
 
-    /// The rules every step of a claim holder shares: a retry of the last step gets its reply,
-    /// before anything else is looked at; otherwise `token` must be the current claim.
-    fn held(&self, id: TransactionId, token: u64) -> Result<Held<'_>, PipelineError> {
+    /// The claim token rules ([`claims::held`]) on transaction `id`.
+    fn held(&self, id: TransactionId, token: u64) -> Result<Held<'_, Transaction>, PipelineError> {
         let tx = self.get_known(id)?;
-        if let Some(step) = &tx.last_step
-            && step.token == token
-        {
-            return Ok(Held::Retry(step.reply.clone()));
-        }
-        match &tx.claim {
-            Some(claim) if claim.token == token => Ok(Held::Current(tx)),
-            _ => Err(PipelineError::StaleClaim {
-                transaction: id,
-                token,
-                status: tx.status,
-            }),
-        }
+        claims::held(tx, token).ok_or_else(|| stale(tx, token))
     }
 
-    /// Ends the claim `token` on `next` (the running transaction, changed by the step) with
-    /// `reply`, remembered for retries, and stores it.
+    /// Ends the claim `token` on `next` (the running transaction, moved by the step out of its
+    /// claim) with `reply`, remembered for retries, and stores it.
     fn end_step(
         &mut self,
         mut next: Transaction,
@@ -1832,13 +1888,8 @@ impl Pipelines {
         reply: PipelineReply,
         log_index: u64,
     ) -> PipelineReply {
-        next.claim = None;
-        next.cancel_requested = false;
-        next.last_step = Some(StepRecord {
-            token,
-            reply: reply.clone(),
-        });
         let previous = self.take(next.id);
+        let reply = claims::end(&previous, &mut next, token, reply);
         next.version = next_version(previous.version, log_index);
         self.put(next);
         reply
@@ -1848,7 +1899,7 @@ impl Pipelines {
     /// the statistics.
     fn announce_finish(&mut self, id: TransactionId, now_ms: u64, log_index: u64) {
         let tx = &self.table[&id];
-        let status = tx.status;
+        let status = tx.status();
         assert!(
             status.is_terminal(),
             "transaction {id} finished as {status}"
@@ -1875,9 +1926,10 @@ impl Pipelines {
     /// Queues a sleeping transaction again, on the queue it chose when it fell asleep.
     fn wake(&mut self, id: TransactionId, now_ms: u64, log_index: u64) {
         let mut tx = self.take(id);
-        let slumber = tx.sleep.take().expect("only a sleeping transaction wakes");
-        tx.status = TxStatus::Queued;
-        tx.queued = Some(self.queue_entry(slumber.queue, now_ms));
+        let Place::Asleep(slumber) = tx.place else {
+            unreachable!("only a sleeping transaction wakes")
+        };
+        tx.place = Place::Queued(self.queue_entry(slumber.queue, now_ms));
         tx.attempts = 0;
         tx.version = next_version(tx.version, log_index);
         self.stats
@@ -2123,46 +2175,52 @@ impl Pipelines {
                 Err(format!("transaction {id} is in the {index} index twice"))
             }
         };
-        let place = place(tx)?;
-        self.status_counts[tx.status.slot()] += 1;
-        match place {
-            Place::Queue { queue, seq } => {
+        self.status_counts[tx.status().slot()] += 1;
+        match &tx.place {
+            Place::Queued(entry) => {
                 let entries = self
                     .queues
-                    .entry((tx.node_group.clone(), queue))
+                    .entry((tx.node_group.clone(), entry.queue))
                     .or_default();
-                fresh(entries.insert((seq, id)), "queue")?;
+                fresh(entries.insert((entry.seq, id)), "queue")?;
             }
-            Place::Running {
-                started_at_ms,
-                deadline_ms,
-            } => {
+            Place::Claimed(Running { claim, .. }) => {
                 fresh(
-                    self.running_by_start.insert((started_at_ms, id)),
+                    self.running_by_start.insert((claim.started_at_ms, id)),
                     "processing",
                 )?;
                 fresh(
-                    self.running_by_deadline.insert((deadline_ms, id)),
+                    self.running_by_deadline.insert((claim.deadline_ms, id)),
                     "deadline",
                 )?;
             }
-            Place::Sleeping { until_ms } => {
-                fresh(self.sleeping_by_time.insert((until_ms, id)), "sleeping")?;
-                if let Some(switch) = tx.sleep.as_ref().and_then(|s| s.switch.as_ref()) {
+            Place::Asleep(slumber) => {
+                fresh(
+                    self.sleeping_by_time.insert((slumber.until_ms, id)),
+                    "sleeping",
+                )?;
+                if let Some(switch) = &slumber.switch {
                     fresh(
                         self.sleeping_by_switch.insert((switch.clone(), id)),
                         "switch",
                     )?;
                 }
             }
-            Place::Finished { completed_at_ms } => {
-                fresh(self.finished.insert((completed_at_ms, id)), "finished")?;
+            Place::Ended(Finished {
+                completed_at_ms,
+                archived_at_ms: None,
+                ..
+            }) => {
+                fresh(self.finished.insert((*completed_at_ms, id)), "finished")?;
             }
-            Place::Archived { archived_at_ms } => {
-                fresh(self.archived.insert((archived_at_ms, id)), "archive")?;
+            Place::Ended(Finished {
+                archived_at_ms: Some(archived_at_ms),
+                ..
+            }) => {
+                fresh(self.archived.insert((*archived_at_ms, id)), "archive")?;
             }
         }
-        if place.in_play() {
+        if tx.place.in_play() {
             fresh(
                 self.in_play_by_group.insert((tx.node_group.clone(), id)),
                 "in-play",
@@ -2174,51 +2232,49 @@ impl Pipelines {
                 )?;
             }
             let counts = self.groups.entry(tx.node_group.clone()).or_default();
-            match place {
-                Place::Queue { queue, .. } => counts.queued[queue.slot()] += 1,
-                Place::Running { .. } => counts.running += 1,
-                _ => counts.sleeping += 1,
-            }
+            *counts.of(&tx.place) += 1;
         }
         Ok(())
     }
 
     fn unindex(&mut self, tx: &Transaction) {
         let id = tx.id;
-        let place = place(tx).expect("a stored transaction has a place");
-        self.status_counts[tx.status.slot()] -= 1;
-        let removed = match place {
-            Place::Queue { queue, seq } => {
-                let key = (tx.node_group.clone(), queue);
+        self.status_counts[tx.status().slot()] -= 1;
+        let mut removed = match &tx.place {
+            Place::Queued(entry) => {
+                let key = (tx.node_group.clone(), entry.queue);
                 let entries = self
                     .queues
                     .get_mut(&key)
                     .expect("a queued transaction's queue exists");
-                let removed = entries.remove(&(seq, id));
+                let removed = entries.remove(&(entry.seq, id));
                 if entries.is_empty() {
                     self.queues.remove(&key);
                 }
                 removed
             }
-            Place::Running {
-                started_at_ms,
-                deadline_ms,
-            } => {
-                self.running_by_start.remove(&(started_at_ms, id))
-                    & self.running_by_deadline.remove(&(deadline_ms, id))
+            Place::Claimed(Running { claim, .. }) => {
+                self.running_by_start.remove(&(claim.started_at_ms, id))
+                    & self.running_by_deadline.remove(&(claim.deadline_ms, id))
             }
-            Place::Sleeping { until_ms } => {
-                let on_switch = match tx.sleep.as_ref().and_then(|s| s.switch.as_ref()) {
+            Place::Asleep(slumber) => {
+                let on_switch = match &slumber.switch {
                     Some(switch) => self.sleeping_by_switch.remove(&(switch.clone(), id)),
                     None => true,
                 };
-                self.sleeping_by_time.remove(&(until_ms, id)) & on_switch
+                self.sleeping_by_time.remove(&(slumber.until_ms, id)) & on_switch
             }
-            Place::Finished { completed_at_ms } => self.finished.remove(&(completed_at_ms, id)),
-            Place::Archived { archived_at_ms } => self.archived.remove(&(archived_at_ms, id)),
+            Place::Ended(Finished {
+                completed_at_ms,
+                archived_at_ms: None,
+                ..
+            }) => self.finished.remove(&(*completed_at_ms, id)),
+            Place::Ended(Finished {
+                archived_at_ms: Some(archived_at_ms),
+                ..
+            }) => self.archived.remove(&(*archived_at_ms, id)),
         };
-        let mut removed = removed;
-        if place.in_play() {
+        if tx.place.in_play() {
             removed &= self.in_play_by_group.remove(&(tx.node_group.clone(), id));
             if let Some(pipeline) = &tx.pipeline {
                 removed &= self.in_play_by_pipeline.remove(&(pipeline.clone(), id));
@@ -2227,16 +2283,12 @@ impl Pipelines {
                 .groups
                 .get_mut(&tx.node_group)
                 .expect("an in-play transaction's group is counted");
-            match place {
-                Place::Queue { queue, .. } => counts.queued[queue.slot()] -= 1,
-                Place::Running { .. } => counts.running -= 1,
-                _ => counts.sleeping -= 1,
-            }
+            *counts.of(&tx.place) -= 1;
             if counts.is_empty() {
                 self.groups.remove(&tx.node_group);
             }
         }
-        assert!(removed, "transaction {id} was indexed as its fields say");
+        assert!(removed, "transaction {id} was indexed as its place says");
     }
 
     // Snapshots and invariants.
@@ -2279,10 +2331,11 @@ impl Pipelines {
                 .definitions
                 .insert(pipeline.name.clone(), pipeline);
         }
-        for tx in records.transactions {
-            if pipelines.table.contains_key(&tx.id) {
-                return Err(format!("transaction {} appears twice", tx.id));
+        for record in records.transactions {
+            if pipelines.table.contains_key(&record.id) {
+                return Err(format!("transaction {} appears twice", record.id));
             }
+            let tx = Transaction::try_from(record)?;
             pipelines.index(&tx)?;
             pipelines.table.insert(tx.id, tx);
         }
@@ -2330,7 +2383,7 @@ impl Pipelines {
                 return Err(format!("transaction {} is filed under {id}", tx.id));
             }
             self.check_transaction(tx, clock_ms)?;
-            if let Some(entry) = &tx.queued
+            if let Some(entry) = tx.queued()
                 && !seqs.insert(entry.seq)
             {
                 return Err(format!("queue position {} is taken twice", entry.seq));
@@ -2410,15 +2463,16 @@ impl Pipelines {
                 self.last_transaction_id
             ));
         }
+        let claim = tx.claim();
         let not_future = [
             Some(tx.created_at_ms),
             tx.last_started_at_ms,
-            tx.completed_at_ms,
+            tx.completed_at_ms(),
             tx.notified_at_ms,
-            tx.archived_at_ms,
-            tx.queued.map(|entry| entry.at_ms),
-            tx.claim.as_ref().map(|claim| claim.started_at_ms),
-            tx.sleep.as_ref().map(|slumber| slumber.since_ms),
+            tx.archived_at_ms(),
+            tx.queued().map(|entry| entry.at_ms),
+            claim.map(|claim| claim.started_at_ms),
+            tx.sleep().map(|slumber| slumber.since_ms),
         ]
         .into_iter()
         .flatten()
@@ -2428,7 +2482,7 @@ impl Pipelines {
                 "a time is before its creation or after the clock ({clock_ms})"
             ));
         }
-        if let Some(entry) = &tx.queued
+        if let Some(entry) = tx.queued()
             && (entry.seq == 0 || entry.seq > self.last_queue_seq)
         {
             return fail(format!(
@@ -2436,22 +2490,21 @@ impl Pipelines {
                 entry.seq, self.last_queue_seq
             ));
         }
-        if let Some(claim) = &tx.claim {
-            if claim.token == 0 || claim.token > self.last_claim_token {
-                return fail(format!(
-                    "claim token {} is not in 1..={}",
-                    claim.token, self.last_claim_token
-                ));
-            }
-            if claim.deadline_ms > clock_ms.saturating_add(PIPELINE_RUNNING_TIMEOUT_MS_MAX)
-                || claim.deadline_ms < claim.started_at_ms
+        claims::check(
+            tx,
+            self.last_claim_token,
+            clock_ms,
+            PIPELINE_RUNNING_TIMEOUT_MS_MAX,
+        )
+        .or_else(fail)?;
+        if let Some(claim) = claim
+            && (claim.deadline_ms < claim.started_at_ms
                 || tx.attempts == 0
-                || tx.last_started_at_ms != Some(claim.started_at_ms)
-            {
-                return fail("its claim's deadline, start or attempt count is off".to_owned());
-            }
+                || tx.last_started_at_ms != Some(claim.started_at_ms))
+        {
+            return fail("its claim's deadline, start or attempt count is off".to_owned());
         }
-        if let Some(slumber) = &tx.sleep
+        if let Some(slumber) = tx.sleep()
             && slumber.until_ms > clock_ms.saturating_add(PIPELINE_SLEEP_MS_MAX)
         {
             return fail("it sleeps longer than any sleep allows".to_owned());
@@ -2463,65 +2516,47 @@ impl Pipelines {
                 | PipelineReply::Requeued { transaction, .. }
                 | PipelineReply::Sleeping { transaction, .. } if transaction == id
             );
-            if step.token == 0 || step.token > self.last_claim_token || !is_step_reply {
+            if !is_step_reply {
                 return fail(format!(
                     "its last step (token {}) is not a step of it",
                     step.token
                 ));
             }
-            if tx
-                .claim
-                .as_ref()
-                .is_some_and(|claim| claim.token <= step.token)
-            {
-                return fail("its claim is not newer than its last step".to_owned());
-            }
         }
         if tx.progress.is_some() && tx.last_started_at_ms.is_none() {
             return fail("it has a progress report but never ran".to_owned());
         }
-        if tx.completed_at_ms.is_some() && tx.event.is_some() {
+        if tx.completed_at_ms().is_some() && tx.event.is_some() {
             return fail("it finished but still has an event".to_owned());
         }
         Ok(())
     }
 }
 
-/// Sets `tx` to the terminal `status` at `now_ms`: it leaves its queue, claim or sleep, and its
-/// event is done.
-fn finish(tx: &mut Transaction, status: TxStatus, now_ms: u64) {
-    assert!(status.is_terminal(), "{status} is not terminal");
-    tx.status = status;
-    tx.completed_at_ms = Some(now_ms);
-    tx.queued = None;
-    tx.claim = None;
-    tx.sleep = None;
-    tx.event = None;
-    tx.cancel_requested = false;
+/// Why a token that does not hold transaction `tx` is refused.
+fn stale(tx: &Transaction, token: u64) -> PipelineError {
+    PipelineError::StaleClaim {
+        transaction: tx.id,
+        token,
+        status: tx.status(),
+    }
 }
 
-/// The next id or token: the log index, or the next number when this log entry already issued
-/// one (several commands may share an entry).
-fn issue(last: u64, log_index: u64) -> u64 {
-    log_index.max(last.checked_add(1).expect("fewer than 2^64 ids are issued"))
+/// Sets `tx` to `status` at `now_ms`: it leaves its queue, claim or sleep, and its event is
+/// done.
+fn finish(tx: &mut Transaction, status: FinalStatus, now_ms: u64) {
+    tx.place = Place::Ended(Finished {
+        status,
+        completed_at_ms: now_ms,
+        archived_at_ms: None,
+    });
+    tx.event = None;
 }
 
 /// A transaction's next version: the log index, or one more than the previous version when this
 /// log entry changed it already.
 fn next_version(previous: u64, log_index: u64) -> u64 {
-    issue(previous, log_index)
-}
-
-fn within(field: &str, got: u64, min: u64, max: u64) -> Result<(), PipelineError> {
-    if (min..=max).contains(&got) {
-        return Ok(());
-    }
-    Err(PipelineError::OutOfRange {
-        field: field.to_owned(),
-        got,
-        min,
-        max,
-    })
+    claims::issue(previous, log_index)
 }
 
 /// Reads of the pipelines for the node and its services, from [`crate::State::pipelines`].

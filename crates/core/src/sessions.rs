@@ -22,13 +22,20 @@
 //! automatic. Until a tick takes it back, a claim past its deadline is still the session's claim
 //! and may complete, extend or release it; the deadline says when it *may* be taken away.
 //!
-//! Claim tokens are the log index of the `Claim` command (the next number above the previous
-//! token when one log entry carries several claims), so they are unique and increase; session ids
-//! are the log index of the `Create` in the same way. Every session remembers its last completion
+//! Claims follow the rules of [`crate::claims`], which transaction pipelines share. Claim tokens
+//! are the log index of the `Claim` command (the next number above the previous token when one
+//! log entry carries several claims), so they are unique and increase; session ids are the log
+//! index of the `Create` in the same way. Every session remembers its last completion
 //! (`Complete`, `Release` or `Fail`): the same token again returns the same reply and changes
 //! nothing, so a worker that lost the answer simply retries. Any other token that is not the
-//! current claim's is refused as stale: the work is to be dropped, someone else may hold the
-//! session now.
+//! current claim's is refused as stale (or, for a killed session, as not live): the work is to be
+//! dropped, someone else may hold the session now.
+//!
+//! A session's [`SessionPlace`] says where it is, and holds what that place needs: live in a
+//! queued stage and waiting in its queue, live in a queued stage and claimed, done and waiting
+//! for its client, or archived (with how it ended: done, failed or killed). Its stage, liveness,
+//! certificate, failure and archive time follow from it, so they cannot disagree; snapshots and
+//! answers still carry the flat record the format was defined with (`sessions/record.rs`).
 //!
 //! A session is *live* until it is killed — by an operator, by sitting in one queued stage longer
 //! than the configured stage timeout, or because one of its challenges was tested unsuccessfully
@@ -49,13 +56,15 @@
 //! the CA never forgets a certificate a client did not pick up before the retention says so.
 //!
 //! Invariants (checked by `Sessions::check`):
-//! - every session is in exactly one place: a queue entry (live, queued stage, unclaimed), a claim
-//!   (live, queued stage, claimed), the done set (live, done, unacknowledged, not archived), or the
-//!   archive (failed, killed, or done and archived); every index holds exactly the entries the
-//!   sessions' fields say, and nothing else;
-//! - the stage and the fields agree: challenges (one per name, sorted by name) from testchallenge
-//!   on, all satisfied from issue on; a certificate and a done time exactly when done; a failure
-//!   reason exactly when failed; a kill reason exactly when not live; acknowledged only when done;
+//! - every session is in exactly one place — a queue entry (live, queued stage, unclaimed), a
+//!   claim (live, queued stage, claimed), the done set (live, done, unacknowledged, not archived),
+//!   or the archive (failed, killed, or done and archived) — by construction: the place is one
+//!   value. Every index holds exactly the entries the places say, and nothing else;
+//! - a certificate and a done time exactly when done, a failure reason exactly when failed, a
+//!   kill reason exactly when not live, acknowledged only when done: by construction too;
+//! - the stage and the challenges agree: challenges (one per name, sorted by name) from
+//!   testchallenge on, all satisfied from issue on; a kill reason names the stage or the
+//!   challenge that caused it;
 //! - times: created, stage entered, challenge, done and archive times are not after the machine
 //!   clock; claim deadlines and visibility times are at most an hour after it;
 //! - ids and claim tokens are at most the last issued ones, and a session's last completion token
@@ -71,6 +80,9 @@ use std::ops::Bound;
 use serde::{Deserialize, Serialize};
 
 use crate::challenges::{ChallengeToken, KeyAuthorization};
+use crate::claims::{
+    self, DAY_MS, Held, Hold, InvalidConfig, Never, OutOfRange, Place, Sweep, Work,
+};
 use crate::limits::{
     DNS_LABEL_BYTES_MAX, DNS_NAME_BYTES_MAX, LIST_PAGE_MAX, REASON_BYTES_MAX,
     REQUEST_KEY_BYTES_MAX, SESSION_CERT_BYTES_MAX, SESSION_CLAIM_BATCH_MAX, SESSION_CSR_BYTES_MAX,
@@ -194,16 +206,51 @@ impl Stage {
 
     /// Whether the stage has a queue (a worker can claim sessions in it).
     pub fn is_queued(self) -> bool {
-        self.queue_slot().is_some()
+        QueuedStage::of(self).is_some()
     }
+}
 
-    fn queue_slot(self) -> Option<usize> {
-        match self {
-            Stage::MakeChallenge => Some(0),
-            Stage::TestChallenge => Some(1),
-            Stage::Issue => Some(2),
+/// A stage with a queue workers claim sessions from: where a live session works.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum QueuedStage {
+    /// [`Stage::MakeChallenge`].
+    MakeChallenge,
+    /// [`Stage::TestChallenge`].
+    TestChallenge,
+    /// [`Stage::Issue`].
+    Issue,
+}
+
+impl QueuedStage {
+    /// The queued stage `stage` is, if it has a queue.
+    pub fn of(stage: Stage) -> Option<QueuedStage> {
+        match stage {
+            Stage::MakeChallenge => Some(QueuedStage::MakeChallenge),
+            Stage::TestChallenge => Some(QueuedStage::TestChallenge),
+            Stage::Issue => Some(QueuedStage::Issue),
             Stage::Done | Stage::Failed => None,
         }
+    }
+
+    /// Its queue's position among the queues, in the order a session passes them.
+    fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+impl From<QueuedStage> for Stage {
+    fn from(stage: QueuedStage) -> Stage {
+        match stage {
+            QueuedStage::MakeChallenge => Stage::MakeChallenge,
+            QueuedStage::TestChallenge => Stage::TestChallenge,
+            QueuedStage::Issue => Stage::Issue,
+        }
+    }
+}
+
+impl fmt::Display for QueuedStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Stage::from(*self).fmt(f)
     }
 }
 
@@ -283,16 +330,13 @@ pub struct Claim {
 }
 
 /// The last `Complete`, `Release` or `Fail` a session accepted, replayed to a retry.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Completion {
-    /// The claim token it carried.
-    pub token: u64,
-    /// What it was answered.
-    pub reply: SessionReply,
-}
+pub type Completion = claims::Completion<SessionReply>;
 
 /// An issuance session.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Snapshots, answers and the transport carry it as the flat record the format was defined with
+/// (`record.rs`); that record is only read into a session whose fields fit together.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Session {
     /// Its id (the log index of its `Create`).
     pub id: SessionId,
@@ -304,34 +348,195 @@ pub struct Session {
     pub csr: Vec<u8>,
     /// The names to certify: sorted, distinct.
     pub names: Vec<DnsName>,
-    /// Its stage.
-    pub stage: Stage,
-    /// Machine time it entered `stage`; the stage timeout counts from here.
+    /// Where it is: live in a queued stage, waiting in that stage's queue or claimed by a
+    /// worker; or ended — done, failed or killed, archived or not. Its stage follows from it.
+    pub place: SessionPlace,
+    /// Machine time it entered its stage; the stage timeout counts from here, and a done session
+    /// became done then.
     pub stage_entered_ms: u64,
-    /// False once killed.
-    pub live: bool,
-    /// Why it was killed.
-    pub kill_reason: Option<KillReason>,
     /// Its challenges, sorted by name (empty before the makechallenge step completes).
     pub challenges: Vec<SessionChallenge>,
-    /// The issued certificate chain (PEM), once done.
-    pub cert: Option<Vec<u8>>,
-    /// Why it failed, once failed.
-    pub failure: Option<Reason>,
-    /// The claim holding it, if any.
-    pub claim: Option<Claim>,
     /// Machine time from which it can be claimed (when in its queue).
     pub visible_at_ms: u64,
-    /// Machine time it became done.
-    pub done_at_ms: Option<u64>,
-    /// The client acknowledged the certificate.
-    pub acknowledged: bool,
-    /// Machine time it was archived: failed, killed, acknowledged, or done past the retention.
-    pub archived_at_ms: Option<u64>,
     /// The last accepted `Complete`, `Release` or `Fail`.
     pub last_completion: Option<Completion>,
     /// The note of the latest `Release`, until the next `Complete`.
     pub note: Option<Reason>,
+}
+
+/// Where a session is. Sessions never sleep: a released session waits in its queue, invisible
+/// until its `visible_at_ms`.
+pub type SessionPlace = Place<QueuedStage, StageClaim, Never, Ended>;
+
+/// A worker's claim on a live session in a queued stage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageClaim {
+    /// The stage it was claimed in.
+    pub stage: QueuedStage,
+    /// The claim.
+    pub claim: Claim,
+}
+
+impl Hold for StageClaim {
+    fn token(&self) -> u64 {
+        self.claim.token
+    }
+
+    fn deadline_ms(&self) -> u64 {
+        self.claim.deadline_ms
+    }
+}
+
+/// Where a session whose work ended is: it is never claimed again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Done and live: the certificate waits in the done set until the client acknowledges it or
+    /// the done retention passes.
+    Done {
+        /// The issued certificate chain (PEM).
+        cert: Vec<u8>,
+    },
+    /// In the archive, readable until the archive retention passes.
+    Archived {
+        /// Machine time it was archived.
+        archived_at_ms: u64,
+        /// How it ended.
+        end: Ending,
+    },
+}
+
+/// How an archived session ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Done, and acknowledged or kept past the done retention; perhaps killed since.
+    Done {
+        /// The issued certificate chain (PEM).
+        cert: Vec<u8>,
+        /// The client acknowledged the certificate.
+        acknowledged: bool,
+        /// Why it was killed, if it was.
+        kill_reason: Option<KillReason>,
+    },
+    /// Failed by its worker; perhaps killed since.
+    Failed {
+        /// Why it failed.
+        failure: Reason,
+        /// Why it was killed, if it was.
+        kill_reason: Option<KillReason>,
+    },
+    /// Killed in a queued stage, which it keeps.
+    Killed {
+        /// The stage.
+        stage: QueuedStage,
+        /// Why.
+        reason: KillReason,
+    },
+}
+
+impl Session {
+    /// Its stage.
+    pub fn stage(&self) -> Stage {
+        match &self.place {
+            Place::Queued(stage) | Place::Claimed(StageClaim { stage, .. }) => (*stage).into(),
+            Place::Asleep(never) => match *never {},
+            Place::Ended(Ended::Done { .. }) => Stage::Done,
+            Place::Ended(Ended::Archived { end, .. }) => match end {
+                Ending::Done { .. } => Stage::Done,
+                Ending::Failed { .. } => Stage::Failed,
+                Ending::Killed { stage, .. } => (*stage).into(),
+            },
+        }
+    }
+
+    /// Why it was killed; none while it is live.
+    pub fn kill_reason(&self) -> Option<&KillReason> {
+        match self.place.ended()? {
+            Ended::Done { .. } => None,
+            Ended::Archived { end, .. } => match end {
+                Ending::Done { kill_reason, .. } | Ending::Failed { kill_reason, .. } => {
+                    kill_reason.as_ref()
+                }
+                Ending::Killed { reason, .. } => Some(reason),
+            },
+        }
+    }
+
+    /// False once killed.
+    pub fn live(&self) -> bool {
+        self.kill_reason().is_none()
+    }
+
+    /// The claim holding it, if any.
+    pub fn claim(&self) -> Option<&Claim> {
+        self.place.claimed().map(|held| &held.claim)
+    }
+
+    /// The issued certificate chain (PEM), once done.
+    pub fn cert(&self) -> Option<&[u8]> {
+        match self.place.ended()? {
+            Ended::Done { cert }
+            | Ended::Archived {
+                end: Ending::Done { cert, .. },
+                ..
+            } => Some(cert),
+            Ended::Archived { .. } => None,
+        }
+    }
+
+    /// Why it failed, once failed.
+    pub fn failure(&self) -> Option<&Reason> {
+        match self.place.ended()? {
+            Ended::Archived {
+                end: Ending::Failed { failure, .. },
+                ..
+            } => Some(failure),
+            _ => None,
+        }
+    }
+
+    /// Machine time it became done.
+    pub fn done_at_ms(&self) -> Option<u64> {
+        (self.stage() == Stage::Done).then_some(self.stage_entered_ms)
+    }
+
+    /// Whether the client acknowledged the certificate.
+    pub fn acknowledged(&self) -> bool {
+        matches!(
+            self.place,
+            Place::Ended(Ended::Archived {
+                end: Ending::Done {
+                    acknowledged: true,
+                    ..
+                },
+                ..
+            })
+        )
+    }
+
+    /// Machine time it was archived: failed, killed, acknowledged, or done past the retention.
+    pub fn archived_at_ms(&self) -> Option<u64> {
+        match self.place.ended()? {
+            Ended::Archived { archived_at_ms, .. } => Some(*archived_at_ms),
+            Ended::Done { .. } => None,
+        }
+    }
+}
+
+impl Work for Session {
+    type Claim = StageClaim;
+    type Reply = SessionReply;
+
+    fn current_claim(&self) -> Option<&StageClaim> {
+        self.place.claimed()
+    }
+
+    fn completion(&self) -> Option<&Completion> {
+        self.last_completion.as_ref()
+    }
+
+    fn set_completion(&mut self, completion: Completion) {
+        self.last_completion = Some(completion);
+    }
 }
 
 /// The sessions' cluster-wide configuration, changed at run time by
@@ -352,8 +557,6 @@ pub struct SessionConfig {
     pub sessions_max: u64,
 }
 
-const DAY_MS: u64 = 86_400_000;
-
 impl Default for SessionConfig {
     fn default() -> SessionConfig {
         SessionConfig {
@@ -370,16 +573,7 @@ impl Default for SessionConfig {
 impl SessionConfig {
     /// Checks every field against its bounds, naming the first one out of range.
     pub fn validate(&self) -> Result<(), SessionError> {
-        let within = |field: &'static str, min: u64, max: u64, got: u64| {
-            if (min..=max).contains(&got) {
-                Ok(())
-            } else {
-                Err(SessionError::InvalidConfig {
-                    field: field.to_owned(),
-                    reason: format!("{got} is outside {min}..={max}"),
-                })
-            }
-        };
+        let within = claims::config_within;
         within(
             "stage_timeout_ms",
             1_000,
@@ -745,65 +939,29 @@ pub enum SessionError {
     },
 }
 
-/// Where a session is; every session is in exactly one place.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Place {
-    /// In the queue of stage `slot`, visible from `visible_at_ms`.
-    Queue { slot: usize, visible_at_ms: u64 },
-    /// Claimed in stage `slot` until `deadline_ms`.
-    Claim { slot: usize, deadline_ms: u64 },
-    /// Done, waiting for the client since `done_at_ms`.
-    Done { done_at_ms: u64 },
-    /// Archived at `archived_at_ms`.
-    Archive { archived_at_ms: u64 },
+impl From<OutOfRange> for SessionError {
+    fn from(error: OutOfRange) -> SessionError {
+        SessionError::OutOfRange {
+            field: error.field,
+            got: error.got,
+            min: error.min,
+            max: error.max,
+        }
+    }
 }
 
-/// The place a session's fields put it in, or why they put it nowhere.
-fn place(session: &Session) -> Result<Place, String> {
-    let id = session.id;
-    let place = match (
-        session.archived_at_ms,
-        session.live,
-        session.stage.queue_slot(),
-    ) {
-        (Some(_), true, Some(_)) => {
-            return Err(format!(
-                "session {id} is live in a queued stage but archived"
-            ));
+impl From<InvalidConfig> for SessionError {
+    fn from(error: InvalidConfig) -> SessionError {
+        SessionError::InvalidConfig {
+            field: error.field,
+            reason: error.reason,
         }
-        (Some(archived_at_ms), _, _) => Place::Archive { archived_at_ms },
-        (None, false, _) => return Err(format!("session {id} is killed but not archived")),
-        (None, true, Some(slot)) => match &session.claim {
-            Some(claim) => Place::Claim {
-                slot,
-                deadline_ms: claim.deadline_ms,
-            },
-            None => Place::Queue {
-                slot,
-                visible_at_ms: session.visible_at_ms,
-            },
-        },
-        (None, true, None) => match (session.stage, session.done_at_ms) {
-            (Stage::Done, Some(done_at_ms)) if !session.acknowledged => Place::Done { done_at_ms },
-            _ => {
-                return Err(format!(
-                    "session {id} in stage {} is neither queued, done nor archived",
-                    session.stage
-                ));
-            }
-        },
-    };
-    if session.claim.is_some() && !matches!(place, Place::Claim { .. }) {
-        return Err(format!(
-            "session {id} holds a claim outside its stage's queue"
-        ));
     }
-    Ok(place)
 }
 
 /// The session table and its indexes. The indexes are derived: each is a function of the
-/// sessions' fields, kept by `Sessions::put` and `Sessions::take`, the only ways a stored
-/// session changes.
+/// sessions' places and fields, kept by `Sessions::put` and `Sessions::take`, the only ways a
+/// stored session changes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Sessions {
     pub(crate) config: SessionConfig,
@@ -814,7 +972,7 @@ pub(crate) struct Sessions {
     by_request_key: BTreeMap<RequestKey, SessionId>,
     /// Derived: every session by stage, for paging through a stage.
     by_stage: BTreeSet<(Stage, SessionId)>,
-    /// Derived: per queued stage, `(visible_at_ms, id)` of its unclaimed live sessions.
+    /// Derived: per queued stage, `(visible_at_ms, id)` of its queued sessions.
     queues: [BTreeSet<(u64, SessionId)>; 3],
     /// Derived: per queued stage, its claimed sessions.
     claimed: [BTreeSet<SessionId>; 3],
@@ -837,19 +995,14 @@ pub(crate) struct SessionRecordsRef<'a> {
     sessions: Vec<&'a Session>,
 }
 
-/// What a snapshot stores of [`Sessions`], as read back. Same fields as [`SessionRecordsRef`].
+/// What a snapshot stores of [`Sessions`], as read back. Same fields as [`SessionRecordsRef`]:
+/// a session is written as its record.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct SessionRecords {
     config: SessionConfig,
     last_session_id: u64,
     last_claim_token: u64,
-    sessions: Vec<Session>,
-}
-
-/// A claim token's check: a retry of the last completion, or the current claim.
-enum Held<'a> {
-    Retry(SessionReply),
-    Current(&'a Session),
+    sessions: Vec<SessionRecord>,
 }
 
 impl Sessions {
@@ -910,7 +1063,7 @@ impl Sessions {
         now_ms: u64,
         log_index: u64,
     ) -> Result<SessionReply, SessionError> {
-        within(
+        claims::within(
             "number of names",
             names.len() as u64,
             1,
@@ -942,7 +1095,7 @@ impl Sessions {
         if self.table.len() as u64 >= max {
             return Err(SessionError::TooMany { max });
         }
-        self.last_session_id = issue(self.last_session_id, log_index);
+        self.last_session_id = claims::issue(self.last_session_id, log_index);
         let id = SessionId(self.last_session_id);
         self.put(Session {
             id,
@@ -950,18 +1103,10 @@ impl Sessions {
             request_key,
             csr,
             names,
-            stage: Stage::MakeChallenge,
+            place: Place::Queued(QueuedStage::MakeChallenge),
             stage_entered_ms: now_ms,
-            live: true,
-            kill_reason: None,
             challenges: Vec::new(),
-            cert: None,
-            failure: None,
-            claim: None,
             visible_at_ms: now_ms,
-            done_at_ms: None,
-            acknowledged: false,
-            archived_at_ms: None,
             last_completion: None,
             note: None,
         });
@@ -980,12 +1125,10 @@ impl Sessions {
         now_ms: u64,
         log_index: u64,
     ) -> Result<SessionReply, SessionError> {
-        let slot = stage
-            .queue_slot()
-            .ok_or(SessionError::NotQueued { stage })?;
+        let queued = QueuedStage::of(stage).ok_or(SessionError::NotQueued { stage })?;
         check_visibility(visibility_ms)?;
-        within("max", max.into(), 1, SESSION_CLAIM_BATCH_MAX.into())?;
-        let ids: Vec<SessionId> = self.queues[slot]
+        claims::within("max", max.into(), 1, SESSION_CLAIM_BATCH_MAX.into())?;
+        let ids: Vec<SessionId> = self.queues[queued.slot()]
             .range(..=(now_ms, SessionId(u64::MAX)))
             .take(max as usize)
             .map(|&(_, id)| id)
@@ -993,17 +1136,20 @@ impl Sessions {
         if ids.is_empty() {
             return Ok(SessionReply::Claimed(Vec::new()));
         }
-        self.last_claim_token = issue(self.last_claim_token, log_index);
+        self.last_claim_token = claims::issue(self.last_claim_token, log_index);
         let claim = Claim {
             claimant: worker,
             token: self.last_claim_token,
-            deadline_ms: now_ms.saturating_add(visibility_ms),
+            deadline_ms: claims::deadline(now_ms, visibility_ms),
         };
         let claimed = ids
             .into_iter()
             .map(|id| {
                 let mut session = self.take(id);
-                session.claim = Some(claim.clone());
+                session.place = session.place.claim(|stage| StageClaim {
+                    stage,
+                    claim: claim.clone(),
+                });
                 self.put(session.clone());
                 session
             })
@@ -1020,22 +1166,13 @@ impl Sessions {
     ) -> Result<SessionReply, SessionError> {
         check_visibility(visibility_ms)?;
         let session = self.get_known(id)?;
-        if let Some(reason) = &session.kill_reason {
-            return Err(SessionError::NotLive {
-                session: id,
-                reason: reason.clone(),
-            });
+        if session.claim().is_none_or(|claim| claim.token != token) {
+            return Err(stale(session, token));
         }
-        if session
-            .claim
-            .as_ref()
-            .is_none_or(|claim| claim.token != token)
-        {
-            return Err(SessionError::StaleClaim { session: id, token });
-        }
-        let deadline_ms = now_ms.saturating_add(visibility_ms);
+        let deadline_ms = claims::deadline(now_ms, visibility_ms);
         let mut session = self.take(id);
-        session.claim.as_mut().expect("checked above").deadline_ms = deadline_ms;
+        let held = session.place.claimed_mut().expect("checked above");
+        held.claim.deadline_ms = deadline_ms;
         self.put(session);
         Ok(SessionReply::Extended {
             session: id,
@@ -1058,21 +1195,19 @@ impl Sessions {
             check_bytes("cert", cert.len(), SESSION_CERT_BYTES_MAX)?;
         }
         let mut next = session.clone();
-        match (session.stage, outcome) {
+        match (session.stage(), outcome) {
             (Stage::MakeChallenge, StepOutcome::Challenges(challenges)) => {
                 next.challenges = new_challenges(&session.names, challenges, now_ms)?;
-                next.stage = Stage::TestChallenge;
+                next.place = Place::Queued(QueuedStage::TestChallenge);
                 next.stage_entered_ms = now_ms;
                 next.visible_at_ms = now_ms;
             }
             (Stage::TestChallenge, StepOutcome::Tested(results)) => {
-                record_tests(&mut next, results, &self.config, now_ms)?;
+                next = record_tests(next, results, &self.config, now_ms)?;
             }
             (Stage::Issue, StepOutcome::Issued { cert }) => {
-                next.cert = Some(cert);
-                next.stage = Stage::Done;
+                next.place = Place::Ended(Ended::Done { cert });
                 next.stage_entered_ms = now_ms;
-                next.done_at_ms = Some(now_ms);
             }
             (actual, outcome) => {
                 return Err(SessionError::WrongStage {
@@ -1085,8 +1220,8 @@ impl Sessions {
         next.note = None;
         let reply = SessionReply::Completed {
             session: id,
-            stage: next.stage,
-            live: next.live,
+            stage: next.stage(),
+            live: next.live(),
         };
         Ok(self.finish(next, token, reply))
     }
@@ -1103,8 +1238,9 @@ impl Sessions {
             Held::Retry(reply) => return Ok(reply),
             Held::Current(session) => session,
         };
-        within("delay_ms", delay_ms, 0, SESSION_DELAY_MS_MAX)?;
+        claims::within("delay_ms", delay_ms, 0, SESSION_DELAY_MS_MAX)?;
         let mut next = session.clone();
+        next.place = Place::Queued(next.place.into_claimed().stage);
         next.visible_at_ms = now_ms.saturating_add(delay_ms);
         next.note = note;
         let reply = SessionReply::Released {
@@ -1126,22 +1262,22 @@ impl Sessions {
             Held::Current(session) => session,
         };
         let mut next = session.clone();
-        next.stage = Stage::Failed;
+        next.place = Place::Ended(Ended::Archived {
+            archived_at_ms: now_ms,
+            end: Ending::Failed {
+                failure: reason,
+                kill_reason: None,
+            },
+        });
         next.stage_entered_ms = now_ms;
-        next.failure = Some(reason);
-        next.archived_at_ms = Some(now_ms);
         Ok(self.finish(next, token, SessionReply::Failed { session: id }))
     }
 
-    /// Ends the claim `token` on `next` (the claimed session, changed by the step) with `reply`,
-    /// remembered for retries, and stores it.
+    /// Ends the claim `token` on `next` (the claimed session, moved by the step out of its
+    /// claim) with `reply`, remembered for retries, and stores it.
     fn finish(&mut self, mut next: Session, token: u64, reply: SessionReply) -> SessionReply {
-        next.claim = None;
-        next.last_completion = Some(Completion {
-            token,
-            reply: reply.clone(),
-        });
-        self.take(next.id);
+        let previous = self.take(next.id);
+        let reply = claims::end(&previous, &mut next, token, reply);
         self.put(next);
         reply
     }
@@ -1152,29 +1288,42 @@ impl Sessions {
         reason: Reason,
         now_ms: u64,
     ) -> Result<SessionReply, SessionError> {
-        if !self.get_known(id)?.live {
+        if !self.get_known(id)?.live() {
             return Ok(SessionReply::Killed { already: true });
         }
-        let mut session = self.take(id);
-        kill(&mut session, KillReason::Operator(reason), now_ms);
-        self.put(session);
+        let session = self.take(id);
+        self.put(kill(session, KillReason::Operator(reason), now_ms));
         Ok(SessionReply::Killed { already: false })
     }
 
     fn acknowledge(&mut self, id: SessionId, now_ms: u64) -> Result<SessionReply, SessionError> {
         let session = self.get_known(id)?;
-        if session.stage != Stage::Done {
-            return Err(SessionError::NotDone {
-                session: id,
-                stage: session.stage,
-            });
+        let stage = session.stage();
+        if stage != Stage::Done {
+            return Err(SessionError::NotDone { session: id, stage });
         }
-        if session.acknowledged {
+        if session.acknowledged() {
             return Ok(SessionReply::Acknowledged { already: true });
         }
         let mut session = self.take(id);
-        session.acknowledged = true;
-        session.archived_at_ms.get_or_insert(now_ms);
+        let (archived_at_ms, cert, kill_reason) = match session.place {
+            Place::Ended(Ended::Done { cert }) => (now_ms, cert, None),
+            Place::Ended(Ended::Archived {
+                archived_at_ms,
+                end: Ending::Done {
+                    cert, kill_reason, ..
+                },
+            }) => (archived_at_ms, cert, kill_reason),
+            _ => unreachable!("a done session is in the done set or the archive"),
+        };
+        session.place = Place::Ended(Ended::Archived {
+            archived_at_ms,
+            end: Ending::Done {
+                cert,
+                acknowledged: true,
+                kill_reason,
+            },
+        });
         self.put(session);
         Ok(SessionReply::Acknowledged { already: false })
     }
@@ -1185,44 +1334,42 @@ impl Sessions {
     pub(crate) fn tick(&mut self, now_ms: u64) -> SessionTickReport {
         let mut report = SessionTickReport::default();
         let config = self.config;
-        // Each step pops the first entry of a time-ordered index while it is due.
-        let mut more = false;
-        let mut due = |index: &BTreeSet<(u64, SessionId)>, wait_ms: u64, done: usize| {
-            let &(at_ms, id) = index.first()?;
-            if at_ms.saturating_add(wait_ms) > now_ms {
-                return None;
-            }
-            if done == SESSION_TICK_BATCH_MAX {
-                more = true;
-                return None;
-            }
-            Some(id)
-        };
-        while let Some(id) = due(&self.claims, 0, report.reclaimed.len()) {
+        let mut sweep = Sweep::new(now_ms, SESSION_TICK_BATCH_MAX);
+        while let Some(id) = sweep.next(&self.claims, 0, report.reclaimed.len()) {
             let mut session = self.take(id);
-            session.claim = None;
+            session.place = Place::Queued(session.place.into_claimed().stage);
             session.visible_at_ms = now_ms;
             self.put(session);
             report.reclaimed.push(id);
         }
-        while let Some(id) = due(
+        while let Some(id) = sweep.next(
             &self.in_stage,
             config.stage_timeout_ms,
             report.timed_out.len(),
         ) {
-            let mut session = self.take(id);
-            let stage = session.stage;
-            kill(&mut session, KillReason::StageTimeout { stage }, now_ms);
-            self.put(session);
+            let session = self.take(id);
+            let stage = session.stage();
+            self.put(kill(session, KillReason::StageTimeout { stage }, now_ms));
             report.timed_out.push(id);
         }
-        while let Some(id) = due(&self.done, config.done_retention_ms, report.archived.len()) {
+        while let Some(id) = sweep.next(&self.done, config.done_retention_ms, report.archived.len())
+        {
             let mut session = self.take(id);
-            session.archived_at_ms = Some(now_ms);
+            let Place::Ended(Ended::Done { cert }) = session.place else {
+                unreachable!("the done set holds done sessions")
+            };
+            session.place = Place::Ended(Ended::Archived {
+                archived_at_ms: now_ms,
+                end: Ending::Done {
+                    cert,
+                    acknowledged: false,
+                    kill_reason: None,
+                },
+            });
             self.put(session);
             report.archived.push(id);
         }
-        while let Some(id) = due(
+        while let Some(id) = sweep.next(
             &self.archive,
             config.archive_retention_ms,
             report.deleted.len(),
@@ -1230,7 +1377,7 @@ impl Sessions {
             self.take(id);
             report.deleted.push(id);
         }
-        report.more = more;
+        report.more = sweep.more();
         report
     }
 
@@ -1271,7 +1418,7 @@ impl Sessions {
                 oldest_age_ms: self.done.first().map(|&(at, _)| now_ms.saturating_sub(at)),
             });
         }
-        let slot = stage.queue_slot()?;
+        let slot = QueuedStage::of(stage)?.slot();
         Some(QueueStats {
             waiting: self.queues[slot].len(),
             claimed: self.claimed[slot].len(),
@@ -1298,26 +1445,11 @@ impl Sessions {
             .ok_or(SessionError::UnknownSession { session: id })
     }
 
-    /// The rules every step of a claim holder shares: a retry of the last completion gets its
-    /// reply, before anything else is looked at (the retry may differ from the original only in
-    /// what no longer matters); otherwise the session must be live and `token` its current claim.
-    fn held(&self, id: SessionId, token: u64) -> Result<Held<'_>, SessionError> {
+    /// The claim token rules ([`claims::held`]) on session `id`; a stale token of a killed
+    /// session is refused as such.
+    fn held(&self, id: SessionId, token: u64) -> Result<Held<'_, Session>, SessionError> {
         let session = self.get_known(id)?;
-        if let Some(completion) = &session.last_completion
-            && completion.token == token
-        {
-            return Ok(Held::Retry(completion.reply.clone()));
-        }
-        if let Some(reason) = &session.kill_reason {
-            return Err(SessionError::NotLive {
-                session: id,
-                reason: reason.clone(),
-            });
-        }
-        match &session.claim {
-            Some(claim) if claim.token == token => Ok(Held::Current(session)),
-            _ => Err(SessionError::StaleClaim { session: id, token }),
-        }
+        claims::held(session, token).ok_or_else(|| stale(session, token))
     }
 
     /// Removes a session from the table and every index.
@@ -1333,7 +1465,7 @@ impl Sessions {
     /// Stores a session that is not stored, indexing it.
     fn put(&mut self, session: Session) {
         self.index(&session)
-            .expect("a session apply makes has one place and fresh index entries");
+            .expect("a session apply makes has fresh index entries");
         let previous = self.table.insert(session.id, session);
         assert!(previous.is_none(), "put is called on a missing session");
     }
@@ -1347,28 +1479,30 @@ impl Sessions {
                 Err(format!("session {id} is in the {index} index twice"))
             }
         };
-        let place = place(session)?;
         if let Some(key) = &session.request_key
             && self.by_request_key.insert(key.clone(), id).is_some()
         {
             return Err(format!("request key {key} names two sessions"));
         }
-        fresh(self.by_stage.insert((session.stage, id)), "stage")?;
-        match place {
-            Place::Queue {
-                slot,
-                visible_at_ms,
-            } => fresh(self.queues[slot].insert((visible_at_ms, id)), "queue")?,
-            Place::Claim { slot, deadline_ms } => {
-                fresh(self.claims.insert((deadline_ms, id)), "claim")?;
-                fresh(self.claimed[slot].insert(id), "claimed")?;
+        fresh(self.by_stage.insert((session.stage(), id)), "stage")?;
+        match &session.place {
+            Place::Queued(stage) => {
+                let entry = (session.visible_at_ms, id);
+                fresh(self.queues[stage.slot()].insert(entry), "queue")?;
             }
-            Place::Done { done_at_ms } => fresh(self.done.insert((done_at_ms, id)), "done")?,
-            Place::Archive { archived_at_ms } => {
-                fresh(self.archive.insert((archived_at_ms, id)), "archive")?;
+            Place::Claimed(held) => {
+                fresh(self.claims.insert((held.claim.deadline_ms, id)), "claim")?;
+                fresh(self.claimed[held.stage.slot()].insert(id), "claimed")?;
+            }
+            Place::Asleep(never) => match *never {},
+            Place::Ended(Ended::Done { .. }) => {
+                fresh(self.done.insert((session.stage_entered_ms, id)), "done")?;
+            }
+            Place::Ended(Ended::Archived { archived_at_ms, .. }) => {
+                fresh(self.archive.insert((*archived_at_ms, id)), "archive")?;
             }
         }
-        if let Place::Queue { .. } | Place::Claim { .. } = place {
+        if session.place.in_play() {
             fresh(
                 self.in_stage.insert((session.stage_entered_ms, id)),
                 "in-stage",
@@ -1379,29 +1513,30 @@ impl Sessions {
 
     fn unindex(&mut self, session: &Session) {
         let id = session.id;
-        let place = place(session).expect("a stored session has a place");
-        let mut removed = self.by_stage.remove(&(session.stage, id));
+        let mut removed = self.by_stage.remove(&(session.stage(), id));
         if let Some(key) = &session.request_key {
             removed &= self.by_request_key.remove(key) == Some(id);
         }
-        match place {
-            Place::Queue {
-                slot,
-                visible_at_ms,
-            } => removed &= self.queues[slot].remove(&(visible_at_ms, id)),
-            Place::Claim { slot, deadline_ms } => {
-                removed &= self.claims.remove(&(deadline_ms, id));
-                removed &= self.claimed[slot].remove(&id);
+        match &session.place {
+            Place::Queued(stage) => {
+                removed &= self.queues[stage.slot()].remove(&(session.visible_at_ms, id));
             }
-            Place::Done { done_at_ms } => removed &= self.done.remove(&(done_at_ms, id)),
-            Place::Archive { archived_at_ms } => {
-                removed &= self.archive.remove(&(archived_at_ms, id));
+            Place::Claimed(held) => {
+                removed &= self.claims.remove(&(held.claim.deadline_ms, id));
+                removed &= self.claimed[held.stage.slot()].remove(&id);
+            }
+            Place::Asleep(never) => match *never {},
+            Place::Ended(Ended::Done { .. }) => {
+                removed &= self.done.remove(&(session.stage_entered_ms, id));
+            }
+            Place::Ended(Ended::Archived { archived_at_ms, .. }) => {
+                removed &= self.archive.remove(&(*archived_at_ms, id));
             }
         }
-        if let Place::Queue { .. } | Place::Claim { .. } = place {
+        if session.place.in_play() {
             removed &= self.in_stage.remove(&(session.stage_entered_ms, id));
         }
-        assert!(removed, "session {id} was indexed as its fields say");
+        assert!(removed, "session {id} was indexed as its place says");
     }
 
     pub(crate) fn records(&self) -> SessionRecordsRef<'_> {
@@ -1414,7 +1549,8 @@ impl Sessions {
     }
 
     /// Rebuilds the table and its indexes from snapshot records (in any order); refuses
-    /// duplicates and sessions whose fields put them nowhere. `Sessions::check` does the rest.
+    /// duplicates and records whose fields put the session nowhere. `Sessions::check` does the
+    /// rest.
     pub(crate) fn from_records(records: SessionRecords) -> Result<Sessions, String> {
         let mut sessions = Sessions {
             config: records.config,
@@ -1422,10 +1558,11 @@ impl Sessions {
             last_claim_token: records.last_claim_token,
             ..Sessions::default()
         };
-        for session in records.sessions {
-            if sessions.table.contains_key(&session.id) {
-                return Err(format!("session {} appears twice", session.id));
+        for record in records.sessions {
+            if sessions.table.contains_key(&record.id) {
+                return Err(format!("session {} appears twice", record.id));
             }
+            let session = Session::try_from(record)?;
             sessions.index(&session)?;
             sessions.table.insert(session.id, session);
         }
@@ -1441,8 +1578,8 @@ impl Sessions {
                 self.table.len()
             ));
         }
-        // Rebuild every index from the fields and compare: equal indexes hold exactly the
-        // entries the sessions say, so every session is in exactly one place.
+        // Rebuild every index from the places and fields and compare: equal indexes hold
+        // exactly the entries the sessions say.
         let mut rebuilt = Sessions::default();
         for (id, session) in &self.table {
             if *id != session.id {
@@ -1483,7 +1620,7 @@ impl Sessions {
         if session.csr.is_empty() || session.csr.len() > SESSION_CSR_BYTES_MAX {
             return fail(format!("the CSR is {} bytes", session.csr.len()));
         }
-        if let Some(cert) = &session.cert
+        if let Some(cert) = session.cert()
             && (cert.is_empty() || cert.len() > SESSION_CERT_BYTES_MAX)
         {
             return fail(format!("the certificate is {} bytes", cert.len()));
@@ -1492,8 +1629,7 @@ impl Sessions {
         let not_future = [
             Some(session.created_ms),
             Some(session.stage_entered_ms),
-            session.done_at_ms,
-            session.archived_at_ms,
+            session.archived_at_ms(),
         ]
         .into_iter()
         .flatten()
@@ -1508,8 +1644,8 @@ impl Sessions {
         if session.visible_at_ms > clock_ms.saturating_add(SESSION_DELAY_MS_MAX) {
             return fail("it is invisible for longer than any delay allows".to_owned());
         }
-        // Stage and fields.
-        let stage = session.stage;
+        // Stage and challenges.
+        let stage = session.stage();
         let matches_names = session.challenges.len() == session.names.len()
             && session
                 .challenges
@@ -1526,30 +1662,12 @@ impl Sessions {
         if !challenges_fit {
             return fail(format!("its challenges do not fit stage {stage}"));
         }
-        if session.cert.is_some() != (stage == Stage::Done)
-            || session.done_at_ms.is_some() != (stage == Stage::Done)
-            || session.failure.is_some() != (stage == Stage::Failed)
-            || (session.acknowledged && stage != Stage::Done)
-        {
-            return fail(format!(
-                "certificate, done time, failure or acknowledgement do not fit stage {stage}"
-            ));
-        }
-        if stage == Stage::Done && session.done_at_ms != Some(session.stage_entered_ms) {
-            return fail("it became done at another time than it entered stage done".to_owned());
-        }
-        if session.live != session.kill_reason.is_none() {
-            return fail("it is live exactly when it has no kill reason".to_owned());
-        }
+        let kill_reason = session.kill_reason();
         for challenge in &session.challenges {
             let consistent = if challenge.satisfied {
                 !challenge.failed && challenge.times_tested > 0 && challenge.last_error.is_none()
             } else {
-                !challenge.failed
-                    || matches!(
-                        &session.kill_reason,
-                        Some(KillReason::TestedTooOften { .. })
-                    )
+                !challenge.failed || matches!(kill_reason, Some(KillReason::TestedTooOften { .. }))
             };
             if !consistent || challenge.challtime_ms < session.created_ms {
                 return fail(format!(
@@ -1568,7 +1686,7 @@ impl Sessions {
         if tokens_repeat {
             return fail("two challenges share a token".to_owned());
         }
-        match &session.kill_reason {
+        match kill_reason {
             Some(KillReason::StageTimeout { stage: killed_in }) if *killed_in != stage => {
                 return fail(format!("it timed out in {killed_in} but is in {stage}"));
             }
@@ -1585,49 +1703,71 @@ impl Sessions {
             _ => {}
         }
         // Claims and completions.
-        if let Some(claim) = &session.claim {
-            if claim.token == 0 || claim.token > self.last_claim_token {
-                return fail(format!(
-                    "claim token {} is not in 1..={}",
-                    claim.token, self.last_claim_token
-                ));
-            }
-            if claim.deadline_ms > clock_ms.saturating_add(SESSION_VISIBILITY_MS_MAX) {
-                return fail("its claim runs longer than any visibility allows".to_owned());
-            }
-        }
-        if let Some(completion) = &session.last_completion {
-            if completion.token == 0 || completion.token > self.last_claim_token {
-                return fail(format!(
-                    "completion token {} is not in 1..={}",
-                    completion.token, self.last_claim_token
-                ));
-            }
-            if session
-                .claim
-                .as_ref()
-                .is_some_and(|claim| claim.token <= completion.token)
-            {
-                return fail("its claim is not newer than its last completion".to_owned());
-            }
-        }
-        Ok(())
+        claims::check(
+            session,
+            self.last_claim_token,
+            clock_ms,
+            SESSION_VISIBILITY_MS_MAX,
+        )
+        .or_else(fail)
     }
 }
 
-/// The next id or token: the log index, or the next number when this log entry already issued
-/// one (several commands may share an entry).
-fn issue(last: u64, log_index: u64) -> u64 {
-    log_index.max(last.checked_add(1).expect("fewer than 2^64 ids are issued"))
+/// Why a token that does not hold session `session` is refused: the session was killed, or the
+/// token is stale.
+fn stale(session: &Session, token: u64) -> SessionError {
+    match session.kill_reason() {
+        Some(reason) => SessionError::NotLive {
+            session: session.id,
+            reason: reason.clone(),
+        },
+        None => SessionError::StaleClaim {
+            session: session.id,
+            token,
+        },
+    }
 }
 
-/// Kills a live session: it leaves its queue or claim and is archived (unless it already was).
-fn kill(session: &mut Session, reason: KillReason, now_ms: u64) {
-    assert!(session.live, "only a live session is killed");
-    session.live = false;
-    session.kill_reason = Some(reason);
-    session.claim = None;
-    session.archived_at_ms.get_or_insert(now_ms);
+/// Kills a live session: it leaves its queue or claim and is archived (unless it already was),
+/// keeping its stage.
+fn kill(mut session: Session, reason: KillReason, now_ms: u64) -> Session {
+    assert!(session.live(), "only a live session is killed");
+    session.place = Place::Ended(match session.place {
+        Place::Queued(stage) | Place::Claimed(StageClaim { stage, .. }) => Ended::Archived {
+            archived_at_ms: now_ms,
+            end: Ending::Killed { stage, reason },
+        },
+        Place::Asleep(never) => match never {},
+        Place::Ended(Ended::Done { cert }) => Ended::Archived {
+            archived_at_ms: now_ms,
+            end: Ending::Done {
+                cert,
+                acknowledged: false,
+                kill_reason: Some(reason),
+            },
+        },
+        Place::Ended(Ended::Archived {
+            archived_at_ms,
+            end,
+        }) => Ended::Archived {
+            archived_at_ms,
+            end: match end {
+                Ending::Done {
+                    cert, acknowledged, ..
+                } => Ending::Done {
+                    cert,
+                    acknowledged,
+                    kill_reason: Some(reason),
+                },
+                Ending::Failed { failure, .. } => Ending::Failed {
+                    failure,
+                    kill_reason: Some(reason),
+                },
+                Ending::Killed { .. } => unreachable!("a killed session is not live"),
+            },
+        },
+    });
+    session
 }
 
 /// The challenges of a makechallenge outcome, checked against the session's names and sorted
@@ -1671,15 +1811,15 @@ fn new_challenges(
 }
 
 /// Records a testchallenge outcome on `session` (claimed, in testchallenge) and moves it on: to
-/// issue when every challenge is satisfied, killed when an unsatisfied one was tested
-/// `max_tests` times, otherwise back to the queue after the retry delay. Checks the whole outcome
-/// before changing anything.
+/// issue when every challenge is satisfied, killed when an unsatisfied one used up its
+/// `max_tests` attempts, otherwise back to the queue after the retry delay. Checks the whole
+/// outcome before changing anything.
 fn record_tests(
-    session: &mut Session,
+    mut session: Session,
     results: Vec<TestResult>,
     config: &SessionConfig,
     now_ms: u64,
-) -> Result<(), SessionError> {
+) -> Result<Session, SessionError> {
     let bad = |what: String| Err(SessionError::BadOutcome(what));
     if results.len() != session.challenges.len() {
         return bad(format!(
@@ -1713,39 +1853,41 @@ fn record_tests(
         if challenge.satisfied {
             continue;
         }
-        challenge.times_tested = challenge.times_tested.saturating_add(1);
+        challenge.times_tested = claims::count_attempt(challenge.times_tested);
         challenge.satisfied = result.satisfied;
         challenge.last_error = result.error;
     }
     if session.challenges.iter().all(|c| c.satisfied) {
-        session.stage = Stage::Issue;
+        session.place = Place::Queued(QueuedStage::Issue);
         session.stage_entered_ms = now_ms;
         session.visible_at_ms = now_ms;
-        return Ok(());
+        return Ok(session);
     }
     let mut exhausted = None;
     for challenge in &mut session.challenges {
-        if !challenge.satisfied && challenge.times_tested >= config.max_tests {
+        if !challenge.satisfied && claims::exhausted(challenge.times_tested, config.max_tests) {
             challenge.failed = true;
             exhausted.get_or_insert((challenge.name.clone(), challenge.times_tested));
         }
     }
-    match exhausted {
-        Some((name, times)) => {
-            kill(session, KillReason::TestedTooOften { name, times }, now_ms);
+    Ok(match exhausted {
+        Some((name, times)) => kill(session, KillReason::TestedTooOften { name, times }, now_ms),
+        None => {
+            session.place = Place::Queued(QueuedStage::TestChallenge);
+            session.visible_at_ms = now_ms.saturating_add(config.test_retry_ms);
+            session
         }
-        None => session.visible_at_ms = now_ms.saturating_add(config.test_retry_ms),
-    }
-    Ok(())
+    })
 }
 
 fn check_visibility(visibility_ms: u64) -> Result<(), SessionError> {
-    within(
+    claims::within(
         "visibility_ms",
         visibility_ms,
         SESSION_VISIBILITY_MS_MIN,
         SESSION_VISIBILITY_MS_MAX,
-    )
+    )?;
+    Ok(())
 }
 
 fn check_bytes(field: &str, bytes: usize, max: usize) -> Result<(), SessionError> {
@@ -1756,20 +1898,13 @@ fn check_bytes(field: &str, bytes: usize, max: usize) -> Result<(), SessionError
             max,
         });
     }
-    within(&format!("{field} bytes"), bytes as u64, 1, max as u64)
+    claims::within(&format!("{field} bytes"), bytes as u64, 1, max as u64)?;
+    Ok(())
 }
 
-fn within(field: &str, got: u64, min: u64, max: u64) -> Result<(), SessionError> {
-    if (min..=max).contains(&got) {
-        return Ok(());
-    }
-    Err(SessionError::OutOfRange {
-        field: field.to_owned(),
-        got,
-        min,
-        max,
-    })
-}
+mod record;
+
+pub(crate) use record::SessionRecord;
 
 #[cfg(test)]
 mod tests;

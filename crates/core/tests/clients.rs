@@ -1089,6 +1089,9 @@ fn an_answer_too_large_to_keep_is_noted_and_its_copy_still_not_applied_again() {
     );
     for transaction in claimed {
         let now = m.state.pipelines().transaction(transaction.id).cloned();
-        assert_eq!(now.and_then(|t| t.claim), transaction.claim.clone());
+        assert_eq!(
+            now.and_then(|t| t.claim().cloned()),
+            transaction.claim().cloned()
+        );
     }
 }

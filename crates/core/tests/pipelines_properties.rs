@@ -684,7 +684,7 @@ impl Model {
                     let model = self.txs.get_mut(&id).unwrap();
                     model.attempts += 1;
                     let deadline_ms = clock_ms + self.config.running_timeout_ms;
-                    let claim = tx.claim.as_ref().unwrap();
+                    let claim = tx.claim().unwrap();
                     prop_assert_eq!(
                         (
                             &claim.worker,
@@ -1267,8 +1267,8 @@ impl Model {
                     .queue(&node_group, queue, LIST_PAGE_MAX)
                     .into_iter()
                     .map(|tx| {
-                        assert_eq!(tx.status, TxStatus::Queued);
-                        assert_eq!(tx.queued.map(|entry| entry.queue), Some(queue));
+                        assert_eq!(tx.status(), TxStatus::Queued);
+                        assert_eq!(tx.queued().map(|entry| entry.queue), Some(queue));
                         tx.id
                     })
                     .collect();
@@ -1320,7 +1320,7 @@ impl Model {
             let tx: &Transaction = reads
                 .transaction(*id)
                 .expect("a stored transaction is readable");
-            prop_assert_eq!(tx.status, model.place.status(), "transaction {}", id);
+            prop_assert_eq!(tx.status(), model.place.status(), "transaction {}", id);
             prop_assert_eq!(&tx.node_group, &model.node_group);
             prop_assert_eq!(&tx.pipeline, &model.pipeline);
             match &model.place {
@@ -1330,16 +1330,16 @@ impl Model {
                     cancel,
                     ..
                 } => {
-                    let claim = tx.claim.as_ref().unwrap();
+                    let claim = tx.claim().unwrap();
                     prop_assert_eq!(
-                        (claim.token, claim.deadline_ms, tx.cancel_requested),
+                        (claim.token, claim.deadline_ms, tx.cancel_requested()),
                         (*token, *deadline_ms, *cancel)
                     );
                 }
-                Place::Archived { at_ms, .. } => prop_assert_eq!(tx.archived_at_ms, Some(*at_ms)),
+                Place::Archived { at_ms, .. } => prop_assert_eq!(tx.archived_at_ms(), Some(*at_ms)),
                 Place::Finished { at_ms, .. } => {
                     prop_assert_eq!(
-                        (tx.completed_at_ms, tx.archived_at_ms),
+                        (tx.completed_at_ms(), tx.archived_at_ms()),
                         (Some(*at_ms), None)
                     );
                 }

@@ -295,7 +295,7 @@ impl Model {
             .filter(|h| {
                 state
                     .session(h.session)
-                    .and_then(|s| s.claim.as_ref())
+                    .and_then(|s| s.claim())
                     .is_some_and(|claim| claim.token == h.token)
             })
             .collect();
@@ -461,16 +461,16 @@ fn check_places(state: &State, sessions: &[Session]) {
     for session in sessions {
         assert_eq!(state.session(session.id), Some(session));
         let places = [
-            session.live
-                && session.stage.is_queued()
-                && session.claim.is_none()
-                && session.archived_at_ms.is_none(),
-            session.live && session.stage.is_queued() && session.claim.is_some(),
-            session.live
-                && session.stage == Stage::Done
-                && !session.acknowledged
-                && session.archived_at_ms.is_none(),
-            session.archived_at_ms.is_some(),
+            session.live()
+                && session.stage().is_queued()
+                && session.claim().is_none()
+                && session.archived_at_ms().is_none(),
+            session.live() && session.stage().is_queued() && session.claim().is_some(),
+            session.live()
+                && session.stage() == Stage::Done
+                && !session.acknowledged()
+                && session.archived_at_ms().is_none(),
+            session.archived_at_ms().is_some(),
         ];
         assert_eq!(
             places.iter().filter(|&&p| p).count(),
@@ -479,14 +479,14 @@ fn check_places(state: &State, sessions: &[Session]) {
             session.id
         );
         if places[0] {
-            *waiting.entry(session.stage).or_default() += 1;
+            *waiting.entry(session.stage()).or_default() += 1;
         }
         if places[1] {
-            *claimed.entry(session.stage).or_default() += 1;
+            *claimed.entry(session.stage()).or_default() += 1;
         }
         done += usize::from(places[2]);
         archived += usize::from(places[3]);
-        if !session.live || session.stage == Stage::Failed {
+        if !session.live() || session.stage() == Stage::Failed {
             assert!(
                 places[3],
                 "session {} is killed or failed but not archived",
@@ -587,7 +587,7 @@ proptest! {
                     }
                     for id in &report.timed_out {
                         let session = before.session(*id).unwrap();
-                        prop_assert!(session.live && session.stage.is_queued());
+                        prop_assert!(session.live() && session.stage().is_queued());
                         prop_assert!(session.stage_entered_ms + before.session_config().stage_timeout_ms <= clock_ms);
                         if let Some(span) = model.claims.get_mut(id)
                             && !span.ended
@@ -598,8 +598,8 @@ proptest! {
                     }
                     for id in &report.archived {
                         let session = before.session(*id).unwrap();
-                        prop_assert_eq!(session.stage, Stage::Done);
-                        prop_assert!(session.done_at_ms.unwrap() + before.session_config().done_retention_ms <= clock_ms);
+                        prop_assert_eq!(session.stage(), Stage::Done);
+                        prop_assert!(session.done_at_ms().unwrap() + before.session_config().done_retention_ms <= clock_ms);
                     }
                     for id in &report.deleted {
                         prop_assert!(state.session(*id).is_none());
@@ -650,23 +650,23 @@ proptest! {
                 prop_assert!(!model.deleted.contains(&session.id));
                 let history = model.stages.entry(session.id).or_default();
                 match history.last() {
-                    None => prop_assert_eq!(session.stage, Stage::MakeChallenge),
-                    Some(&last) if last != session.stage => {
-                        prop_assert!(allowed(last, session.stage), "{} moved {} → {}", session.id, last, session.stage);
+                    None => prop_assert_eq!(session.stage(), Stage::MakeChallenge),
+                    Some(&last) if last != session.stage() => {
+                        prop_assert!(allowed(last, session.stage()), "{} moved {} → {}", session.id, last, session.stage());
                         prop_assert!(!model.killed.contains_key(&session.id), "killed {} moved", session.id);
-                        history.push(session.stage);
+                        history.push(session.stage());
                     }
                     Some(_) => {}
                 }
                 if history.is_empty() {
-                    history.push(session.stage);
+                    history.push(session.stage());
                 }
-                if !session.live {
-                    let killed_in = *model.killed.entry(session.id).or_insert(session.stage);
-                    prop_assert_eq!(killed_in, session.stage);
+                if !session.live() {
+                    let killed_in = *model.killed.entry(session.id).or_insert(session.stage());
+                    prop_assert_eq!(killed_in, session.stage());
                 }
                 // The claim the state holds is the latest one handed out, and it is not over.
-                if let Some(claim) = &session.claim {
+                if let Some(claim) = &session.claim() {
                     let span = &model.claims[&session.id];
                     prop_assert_eq!(span.token, claim.token);
                     prop_assert!(!span.ended);
@@ -721,7 +721,7 @@ impl Model {
                 let mut expected: Vec<(u64, SessionId)> = before
                     .sessions_in(*stage, None, LIST_PAGE_MAX)
                     .into_iter()
-                    .filter(|s| s.live && s.claim.is_none() && s.archived_at_ms.is_none())
+                    .filter(|s| s.live() && s.claim().is_none() && s.archived_at_ms().is_none())
                     .filter(|s| s.visible_at_ms <= clock_ms)
                     .map(|s| (s.visible_at_ms, s.id))
                     .collect();
@@ -731,9 +731,9 @@ impl Model {
                 let expected: Vec<SessionId> = expected.into_iter().map(|(_, id)| id).collect();
                 prop_assert_eq!(got, expected);
                 for session in claimed {
-                    let claim = session.claim.as_ref().unwrap();
+                    let claim = session.claim().unwrap();
                     prop_assert_eq!(claim.deadline_ms, clock_ms + visibility_ms);
-                    prop_assert_eq!(session.stage, *stage);
+                    prop_assert_eq!(session.stage(), *stage);
                     // Never two claims at once: the previous one ended, or its time ran out.
                     if let Some(previous) = self.claims.get(&session.id) {
                         prop_assert!(
@@ -755,7 +755,7 @@ impl Model {
                     self.held[worker.unwrap()].push(Held {
                         session: session.id,
                         token: claim.token,
-                        stage: session.stage,
+                        stage: session.stage(),
                         names: session.names.clone(),
                     });
                 }

@@ -206,7 +206,7 @@ fn build_base() -> Base {
     assert!(claimed, "the prepared transaction is claimed: {dequeued:?}");
     let session_claimed = state
         .session(SessionId(session))
-        .and_then(|session| session.claim.as_ref())
+        .and_then(|session| session.claim())
         .is_some_and(|claim| claim.token == session_token);
     assert!(session_claimed, "the prepared session is claimed");
     let facts = Facts {

@@ -280,7 +280,7 @@ async fn complete_one(
     };
     assert_eq!(taken.len(), 1, "the one transaction queued is dequeued");
     assert_eq!(taken[0].id, transaction);
-    let token = taken[0].claim.as_ref().expect("a running claim").token;
+    let token = taken[0].claim().expect("a running claim").token;
     pipeline(
         replica,
         PipelineCommand::Complete {

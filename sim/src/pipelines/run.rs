@@ -187,11 +187,11 @@ fn read_transactions(state: &certus_core::State, ids: &BTreeSet<u64>) -> BTreeMa
                     *id,
                     FinalTx {
                         result: TxResult {
-                            status: tx.status.to_string(),
+                            status: tx.status().to_string(),
                             state: tx.state.as_str().to_owned(),
                         },
-                        terminal: tx.status.is_terminal(),
-                        archived: tx.archived_at_ms.is_some(),
+                        terminal: tx.status().is_terminal(),
+                        archived: tx.archived_at_ms().is_some(),
                     },
                 )
             })
@@ -491,7 +491,7 @@ fn read_hooked(cluster: &SimCluster, urls: &BTreeMap<u64, String>) -> BTreeMap<u
             .map(|(id, url)| {
                 let tx = reads
                     .transaction(TransactionId(*id))
-                    .filter(|tx| tx.status.is_terminal());
+                    .filter(|tx| tx.status().is_terminal());
                 let pending_event = reads
                     .webhook_for(TransactionId(*id))
                     .filter(|hook| matches!(hook.kind, WebhookKind::Completed { .. }))
@@ -500,8 +500,8 @@ fn read_hooked(cluster: &SimCluster, urls: &BTreeMap<u64, String>) -> BTreeMap<u
                     *id,
                     HookedTx {
                         url: url.clone(),
-                        final_status: tx.map(|tx| tx.status.to_string()),
-                        completed_at_machine_ms: tx.and_then(|tx| tx.completed_at_ms),
+                        final_status: tx.map(|tx| tx.status().to_string()),
+                        completed_at_machine_ms: tx.and_then(|tx| tx.completed_at_ms()),
                         pending_event,
                     },
                 )

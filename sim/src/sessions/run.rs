@@ -259,9 +259,9 @@ fn all_sessions(state: &certus_core::State) -> BTreeMap<u64, FinalSession> {
                 sessions.insert(
                     session.id.0,
                     FinalSession {
-                        stage: session.stage.to_string(),
-                        live: session.live,
-                        cert: session.cert.clone(),
+                        stage: session.stage().to_string(),
+                        live: session.live(),
+                        cert: session.cert().map(<[u8]>::to_vec),
                     },
                 );
             }
@@ -305,7 +305,7 @@ async fn observe(
                     for session in
                         state.sessions_in(stage, None, certus_core::limits::LIST_PAGE_MAX)
                     {
-                        if let Some(claim) = &session.claim {
+                        if let Some(claim) = session.claim() {
                             let past = machine_now.saturating_sub(claim.deadline_ms);
                             if past > OVERDUE_SLACK_MS {
                                 overdue.push((now_ms, id, session.id.0, claim.token, past));

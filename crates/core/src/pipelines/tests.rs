@@ -136,7 +136,7 @@ impl Machine {
         let node_group = self.tx(id).node_group.to_string();
         let dequeued = self.dequeue(&node_group, 1);
         assert_eq!(ids(&dequeued), [id]);
-        dequeued[0].claim.as_ref().unwrap().token
+        dequeued[0].claim().unwrap().token
     }
 
     fn complete(
@@ -318,7 +318,7 @@ fn pipelines_are_defined_moved_and_deleted_only_when_nothing_is_in_play() {
             name: pipeline("p")
         }
     );
-    assert_eq!(m.tx(id).status, TxStatus::Aborted);
+    assert_eq!(m.tx(id).status(), TxStatus::Aborted);
 }
 
 #[test]
@@ -356,13 +356,13 @@ fn enqueue_saves_the_transaction_and_queues_it_in_its_pipelines_node_group() {
     let id = m.enqueue(QueueType::In);
     assert_eq!(id, TransactionId(42));
     let tx = m.tx(id);
-    assert_eq!(tx.status, TxStatus::Queued);
+    assert_eq!(tx.status(), TxStatus::Queued);
     assert_eq!(tx.pipeline, Some(pipeline("p")));
     assert_eq!(tx.node_group, group("g"));
     assert_eq!(tx.state, json(r#"{"order":1}"#));
     assert_eq!(tx.event, Some(json(r#"{"step":"start"}"#)));
     assert_eq!(
-        tx.queued,
+        tx.queued(),
         Some(QueueEntry {
             queue: QueueType::In,
             seq: 1,
@@ -490,7 +490,7 @@ fn dequeue_serves_admin_then_out_then_in_each_first_in_first_out() {
     let queues: Vec<QueueType> = first
         .iter()
         .chain(&rest)
-        .map(|tx| tx.claim.as_ref().unwrap().queue)
+        .map(|tx| tx.claim().unwrap().queue)
         .collect();
     let (admin, out, r#in) = (QueueType::Admin, QueueType::Out, QueueType::In);
     assert_eq!(queues, [admin, admin, out, out, r#in, r#in]);
@@ -506,9 +506,9 @@ fn dequeue_claims_with_one_token_per_command_and_a_deadline() {
     m.advance(5);
     let dequeued = m.dequeue("g", 2);
     for tx in &dequeued {
-        assert_eq!(tx.status, TxStatus::Running);
+        assert_eq!(tx.status(), TxStatus::Running);
         assert_eq!(
-            tx.claim,
+            tx.claim().cloned(),
             Some(TxClaim {
                 worker: worker("w-1"),
                 token: 100,
@@ -585,7 +585,7 @@ fn commands_sharing_a_log_entry_get_distinct_increasing_ids_and_tokens() {
         let Ok(PipelineReply::Dequeued(txs)) = reply else {
             panic!("{reply:?}");
         };
-        tokens.push(txs[0].claim.as_ref().unwrap().token);
+        tokens.push(txs[0].claim().unwrap().token);
     }
     assert_eq!(tokens, [12, 13]);
     m.table.check(m.now_ms).unwrap();
@@ -627,10 +627,10 @@ fn complete_finishes_a_running_transaction_with_a_terminal_status() {
         }
     );
     let tx = m.tx(id);
-    assert_eq!(tx.status, TxStatus::Success);
+    assert_eq!(tx.status(), TxStatus::Success);
     assert_eq!(tx.state, json(r#"{"certificate":"..."}"#));
-    assert_eq!((tx.event.as_ref(), tx.claim.as_ref()), (None, None));
-    assert_eq!(tx.completed_at_ms, Some(T0 + 7));
+    assert_eq!((tx.event.as_ref(), tx.claim()), (None, None));
+    assert_eq!(tx.completed_at_ms(), Some(T0 + 7));
     // Its webhook is scheduled, due now, with an id kept across attempts.
     let hook = m.table.webhooks().for_transaction(id).unwrap().clone();
     assert_eq!(
@@ -728,11 +728,11 @@ fn requeue_hands_a_running_transaction_to_a_queue_with_new_state() {
         }
     );
     let tx = m.tx(id);
-    assert_eq!((tx.status, tx.attempts), (TxStatus::Queued, 0));
+    assert_eq!((tx.status(), tx.attempts), (TxStatus::Queued, 0));
     assert_eq!(tx.pipeline, Some(pipeline("q")));
     assert_eq!(tx.state, json(r#"{"order":1,"step":2}"#));
     assert_eq!(tx.event, Some(json(r#"{"step":"issue"}"#)));
-    assert!(tx.claim.is_none());
+    assert!(tx.claim().is_none());
     assert_eq!(m.queue("h", QueueType::In), [id]);
     assert!(
         m.table.stuck(0, m.now_ms, 10).is_empty(),
@@ -885,7 +885,7 @@ fn a_sleeper_wakes_at_its_time_into_the_queue_it_chose() {
         }
     );
     let tx = m.tx(id);
-    assert_eq!(tx.status, TxStatus::Sleeping);
+    assert_eq!(tx.status(), TxStatus::Sleeping);
     assert_eq!(tx.state, json(r#"{"waiting":"upstream"}"#));
     assert_eq!(m.table.group_counts(&group("g")).sleeping, 1);
     m.advance(30 * SECOND_MS - 1);
@@ -893,7 +893,7 @@ fn a_sleeper_wakes_at_its_time_into_the_queue_it_chose() {
     m.advance(1);
     assert_eq!(m.tick().woken, [id]);
     let tx = m.tx(id);
-    assert_eq!((tx.status, tx.attempts), (TxStatus::Queued, 0));
+    assert_eq!((tx.status(), tx.attempts), (TxStatus::Queued, 0));
     assert_eq!(m.queue("g", QueueType::Out), [id]);
     // Too long a sleep is refused.
     let token = m.dequeue_one(id);
@@ -948,7 +948,7 @@ fn a_switch_change_wakes_its_sleepers_and_only_a_change_does() {
     );
     assert_eq!(m.table.switch(&switch("renewals")), 7);
     assert_eq!(m.queue("g", QueueType::In), sleepers[..2]);
-    assert_eq!(m.tx(sleepers[2]).status, TxStatus::Sleeping);
+    assert_eq!(m.tx(sleepers[2]).status(), TxStatus::Sleeping);
     // Back to 0: the switch is not stored.
     m.ok(set(0));
     assert!(m.table.switches.is_empty());
@@ -979,7 +979,7 @@ fn a_switch_has_a_bounded_number_of_sleepers_and_switches_are_bounded() {
         };
         let sleep = PipelineCommand::Sleep {
             transaction,
-            token: txs[0].claim.as_ref().unwrap().token,
+            token: txs[0].claim().unwrap().token,
             until_ms: m.now_ms + 1,
             switch: Some(switch("s")),
             queue: QueueType::In,
@@ -1036,7 +1036,7 @@ fn cancel_aborts_waiting_transactions_at_once_and_flags_running_ones() {
     );
     let tx = m.tx(queued);
     assert_eq!(
-        (tx.status, tx.completed_at_ms),
+        (tx.status(), tx.completed_at_ms()),
         (TxStatus::Aborted, Some(T0))
     );
     assert!(m.queue("g", QueueType::In).is_empty());
@@ -1109,7 +1109,7 @@ fn cancel_aborts_waiting_transactions_at_once_and_flags_running_ones() {
         );
     }
     m.complete(running, token, TxStatus::Aborted).unwrap();
-    assert!(!m.tx(running).cancel_requested);
+    assert!(!m.tx(running).cancel_requested());
     // Sleeping: aborted at once.
     let sleeping = m.enqueue(QueueType::In);
     let token = m.dequeue_one(sleeping);
@@ -1210,7 +1210,10 @@ fn the_reaper_retries_a_stuck_transaction_then_times_it_out() {
     assert_eq!(report.retried, [id]);
     // Back on the queue it came from, behind what was waiting there.
     assert_eq!(m.queue("g", QueueType::Out), [later, id]);
-    assert_eq!((m.tx(id).status, m.tx(id).attempts), (TxStatus::Queued, 1));
+    assert_eq!(
+        (m.tx(id).status(), m.tx(id).attempts),
+        (TxStatus::Queued, 1)
+    );
     // The reaped worker's late answer is refused.
     let error = m.complete(id, first, TxStatus::Success).unwrap_err();
     assert!(matches!(
@@ -1229,7 +1232,7 @@ fn the_reaper_retries_a_stuck_transaction_then_times_it_out() {
     assert_eq!(report.retried, [later]);
     let tx = m.tx(id);
     assert_eq!(
-        (tx.status, tx.completed_at_ms),
+        (tx.status(), tx.completed_at_ms()),
         (TxStatus::Timeout, Some(m.now_ms))
     );
     assert_eq!(
@@ -1263,7 +1266,7 @@ fn the_reaper_aborts_a_stuck_transaction_whose_cancel_was_asked_for() {
         (report.aborted.as_slice(), report.retried.len()),
         (&[id][..], 0)
     );
-    assert_eq!(m.tx(id).status, TxStatus::Aborted);
+    assert_eq!(m.tx(id).status(), TxStatus::Aborted);
 }
 
 #[test]
@@ -1282,8 +1285,8 @@ fn finished_transactions_are_archived_after_the_delay_and_deleted_after_the_rete
     let report = m.tick();
     assert_eq!(report.archived, [id]);
     let tx = m.tx(id);
-    assert_eq!(tx.archived_at_ms, Some(m.now_ms));
-    assert_eq!(tx.status, TxStatus::Success);
+    assert_eq!(tx.archived_at_ms(), Some(m.now_ms));
+    assert_eq!(tx.status(), TxStatus::Success);
     // Archived transactions stay readable, answer retries and long-polls.
     assert_eq!(
         m.complete(id, token, TxStatus::Success).unwrap(),
@@ -1729,7 +1732,7 @@ fn in_play_lists_and_group_counts_follow_the_transactions() {
     });
     m.ok(PipelineCommand::Requeue {
         transaction: queued,
-        token: m.tx(queued).claim.as_ref().unwrap().token,
+        token: m.tx(queued).claim().unwrap().token,
         route: None,
         queue: QueueType::Admin,
         state: None,
@@ -1758,7 +1761,7 @@ fn in_play_lists_and_group_counts_follow_the_transactions() {
         }
     );
     assert_eq!(m.table.status_count(TxStatus::Success), 1);
-    assert_eq!(m.tx(done).status, TxStatus::Success);
+    assert_eq!(m.tx(done).status(), TxStatus::Success);
     // A group with nothing in play is not listed.
     m.complete(running, token, TxStatus::Success).unwrap();
     m.ok(PipelineCommand::Cancel {
@@ -1781,7 +1784,7 @@ fn table_in_every_place() -> Machine {
     });
     let archived = m.finished(with_webhook(new_tx()), TxStatus::Success);
     m.tick();
-    assert!(m.tx(archived).archived_at_ms.is_some());
+    assert!(m.tx(archived).archived_at_ms().is_some());
     let hook = m.take_webhooks(1).remove(0);
     m.webhook_result(&hook, failed("503")).unwrap();
     m.finished(new_tx(), TxStatus::Failed);
@@ -1833,7 +1836,7 @@ fn check_finds_transactions_out_of_place_and_broken_indexes() {
     let m = table_in_every_place();
     m.table.check(m.now_ms).unwrap();
     /// What is wrong, and how to make it so.
-    type Corruption = (&'static str, fn(&mut Transaction));
+    type Corruption = (&'static str, fn(&mut TransactionRecord));
     let corruptions: [Corruption; 9] = [
         ("a claim token above the last issued", |tx| {
             if let Some(claim) = &mut tx.claim {
@@ -2067,7 +2070,7 @@ fn an_export_never_skips_a_transaction_archived_later_in_the_same_millisecond() 
     let small = m.enqueue(QueueType::In);
     let big = m.enqueue(QueueType::In);
     let dequeued = m.dequeue("g", 2);
-    let token = dequeued[0].claim.as_ref().unwrap().token;
+    let token = dequeued[0].claim().unwrap().token;
     m.complete(big, token, TxStatus::Success).unwrap();
     m.advance(5);
     m.complete(small, token, TxStatus::Success).unwrap();
@@ -2173,7 +2176,7 @@ mod archive_export_properties {
                     Step::FinishPair => {
                         let first = m.enqueue(QueueType::In);
                         let second = m.enqueue(QueueType::In);
-                        let token = m.dequeue("g", 2)[0].claim.as_ref().unwrap().token;
+                        let token = m.dequeue("g", 2)[0].claim().unwrap().token;
                         m.complete(second, token, TxStatus::Success).unwrap();
                         m.advance(1);
                         m.complete(first, token, TxStatus::Failed).unwrap();

@@ -29,7 +29,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{PipelineConfig, PipelineError, TransactionId, TxStatus, WebhookUrl, issue};
+use super::{PipelineConfig, PipelineError, TransactionId, TxStatus, WebhookUrl};
+use crate::claims::issue;
 use crate::limits::{
     LIST_PAGE_MAX, PIPELINE_NOTICES_MAX, PIPELINE_URL_PAUSE_MS_MAX, PIPELINE_URLS_MAX,
     PIPELINE_WEBHOOK_BACKOFF_MS_MAX, PIPELINE_WEBHOOK_SCAN_MAX, PIPELINE_WEBHOOKS_MAX,

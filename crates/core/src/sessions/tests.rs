@@ -101,11 +101,11 @@ impl Machine {
 
     /// Claims `id` (which must be the oldest visible in its stage) and returns the token.
     fn claim_one(&mut self, id: SessionId) -> u64 {
-        let stage = self.session(id).stage;
+        let stage = self.session(id).stage();
         let claimed = self.claim(stage, 1);
         assert_eq!(claimed.len(), 1);
         assert_eq!(claimed[0].id, id);
-        claimed[0].claim.as_ref().unwrap().token
+        claimed[0].claim().unwrap().token
     }
 
     fn complete(
@@ -277,8 +277,8 @@ fn create_starts_a_live_session_in_makechallenge_with_the_log_index_as_id() {
     assert_eq!(id, SessionId(42));
     assert_eq!(id.to_string(), "42");
     let session = m.session(id);
-    assert_eq!(session.stage, Stage::MakeChallenge);
-    assert!(session.live);
+    assert_eq!(session.stage(), Stage::MakeChallenge);
+    assert!(session.live());
     assert_eq!(
         (
             session.created_ms,
@@ -287,7 +287,7 @@ fn create_starts_a_live_session_in_makechallenge_with_the_log_index_as_id() {
         ),
         (T0, T0, T0)
     );
-    assert!(session.challenges.is_empty() && session.claim.is_none());
+    assert!(session.challenges.is_empty() && session.claim().is_none());
     assert_eq!(
         m.table.queue_stats(Stage::MakeChallenge, T0 + 5),
         Some(QueueStats {
@@ -471,7 +471,7 @@ fn commands_sharing_a_log_entry_get_distinct_increasing_ids_and_tokens() {
     for index in [9, 9, 9] {
         match table.apply(claim.clone(), T0, index) {
             Ok(SessionReply::Claimed(sessions)) => {
-                tokens.push(sessions[0].claim.as_ref().unwrap().token);
+                tokens.push(sessions[0].claim().unwrap().token);
             }
             other => panic!("{other:?}"),
         }
@@ -503,7 +503,7 @@ fn claim_takes_visible_sessions_oldest_visible_first() {
     });
     let claimed = m.claim(Stage::MakeChallenge, 1);
     assert_eq!(ids(&claimed), [second]);
-    let claim = claimed[0].claim.as_ref().unwrap();
+    let claim = claimed[0].claim().unwrap();
     assert_eq!(claim.claimant, worker("w-1"));
     assert_eq!(claim.deadline_ms, m.now_ms + MINUTE_MS);
     assert_eq!(m.session(second), &claimed[0]);
@@ -565,10 +565,7 @@ fn extend_moves_only_the_current_claims_deadline() {
             deadline_ms: m.now_ms + 5_000
         }
     );
-    assert_eq!(
-        m.session(id).claim.as_ref().unwrap().deadline_ms,
-        m.now_ms + 5_000
-    );
+    assert_eq!(m.session(id).claim().unwrap().deadline_ms, m.now_ms + 5_000);
     let extend = |token, visibility_ms| SessionCommand::Extend {
         session: id,
         token,
@@ -636,7 +633,7 @@ fn a_session_passes_every_stage_in_order_to_done() {
     let session = m.session(id);
     assert_eq!(session.stage_entered_ms, T0 + 200);
     assert_eq!(session.visible_at_ms, T0 + 200);
-    assert!(session.claim.is_none());
+    assert!(session.claim().is_none());
     assert_eq!(session.challenges.len(), 2);
     for challenge in &session.challenges {
         assert_eq!(challenge.challtime_ms, T0 + 200);
@@ -664,13 +661,10 @@ fn a_session_passes_every_stage_in_order_to_done() {
     let token = m.claim_one(id);
     m.complete(id, token, issued()).unwrap();
     let session = m.session(id);
-    assert_eq!(session.stage, Stage::Done);
-    assert_eq!(session.done_at_ms, Some(T0 + 400));
-    assert_eq!(
-        session.cert.as_deref(),
-        Some(&b"-----BEGIN CERTIFICATE-----"[..])
-    );
-    assert!(session.archived_at_ms.is_none() && !session.acknowledged);
+    assert_eq!(session.stage(), Stage::Done);
+    assert_eq!(session.done_at_ms(), Some(T0 + 400));
+    assert_eq!(session.cert(), Some(&b"-----BEGIN CERTIFICATE-----"[..]));
+    assert!(session.archived_at_ms().is_none() && !session.acknowledged());
     assert_eq!(
         m.table
             .queue_stats(Stage::Done, T0 + 450)
@@ -770,7 +764,7 @@ fn unsatisfied_challenges_are_tested_again_after_the_retry_delay() {
     });
     m.complete(id, token, outcome).unwrap();
     let session = m.session(id);
-    assert_eq!(session.stage, Stage::Issue);
+    assert_eq!(session.stage(), Stage::Issue);
     assert_eq!(
         session
             .challenges
@@ -804,10 +798,10 @@ fn a_challenge_tested_too_often_kills_its_session_in_testchallenge() {
         }
     );
     let session = m.session(id);
-    assert_eq!(session.stage, Stage::TestChallenge);
-    assert!(!session.live && session.claim.is_none());
+    assert_eq!(session.stage(), Stage::TestChallenge);
+    assert!(!session.live() && session.claim().is_none());
     assert_eq!(
-        session.kill_reason,
+        session.kill_reason().cloned(),
         Some(KillReason::TestedTooOften {
             name: dns("a.example"),
             times: 2
@@ -819,7 +813,7 @@ fn a_challenge_tested_too_often_kills_its_session_in_testchallenge() {
             .iter()
             .all(|c| c.failed && c.times_tested == 2)
     );
-    assert_eq!(session.archived_at_ms, Some(m.now_ms));
+    assert_eq!(session.archived_at_ms(), Some(m.now_ms));
     assert_eq!(m.claim(Stage::TestChallenge, 10), Vec::new());
     assert_eq!(m.table.archived_count(), 1);
 }
@@ -984,7 +978,7 @@ fn release_puts_the_session_back_after_its_delay() {
         note: None,
     });
     let session = m.session(id);
-    assert_eq!(session.stage, Stage::MakeChallenge);
+    assert_eq!(session.stage(), Stage::MakeChallenge);
     // The stage timeout still counts from entering the stage.
     assert_eq!(session.stage_entered_ms, T0);
     assert_eq!(session.visible_at_ms, T0 + 1_000);
@@ -1003,10 +997,13 @@ fn fail_is_terminal_and_archives_the_session() {
         reason: reason("the name does not resolve"),
     });
     let session = m.session(id);
-    assert_eq!(session.stage, Stage::Failed);
-    assert!(session.live);
-    assert_eq!(session.failure, Some(reason("the name does not resolve")));
-    assert_eq!(session.archived_at_ms, Some(m.now_ms));
+    assert_eq!(session.stage(), Stage::Failed);
+    assert!(session.live());
+    assert_eq!(
+        session.failure().cloned(),
+        Some(reason("the name does not resolve"))
+    );
+    assert_eq!(session.archived_at_ms(), Some(m.now_ms));
     assert_eq!(m.table.queue_stats(Stage::Failed, m.now_ms), None);
     assert_eq!(
         m.refused(SessionCommand::Acknowledge { session: id }),
@@ -1025,7 +1022,7 @@ fn kill_stops_a_session_where_it_is() {
     let claimed = m.create(&["b.example"]);
     let queued = m.create(&["a.example"]);
     let token = m.claim_one(claimed);
-    assert!(m.session(queued).claim.is_none());
+    assert!(m.session(queued).claim().is_none());
     for id in [queued, claimed] {
         assert_eq!(
             m.ok(SessionCommand::Kill {
@@ -1035,13 +1032,13 @@ fn kill_stops_a_session_where_it_is() {
             SessionReply::Killed { already: false }
         );
         let session = m.session(id);
-        assert_eq!(session.stage, Stage::MakeChallenge);
-        assert!(!session.live && session.claim.is_none());
+        assert_eq!(session.stage(), Stage::MakeChallenge);
+        assert!(!session.live() && session.claim().is_none());
         assert_eq!(
-            session.kill_reason,
+            session.kill_reason().cloned(),
             Some(KillReason::Operator(reason("abuse report")))
         );
-        assert_eq!(session.archived_at_ms, Some(m.now_ms));
+        assert_eq!(session.archived_at_ms(), Some(m.now_ms));
     }
     let before = m.table.clone();
     assert_eq!(
@@ -1092,7 +1089,7 @@ fn kill_stops_a_session_where_it_is() {
         m.table.queue_stats(Stage::Done, m.now_ms).unwrap().waiting,
         0
     );
-    assert!(m.session(done).cert.is_some());
+    assert!(m.session(done).cert().is_some());
 }
 
 #[test]
@@ -1123,9 +1120,9 @@ fn acknowledging_a_certificate_archives_its_session_once() {
         SessionReply::Acknowledged { already: false }
     );
     let session = m.session(id);
-    assert!(session.acknowledged);
-    assert_eq!(session.archived_at_ms, Some(m.now_ms));
-    assert!(session.cert.is_some());
+    assert!(session.acknowledged());
+    assert_eq!(session.archived_at_ms(), Some(m.now_ms));
+    assert!(session.cert().is_some());
     let before = m.table.clone();
     assert_eq!(
         m.ok(SessionCommand::Acknowledge { session: id }),
@@ -1137,14 +1134,14 @@ fn acknowledging_a_certificate_archives_its_session_once() {
     m.advance(SessionConfig::default().done_retention_ms);
     let report = m.tick();
     assert!(report.archived.contains(&late));
-    let archived_at_ms = m.session(late).archived_at_ms;
-    assert!(!m.session(late).acknowledged);
+    let archived_at_ms = m.session(late).archived_at_ms();
+    assert!(!m.session(late).acknowledged());
     m.advance(1);
     assert_eq!(
         m.ok(SessionCommand::Acknowledge { session: late }),
         SessionReply::Acknowledged { already: false }
     );
-    assert_eq!(m.session(late).archived_at_ms, archived_at_ms);
+    assert_eq!(m.session(late).archived_at_ms(), archived_at_ms);
 }
 
 #[test]
@@ -1160,9 +1157,9 @@ fn a_tick_takes_back_expired_claims_visible_at_once() {
     assert_eq!(report.reclaimed, [early]);
     assert!(!report.more);
     let session = m.session(early);
-    assert!(session.claim.is_none());
+    assert!(session.claim().is_none());
     assert_eq!(session.visible_at_ms, m.now_ms);
-    assert!(m.session(late).claim.is_some());
+    assert!(m.session(late).claim().is_some());
     // The old claim is gone: its completion is stale.
     let outcome = challenges_for(&dns_names(&["a.example"]));
     assert!(matches!(
@@ -1171,7 +1168,7 @@ fn a_tick_takes_back_expired_claims_visible_at_once() {
     ));
     // Until a tick takes it back, a claim past its deadline still completes.
     m.advance(5_000);
-    let late_token = m.session(late).claim.as_ref().unwrap().token;
+    let late_token = m.session(late).claim().unwrap().token;
     let outcome = challenges_for(&dns_names(&["b.example"]));
     m.complete(late, late_token, outcome).unwrap();
     assert!(m.tick().is_empty());
@@ -1197,15 +1194,15 @@ fn a_tick_kills_sessions_that_sit_in_a_stage_too_long() {
     for id in [queued, claimed] {
         let session = m.session(id);
         assert_eq!(
-            session.kill_reason,
+            session.kill_reason().cloned(),
             Some(KillReason::StageTimeout {
                 stage: Stage::MakeChallenge
             })
         );
-        assert!(!session.live && session.claim.is_none());
-        assert_eq!(session.archived_at_ms, Some(m.now_ms));
+        assert!(!session.live() && session.claim().is_none());
+        assert_eq!(session.archived_at_ms(), Some(m.now_ms));
     }
-    assert!(m.session(fresh).live);
+    assert!(m.session(fresh).live());
     assert!(matches!(
         m.complete(claimed, token, challenges_for(&dns_names(&["b.example"]))),
         Err(SessionError::NotLive { .. })
@@ -1236,8 +1233,8 @@ fn a_tick_archives_forgotten_certificates_and_deletes_old_archives() {
     let report = m.tick();
     assert_eq!(report.archived, [done]);
     let session = m.session(done);
-    assert_eq!(session.archived_at_ms, Some(m.now_ms));
-    assert!(!session.acknowledged && session.cert.is_some());
+    assert_eq!(session.archived_at_ms(), Some(m.now_ms));
+    assert!(!session.acknowledged() && session.cert().is_some());
     m.advance(10_000);
     assert_eq!(m.tick().deleted, [failed]);
     assert!(m.table.by_request_key(&request_key("k")).is_none());
@@ -1395,7 +1392,7 @@ fn check_finds_sessions_out_of_place_and_broken_indexes() {
     let m = table_in_every_place();
     m.table.check(m.now_ms).unwrap();
     /// What is wrong, and how to make it so.
-    type Corruption = (&'static str, fn(&mut Session));
+    type Corruption = (&'static str, fn(&mut SessionRecord));
     let corruptions: [Corruption; 6] = [
         ("a claim token above the last issued", |s| {
             if let Some(claim) = &mut s.claim {

@@ -81,7 +81,7 @@ impl QueuesSample {
                 sample.oldest_age_ms[slot] = pipelines
                     .queue(group, queue, 1)
                     .first()
-                    .and_then(|head| head.queued)
+                    .and_then(|head| head.queued())
                     .map(|entry| now_ms.saturating_sub(entry.at_ms));
             }
             node_groups.push(sample);

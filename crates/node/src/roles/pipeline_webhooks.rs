@@ -535,7 +535,7 @@ impl Delivery {
 pub fn event_body(hook: &Webhook, transaction: Option<&Transaction>) -> String {
     let (kind, status) = match hook.kind {
         WebhookKind::Completed { status } => ("completed", Some(status)),
-        WebhookKind::Progress => ("progress", transaction.map(|tx| tx.status)),
+        WebhookKind::Progress => ("progress", transaction.map(Transaction::status)),
     };
     let mut body = Map::new();
     body.insert("event".to_owned(), hook.event.0.into());
@@ -570,7 +570,7 @@ pub fn event_body(hook: &Webhook, transaction: Option<&Transaction>) -> String {
         body.insert("created_at_ms".to_owned(), tx.created_at_ms.into());
         body.insert(
             "completed_at_ms".to_owned(),
-            tx.completed_at_ms.map_or(Value::Null, Value::from),
+            tx.completed_at_ms().map_or(Value::Null, Value::from),
         );
     }
     Value::Object(body).to_string()
@@ -747,7 +747,10 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 
 #[cfg(test)]
 mod tests {
-    use certus_core::pipelines::{JsonDocument, NodeGroup, Owner, TxMetadata, TxStatus};
+    use certus_core::claims::Place;
+    use certus_core::pipelines::{
+        FinalStatus, Finished, JsonDocument, NodeGroup, Owner, TxMetadata, TxStatus,
+    };
 
     use super::*;
 
@@ -821,21 +824,19 @@ mod tests {
             external_id: None,
             pipeline: None,
             node_group: NodeGroup::new("workers").unwrap(),
-            status: TxStatus::Success,
+            place: Place::Ended(Finished {
+                status: FinalStatus::Success,
+                completed_at_ms: 900,
+                archived_at_ms: None,
+            }),
             state: JsonDocument::new(r#"{"answer": [42]}"#).unwrap(),
             event: None,
             metadata: TxMetadata::default(),
             progress: None,
-            cancel_requested: false,
             created_at_ms: 500,
-            queued: None,
-            claim: None,
-            sleep: None,
             attempts: 1,
             last_started_at_ms: Some(600),
-            completed_at_ms: Some(900),
             notified_at_ms: None,
-            archived_at_ms: None,
             last_step: None,
             version: 12,
         }

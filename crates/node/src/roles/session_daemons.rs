@@ -351,7 +351,7 @@ impl SessionDaemons {
         match write(replica, vec![Command::Session(command)]).await? {
             SessionReply::Claimed(sessions) => {
                 for session in &sessions {
-                    if let Some(claim) = &session.claim {
+                    if let Some(claim) = session.claim() {
                         self.observe(WorkEvent::Claimed {
                             session: session.id,
                             token: claim.token,
@@ -366,11 +366,11 @@ impl SessionDaemons {
     }
 
     async fn work(&self, replica: &Replica, session: Session) {
-        let Some(token) = session.claim.as_ref().map(|claim| claim.token) else {
+        let Some(token) = session.claim().map(|claim| claim.token) else {
             return;
         };
         let id = session.id;
-        let step = match session.stage {
+        let step = match session.stage() {
             Stage::MakeChallenge => self.make_challenges(&session).map(|(puts, outcome)| {
                 let mut commands = puts;
                 commands.push(complete(&session, token, outcome));

@@ -276,7 +276,7 @@ impl Pipelines for PipelinesService {
                 } => {
                     // The transaction may have finished since the read the outcome came from:
                     // the reply describes the transaction it carries.
-                    if transaction.status.is_terminal() {
+                    if transaction.status().is_terminal() {
                         reply.outcome = v1::WaitOutcome::Finished.into();
                     }
                     reply.transaction = Some(transaction_to_proto(&transaction));
@@ -784,7 +784,7 @@ fn look(reads: PipelineReads<'_>, id: TransactionId, cursor: &mut u64) -> Look {
     let Some(tx) = reads.transaction(id) else {
         return Look::Gone;
     };
-    if tx.status.is_terminal() {
+    if tx.status().is_terminal() {
         return Look::News(v1::WaitOutcome::Finished);
     }
     loop {
@@ -1313,16 +1313,16 @@ fn text(value: Option<&impl Display>) -> String {
 
 /// A transaction for the wire.
 pub fn transaction_to_proto(tx: &Transaction) -> v1::Transaction {
-    let claim = tx.claim.as_ref();
-    let sleep = tx.sleep.as_ref();
+    let claim = tx.claim();
+    let sleep = tx.sleep();
     v1::Transaction {
         id: tx.id.0,
         owner: tx.owner.to_string(),
         external_id: text(tx.external_id.as_ref()),
         pipeline: text(tx.pipeline.as_ref()),
         node_group: tx.node_group.to_string(),
-        status: status_to_proto(tx.status).into(),
-        status_text: tx.status.to_string(),
+        status: status_to_proto(tx.status()).into(),
+        status_text: tx.status().to_string(),
         state: tx.state.as_str().to_owned(),
         event: tx
             .event
@@ -1339,15 +1339,15 @@ pub fn transaction_to_proto(tx: &Transaction) -> v1::Transaction {
             .as_ref()
             .map(|report| report.as_str().to_owned())
             .unwrap_or_default(),
-        cancel_requested: tx.cancel_requested,
+        cancel_requested: tx.cancel_requested(),
         created_at_ms: tx.created_at_ms,
         queue: tx
-            .queued
+            .queued()
             .map_or(v1::QueueType::Unspecified, |entry| {
                 queue_to_proto(entry.queue)
             })
             .into(),
-        queued_at_ms: tx.queued.map_or(0, |entry| entry.at_ms),
+        queued_at_ms: tx.queued().map_or(0, |entry| entry.at_ms),
         worker: text(claim.map(|claim| &claim.worker)),
         claim_token: claim.map_or(0, |claim| claim.token),
         claim_started_at_ms: claim.map_or(0, |claim| claim.started_at_ms),
@@ -1361,9 +1361,9 @@ pub fn transaction_to_proto(tx: &Transaction) -> v1::Transaction {
             .into(),
         attempts: tx.attempts,
         last_started_at_ms: tx.last_started_at_ms.unwrap_or(0),
-        completed_at_ms: tx.completed_at_ms.unwrap_or(0),
+        completed_at_ms: tx.completed_at_ms().unwrap_or(0),
         notified_at_ms: tx.notified_at_ms.unwrap_or(0),
-        archived_at_ms: tx.archived_at_ms.unwrap_or(0),
+        archived_at_ms: tx.archived_at_ms().unwrap_or(0),
         version: tx.version,
     }
 }
@@ -1536,7 +1536,7 @@ mod tests {
                 panic!("not dequeued");
             };
             assert_eq!(taken.len(), 1);
-            (transaction, taken[0].claim.as_ref().expect("claimed").token)
+            (transaction, taken[0].claim().expect("claimed").token)
         }
 
         fn progress(&mut self, id: TransactionId, token: u64) {

@@ -609,10 +609,9 @@ pub fn session_to_proto(session: &Session) -> v1::Session {
     v1::Session {
         id: session.id.0,
         created_ms: session.created_ms,
-        live: session.live,
+        live: session.live(),
         kill_reason: session
-            .kill_reason
-            .as_ref()
+            .kill_reason()
             .map(KillReason::to_string)
             .unwrap_or_default(),
         csr: session.csr.clone(),
@@ -621,7 +620,7 @@ pub fn session_to_proto(session: &Session) -> v1::Session {
             .iter()
             .map(|name| name.as_str().to_owned())
             .collect(),
-        stage: stage_to_proto(session.stage).into(),
+        stage: stage_to_proto(session.stage()).into(),
         stage_entered_ms: session.stage_entered_ms,
         challenges: session
             .challenges
@@ -642,24 +641,21 @@ pub fn session_to_proto(session: &Session) -> v1::Session {
             })
             .collect(),
         certificate: session
-            .cert
-            .as_ref()
+            .cert()
             .map(|cert| String::from_utf8_lossy(cert).into_owned())
             .unwrap_or_default(),
         failure: session
-            .failure
-            .as_ref()
+            .failure()
             .map(|failure| failure.as_str().to_owned())
             .unwrap_or_default(),
         claimant: session
-            .claim
-            .as_ref()
+            .claim()
             .map(|claim| claim.claimant.as_str().to_owned())
             .unwrap_or_default(),
-        claim_token: session.claim.as_ref().map_or(0, |claim| claim.token),
-        claim_deadline_ms: session.claim.as_ref().map_or(0, |claim| claim.deadline_ms),
-        acknowledged: session.acknowledged,
-        archived_at_ms: session.archived_at_ms.unwrap_or(0),
+        claim_token: session.claim().map_or(0, |claim| claim.token),
+        claim_deadline_ms: session.claim().map_or(0, |claim| claim.deadline_ms),
+        acknowledged: session.acknowledged(),
+        archived_at_ms: session.archived_at_ms().unwrap_or(0),
         request_key: session
             .request_key
             .as_ref()
