@@ -308,7 +308,7 @@ impl Node {
         }
         // Pipelines' webhooks: every node competes for the role; one at a time sends. The
         // simulation has no HTTP: its harness runs `pipeline_webhooks::run_with` on each node's
-        // machine with a sender over simulated links (sim/src/pipeline_webhooks.rs).
+        // machine with a sender over simulated links (sim/src/pipelines/webhooks.rs).
         #[cfg(not(madsim))]
         if config.pipelines.webhooks {
             let webhooks = crate::roles::pipeline_webhooks::WebhookProcessor::http(config.id)
