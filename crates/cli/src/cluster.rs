@@ -65,7 +65,7 @@ pub(crate) fn node_table(nodes: &[(&Node, String)]) -> Table {
     table.set_header(["node", "role", "gRPC", "HTTP", "data"]);
     for (node, data_dir) in nodes {
         let replica = node.replica();
-        let role = certus_node::services::admin::role_name(replica.raft.metrics().borrow().state);
+        let role = certus_node::convert::admin::role_name(replica.raft.metrics().borrow().state);
         table.add_row([
             replica.id.to_string(),
             role.to_owned(),

@@ -32,6 +32,7 @@ use certus_ct::structures::{
 };
 use certus_ct::{LogEntry, sha256};
 use certus_fuzz_targets::grpc::{Facts, base};
+use certus_node::convert;
 use certus_node::raft::codec;
 use certus_node::raft::forward::{
     ForwardRefusal, ForwardReply, ForwardRequest, MemberView, MembershipView,
@@ -971,16 +972,8 @@ fn grpc_seeds(pki: &TestPki) -> Vec<(String, Vec<u8>)> {
         v1::AcknowledgeSessionRequest { id: facts.session }.encode_to_vec()
     });
     add("session-config", 15, &|| {
-        let config = SessionConfig::default();
         v1::SetSessionConfigRequest {
-            config: Some(v1::SessionConfig {
-                stage_timeout_ms: config.stage_timeout_ms,
-                max_tests: config.max_tests,
-                test_retry_ms: config.test_retry_ms,
-                done_retention_ms: config.done_retention_ms,
-                archive_retention_ms: config.archive_retention_ms,
-                sessions_max: config.sessions_max,
-            }),
+            config: Some(convert::sessions::config_to_proto(&SessionConfig::default())),
         }
         .encode_to_vec()
     });
@@ -1091,22 +1084,10 @@ fn grpc_seeds(pki: &TestPki) -> Vec<(String, Vec<u8>)> {
         v1::AcknowledgeNoticesRequest { up_to: 3 }.encode_to_vec()
     });
     add("pipeline-config", 27, &|| {
-        let config = PipelineConfig::default();
         v1::SetPipelineConfigRequest {
-            config: Some(v1::PipelineConfig {
-                external_id_window_ms: config.external_id_window_ms,
-                running_timeout_ms: config.running_timeout_ms,
-                max_attempts: config.max_attempts,
-                archive_delay_ms: config.archive_delay_ms,
-                archive_retention_ms: config.archive_retention_ms,
-                transactions_max: config.transactions_max,
-                webhook_backoff_base_ms: config.webhook_backoff_base_ms,
-                webhook_backoff_cap_ms: config.webhook_backoff_cap_ms,
-                webhook_attempts_max: config.webhook_attempts_max,
-                url_failure_limit: config.url_failure_limit,
-                url_failure_window_ms: config.url_failure_window_ms,
-                url_pause_ms: config.url_pause_ms,
-            }),
+            config: Some(convert::pipelines::wire::config_to_proto(
+                &PipelineConfig::default(),
+            )),
         }
         .encode_to_vec()
     });
@@ -1120,17 +1101,8 @@ fn grpc_seeds(pki: &TestPki) -> Vec<(String, Vec<u8>)> {
         });
     }
     add("log-config", 29, &|| {
-        let config = LogConfig::default();
         v1::SetLogConfigRequest {
-            config: Some(v1::LogConfig {
-                min_serving_nodes: config.min_serving_nodes,
-                min_serving_permille: config.min_serving_permille,
-                unsequenced_watermark: config.unsequenced_watermark,
-                guard_window_ms: config.guard_window_ms,
-                signing_interval_ms: config.signing_interval_ms,
-                sequencing_interval_ms: config.sequencing_interval_ms,
-                report_ttl_ms: config.report_ttl_ms,
-            }),
+            config: Some(convert::log::config_to_proto(&LogConfig::default())),
         }
         .encode_to_vec()
     });

@@ -1,7 +1,8 @@
 //! Errors a client sees: each becomes a gRPC status with a message that says what was wrong and
 //! an ASCII metadata entry `certus-error` with a stable, machine-readable reason.
 
-use certus_core::{ChallengeError, ClientError, LeaseError, PipelineError};
+use certus_core::ct::CtError;
+use certus_core::{ChallengeError, ClientError, LeaseError, PipelineError, SessionError};
 use tonic::{Code, Status};
 
 /// The metadata key that carries the stable reason of a refusal.
@@ -139,4 +140,69 @@ pub fn pipeline_status(error: &PipelineError) -> Status {
         PipelineError::InvalidConfig { .. } => (Code::InvalidArgument, "invalid-config"),
     };
     status(code, reason, error.to_string())
+}
+
+/// The status for a refused session command.
+pub fn session_status(error: &SessionError) -> Status {
+    let (code, reason) = match error {
+        SessionError::UnknownSession { .. } => (Code::NotFound, "unknown-session"),
+        SessionError::WrongStage { .. } => (Code::FailedPrecondition, "wrong-stage"),
+        SessionError::StaleClaim { .. } => (Code::FailedPrecondition, "stale-claim"),
+        SessionError::NotLive { .. } => (Code::FailedPrecondition, "not-live"),
+        SessionError::NotDone { .. } => (Code::FailedPrecondition, "not-done"),
+        SessionError::TooMany { .. } => (Code::ResourceExhausted, "too-many-sessions"),
+        SessionError::RequestKeyReused { .. } => (Code::AlreadyExists, "request-key-reused"),
+        SessionError::InvalidConfig { .. } => (Code::InvalidArgument, "invalid-config"),
+        SessionError::NotQueued { .. } => (Code::InvalidArgument, "not-queued"),
+        SessionError::InvalidText(_)
+        | SessionError::BadOutcome(_)
+        | SessionError::TooLarge { .. }
+        | SessionError::OutOfRange { .. }
+        | SessionError::BadNames(_) => (Code::InvalidArgument, "invalid-argument"),
+    };
+    status(code, reason, error.to_string())
+}
+
+/// The status for a refused CT command.
+pub fn ct_status(error: &CtError) -> Status {
+    let (code, reason) = match error {
+        CtError::Backlog { .. } => (Code::ResourceExhausted, "backlog"),
+        CtError::Frozen => (Code::FailedPrecondition, "frozen"),
+        CtError::TooLarge { .. } | CtError::BatchTooLarge { .. } => {
+            (Code::InvalidArgument, "too-large")
+        }
+        CtError::MalformedSubmission(_) => (Code::InvalidArgument, "invalid-argument"),
+        CtError::InvalidConfig { .. } => (Code::InvalidArgument, "invalid-config"),
+        CtError::IsMirror { .. } => (Code::FailedPrecondition, "mirror"),
+        CtError::Mirror(_) => (Code::FailedPrecondition, "mirror-refused"),
+        CtError::StaleSequence { .. }
+        | CtError::NotSequenceable { .. }
+        | CtError::BadReport { .. }
+        | CtError::NotPublishable { .. } => (Code::FailedPrecondition, "refused"),
+    };
+    status(code, reason, error.to_string())
+}
+
+/// The status a long-poll or stream ends with when this node stops while it waits.
+pub fn stopping() -> Status {
+    status(
+        Code::Unavailable,
+        "node-stopping",
+        "this node is shutting down; ask another node",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn back_pressure_is_resource_exhausted() {
+        let error = CtError::Backlog {
+            unsequenced: 10,
+            watermark: 10,
+        };
+        assert_eq!(ct_status(&error).code(), Code::ResourceExhausted);
+        assert_eq!(ct_status(&CtError::Frozen).code(), Code::FailedPrecondition);
+    }
 }

@@ -6,7 +6,8 @@
 //! clock read goes through [`Clock`].
 //!
 //! One folder per concern: [`raft`] (openraft wired to the store and the transport; the
-//! [`Replica`] everything else goes through), [`services`] (the client gRPC services), [`ct`]
+//! [`Replica`] everything else goes through), [`convert`] (the client API's requests and replies
+//! to and from the state machine's commands, pure), [`services`] (the client gRPC services), [`ct`]
 //! (the CT log), [`roles`] (background work: ticks, session daemons, webhooks), [`edge`] (TLS,
 //! authorization, client limits, request metrics, HTTP) and [`metrics`]; [`node`] starts and
 //! stops them all.
@@ -15,6 +16,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod convert;
 pub mod ct;
 pub mod edge;
 pub mod errors;

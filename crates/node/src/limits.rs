@@ -46,6 +46,8 @@ pub const PIPELINE_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
 /// Where a list of transactions is cut (after at least one), in encoded bytes; the rest is on
 /// the next page.
 pub const PIPELINE_LIST_REPLY_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// The longest a sessions `Wait` holds a request.
+pub const SESSION_WAIT_MAX: Duration = Duration::from_secs(60);
 /// The longest a `GetState` long-poll holds a request.
 pub const PIPELINE_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Notifications a completion stream reads from the state at a time: what it buffers at most

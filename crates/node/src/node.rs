@@ -489,7 +489,7 @@ macro_rules! with_node_services {
                     .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
             )
             .add_service(
-                SessionsServer::new(SessionsService::new(Arc::clone(replica)))
+                SessionsServer::new(SessionsService::new(Arc::clone(replica), stop.clone()))
                     .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
                     .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
             )

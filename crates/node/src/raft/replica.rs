@@ -192,9 +192,9 @@ impl Replica {
     }
 
     /// Proposes one command of a client call, as the call's numbered request when it carried one
-    /// (see [`crate::services::clients`]): applied at most once, never after the client moved past
-    /// it. A refusal by the session layer comes back as [`ServiceError::Client`]; otherwise the
-    /// command's own response.
+    /// (read from the call's metadata by `convert::clients::client_request`): applied at most
+    /// once, never after the client moved past it. A refusal by the session layer comes back as
+    /// [`ServiceError::Client`]; otherwise the command's own response.
     pub async fn write_for(
         &self,
         client: Option<ClientRequest>,

@@ -1,18 +1,16 @@
-//! `certus.v1.Admin`: status, membership and snapshots.
+//! `certus.v1.Admin`: status, membership and snapshots. Its conversions are
+//! [`crate::convert::admin`].
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use certus_proto::v1;
 use certus_proto::v1::admin_server::Admin;
-use openraft::ServerState;
 use tonic::{Code, Request, Response, Status};
 
+use crate::convert::admin as convert;
 use crate::errors::status;
-use crate::limits::{LEADER_WAIT, MEMBER_ADDR_BYTES_MAX};
-use crate::raft::forward::MembershipView;
+use crate::limits::LEADER_WAIT;
 use crate::raft::replica::Replica;
-use crate::raft::types::CertusNode;
 
 /// `certus.v1.Admin` for one node.
 #[derive(Debug, Clone)]
@@ -25,29 +23,6 @@ impl AdminService {
     pub fn new(replica: Arc<Replica>) -> AdminService {
         AdminService { replica }
     }
-}
-
-/// The name a role is shown by.
-pub fn role_name(state: ServerState) -> &'static str {
-    match state {
-        ServerState::Leader => "leader",
-        ServerState::Follower => "follower",
-        ServerState::Candidate => "candidate",
-        ServerState::Learner => "learner",
-        ServerState::Shutdown => "shutdown",
-    }
-}
-
-fn members(view: &MembershipView) -> Vec<v1::Member> {
-    view.members
-        .iter()
-        .map(|member| v1::Member {
-            id: member.id,
-            grpc_addr: member.node.grpc_addr.clone(),
-            http_addr: member.node.http_addr.clone(),
-            voter: member.voter,
-        })
-        .collect()
 }
 
 /// This node's status, as `Admin/Status` and the HTTP status page report it.
@@ -63,7 +38,7 @@ pub fn status_of(replica: &Replica) -> v1::StatusReply {
         .unwrap_or_default();
     v1::StatusReply {
         id: replica.id,
-        role: role_name(metrics.state).to_owned(),
+        role: convert::role_name(metrics.state).to_owned(),
         term: metrics.current_term,
         leader_id: leader.unwrap_or(0),
         leader_grpc_addr,
@@ -71,7 +46,7 @@ pub fn status_of(replica: &Replica) -> v1::StatusReply {
         applied_index: metrics.last_applied.map_or(0, |log_id| log_id.index),
         last_log_index: metrics.last_log_index.unwrap_or(0),
         snapshot_index: metrics.snapshot.map_or(0, |log_id| log_id.index),
-        members: members(&view),
+        members: convert::members(&view),
         grpc_addr: replica.node.grpc_addr.clone(),
         http_addr: replica.node.http_addr.clone(),
     }
@@ -140,46 +115,10 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::AddLearnerRequest>,
     ) -> Result<Response<v1::MembershipReply>, Status> {
-        let request = request.into_inner();
-        if request.id == 0 {
-            return Err(status(
-                Code::InvalidArgument,
-                "invalid-argument",
-                "id: node ids start at 1",
-            ));
-        }
-        for (field, addr) in [
-            ("grpc_addr", &request.grpc_addr),
-            ("http_addr", &request.http_addr),
-        ] {
-            if addr.len() > MEMBER_ADDR_BYTES_MAX {
-                return Err(status(
-                    Code::InvalidArgument,
-                    "invalid-argument",
-                    format!(
-                        "{field}: {} bytes; an ip:port address is at most {MEMBER_ADDR_BYTES_MAX}",
-                        addr.len()
-                    ),
-                ));
-            }
-            if addr.parse::<std::net::SocketAddr>().is_err() {
-                return Err(status(
-                    Code::InvalidArgument,
-                    "invalid-argument",
-                    format!("{field}: {addr:?} is not an ip:port address"),
-                ));
-            }
-        }
-        probe_new_member(request.id, &request.grpc_addr, self.replica.peer_tls()).await?;
-        let node = CertusNode {
-            grpc_addr: request.grpc_addr,
-            http_addr: request.http_addr,
-        };
-        let view = self.replica.add_learner(request.id, node).await?;
-        Ok(Response::new(v1::MembershipReply {
-            log_index: view.log_index,
-            members: members(&view),
-        }))
+        let (id, node) = convert::add_learner(request.into_inner())?;
+        probe_new_member(id, &node.grpc_addr, self.replica.peer_tls()).await?;
+        let view = self.replica.add_learner(id, node).await?;
+        Ok(Response::new(convert::membership(&view)))
     }
 
     async fn change_membership(
@@ -187,33 +126,12 @@ impl Admin for AdminService {
         request: Request<v1::ChangeMembershipRequest>,
     ) -> Result<Response<v1::MembershipReply>, Status> {
         let request = request.into_inner();
-        let voters: BTreeSet<u64> = request.voters.iter().copied().collect();
-        if voters.is_empty() {
-            return Err(status(
-                Code::InvalidArgument,
-                "invalid-argument",
-                "voters: a cluster needs at least one voter",
-            ));
-        }
-        let known = self.replica.membership();
-        if let Some(unknown) = voters
-            .iter()
-            .find(|id| !known.members.iter().any(|member| member.id == **id))
-        {
-            return Err(status(
-                Code::FailedPrecondition,
-                "not-a-member",
-                format!("node {unknown} is not a member; add it as a learner first"),
-            ));
-        }
+        let voters = convert::voters(&request, &self.replica.membership())?;
         let view = self
             .replica
             .change_membership(voters, request.retain)
             .await?;
-        Ok(Response::new(v1::MembershipReply {
-            log_index: view.log_index,
-            members: members(&view),
-        }))
+        Ok(Response::new(convert::membership(&view)))
     }
 
     async fn trigger_snapshot(

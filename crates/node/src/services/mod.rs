@@ -1,10 +1,11 @@
-//! The client gRPC services: one file per service of `proto/certus/v1` (and the standard health
-//! service), each validating its requests before anything reaches Raft, and the conversions
-//! between protobuf messages and the state machine's types they share.
+//! The client gRPC services: one file (or folder) per service of `proto/certus/v1` (and the
+//! standard health service). A handler is wiring: it converts the request with
+//! [`crate::convert`] (where it is validated before anything reaches Raft), calls the replica
+//! through the one path every service shares ([`call`]), and converts the answer back.
 
 pub mod admin;
+pub mod call;
 pub mod clients;
-pub mod convert;
 pub mod health;
 pub mod leases;
 pub mod log;

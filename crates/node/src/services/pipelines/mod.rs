@@ -1,0 +1,254 @@
+//! `certus.v1.Pipelines`: transaction pipelines for producers, workers and operators.
+//!
+//! Each call is wiring: its conversions (and the checks before anything is proposed) are
+//! [`crate::convert::pipelines`]; writes go through the replica (forwarded to the leader), reads
+//! pass the read barrier. Waiting does not poll: the `GetState` long-poll is `long_poll.rs`, the
+//! `WatchCompletions` and `ExportArchive` streams are `streams.rs`.
+
+mod long_poll;
+mod streams;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use certus_proto::v1;
+use certus_proto::v1::pipelines_server::Pipelines;
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+
+use crate::convert::clients::client_request;
+use crate::convert::pipelines as convert;
+use crate::raft::replica::Replica;
+
+/// `certus.v1.Pipelines` for one node.
+#[derive(Debug, Clone)]
+pub struct PipelinesService {
+    replica: Arc<Replica>,
+    /// Turns true when the node stops: long-polls and streams end then.
+    stop: watch::Receiver<bool>,
+}
+
+impl PipelinesService {
+    /// The pipelines service of `replica`; its waits end when `stop` turns true.
+    pub fn new(replica: Arc<Replica>, stop: watch::Receiver<bool>) -> PipelinesService {
+        PipelinesService { replica, stop }
+    }
+}
+
+#[tonic::async_trait]
+impl Pipelines for PipelinesService {
+    async fn define_pipeline(
+        &self,
+        request: Request<v1::DefinePipelineRequest>,
+    ) -> Result<Response<v1::DefinePipelineReply>, Status> {
+        let client = client_request(request.metadata())?;
+        let command = convert::define_pipeline(request.into_inner())?;
+        let reply = self.replica.propose(client, command.clone()).await?;
+        let definition = convert::defined(&command, reply)?;
+        Ok(Response::new(self.replica.query(definition).await?))
+    }
+
+    async fn delete_pipeline(
+        &self,
+        request: Request<v1::DeletePipelineRequest>,
+    ) -> Result<Response<v1::DeletePipelineReply>, Status> {
+        self.replica
+            .serve_write(request, convert::delete_pipeline, convert::pipeline_deleted)
+            .await
+    }
+
+    async fn list_pipelines(
+        &self,
+        request: Request<v1::ListPipelinesRequest>,
+    ) -> Result<Response<v1::ListPipelinesReply>, Status> {
+        self.replica
+            .serve_read(request, convert::list_pipelines)
+            .await
+    }
+
+    async fn enqueue(
+        &self,
+        request: Request<v1::EnqueueRequest>,
+    ) -> Result<Response<v1::EnqueueReply>, Status> {
+        self.replica
+            .serve_write(request, convert::enqueue, convert::enqueued)
+            .await
+    }
+
+    async fn get_state(
+        &self,
+        request: Request<v1::GetStateRequest>,
+    ) -> Result<Response<v1::GetStateReply>, Status> {
+        let request = convert::get_state(request.into_inner())?;
+        let (id, reply) = long_poll::get_state(&self.replica, self.stop.clone(), &request).await?;
+        if !request.mark_replied {
+            return Ok(Response::new(reply));
+        }
+        let marked = self
+            .replica
+            .propose(None, convert::mark_replied(id))
+            .await?;
+        Ok(Response::new(convert::replied(marked, reply)?))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<v1::CancelRequest>,
+    ) -> Result<Response<v1::CancelReply>, Status> {
+        self.replica
+            .serve_write(request, convert::cancel, convert::cancelled)
+            .await
+    }
+
+    type WatchCompletionsStream = streams::NotificationStream;
+
+    async fn watch_completions(
+        &self,
+        request: Request<v1::WatchCompletionsRequest>,
+    ) -> Result<Response<Self::WatchCompletionsStream>, Status> {
+        let request = convert::watch_completions(request.into_inner())?;
+        let stream =
+            streams::completions(Arc::clone(&self.replica), self.stop.clone(), request).await?;
+        Ok(Response::new(stream))
+    }
+
+    async fn dequeue(
+        &self,
+        request: Request<v1::DequeueRequest>,
+    ) -> Result<Response<v1::DequeueReply>, Status> {
+        self.replica
+            .serve_write(request, convert::dequeue, convert::dequeued)
+            .await
+    }
+
+    async fn complete(
+        &self,
+        request: Request<v1::CompleteTransactionRequest>,
+    ) -> Result<Response<v1::CompleteTransactionReply>, Status> {
+        self.replica
+            .serve_write(request, convert::complete, convert::completed)
+            .await
+    }
+
+    async fn requeue(
+        &self,
+        request: Request<v1::RequeueRequest>,
+    ) -> Result<Response<v1::RequeueReply>, Status> {
+        self.replica
+            .serve_write(request, convert::requeue, convert::requeued)
+            .await
+    }
+
+    async fn progress(
+        &self,
+        request: Request<v1::ProgressRequest>,
+    ) -> Result<Response<v1::ProgressReply>, Status> {
+        self.replica
+            .serve_write(request, convert::progress, convert::progress_recorded)
+            .await
+    }
+
+    async fn sleep(
+        &self,
+        request: Request<v1::SleepRequest>,
+    ) -> Result<Response<v1::SleepReply>, Status> {
+        let now_ms = self.replica.clock.now_ms();
+        self.replica
+            .serve_write(
+                request,
+                |request| convert::sleep(request, now_ms),
+                convert::sleeping,
+            )
+            .await
+    }
+
+    async fn set_switch(
+        &self,
+        request: Request<v1::SetSwitchRequest>,
+    ) -> Result<Response<v1::SetSwitchReply>, Status> {
+        self.replica
+            .serve_write(request, convert::set_switch, convert::switch_set)
+            .await
+    }
+
+    async fn get_switch(
+        &self,
+        request: Request<v1::GetSwitchRequest>,
+    ) -> Result<Response<v1::GetSwitchReply>, Status> {
+        self.replica.serve_read(request, convert::get_switch).await
+    }
+
+    async fn list_in_play(
+        &self,
+        request: Request<v1::ListInPlayRequest>,
+    ) -> Result<Response<v1::ListTransactionsReply>, Status> {
+        self.replica
+            .serve_read(request, convert::list_in_play)
+            .await
+    }
+
+    async fn list_stuck(
+        &self,
+        request: Request<v1::ListStuckRequest>,
+    ) -> Result<Response<v1::ListTransactionsReply>, Status> {
+        self.replica.serve_read(request, convert::list_stuck).await
+    }
+
+    async fn status(
+        &self,
+        request: Request<v1::PipelinesStatusRequest>,
+    ) -> Result<Response<v1::PipelinesStatus>, Status> {
+        self.replica.serve_read(request, convert::status_of).await
+    }
+
+    async fn list_notices(
+        &self,
+        request: Request<v1::ListNoticesRequest>,
+    ) -> Result<Response<v1::ListNoticesReply>, Status> {
+        self.replica
+            .serve_read(request, convert::list_notices)
+            .await
+    }
+
+    async fn acknowledge_notices(
+        &self,
+        request: Request<v1::AcknowledgeNoticesRequest>,
+    ) -> Result<Response<v1::AcknowledgeNoticesReply>, Status> {
+        self.replica
+            .serve_write(
+                request,
+                convert::acknowledge_notices,
+                convert::notices_acknowledged,
+            )
+            .await
+    }
+
+    type ExportArchiveStream = streams::ArchiveStream;
+
+    async fn export_archive(
+        &self,
+        request: Request<v1::ExportArchiveRequest>,
+    ) -> Result<Response<Self::ExportArchiveStream>, Status> {
+        let request = convert::export_archive(request.into_inner())?;
+        let stream = streams::export(Arc::clone(&self.replica), self.stop.clone(), request).await?;
+        Ok(Response::new(stream))
+    }
+
+    async fn get_config(
+        &self,
+        _request: Request<v1::GetPipelineConfigRequest>,
+    ) -> Result<Response<v1::PipelineConfig>, Status> {
+        Ok(Response::new(self.replica.query(convert::config).await?))
+    }
+
+    async fn set_config(
+        &self,
+        request: Request<v1::SetPipelineConfigRequest>,
+    ) -> Result<Response<v1::PipelineConfig>, Status> {
+        self.replica
+            .serve_write(request, convert::set_config, convert::configured)
+            .await?;
+        Ok(Response::new(self.replica.query(convert::config).await?))
+    }
+}
