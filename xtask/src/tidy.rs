@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::{COMMANDS, workspace_root};
 
+mod bounds;
 mod code_map;
 
 /// Every `.rs` file under `dir`, at any depth, sorted.
