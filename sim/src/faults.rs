@@ -9,11 +9,10 @@ use madsim::net::NetSim;
 use tracing::info;
 
 use crate::cluster::{SimCluster, elapsed_ms};
+use crate::limits::CRASH_AIM_MS_MAX;
 use crate::observe::FaultSpan;
 use crate::schedule::{Fault, Schedule};
 
-/// The longest an aimed crash waits for a write in flight.
-const CRASH_AIM_MS_MAX: u64 = 100;
 /// How often an aimed crash looks for one.
 const CRASH_AIM_POLL: Duration = Duration::from_micros(200);
 

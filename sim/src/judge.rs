@@ -3,8 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// How many problems a failed verdict names before it only counts the rest.
-const PROBLEMS_NAMED_MAX: usize = 10;
+use crate::limits::PROBLEMS_NAMED_MAX;
 
 /// One checker's judgement of one run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,7 +95,8 @@ fn assert_verdict(verdict: &Verdict, passed: bool, says: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::{PROBLEMS_NAMED_MAX, Verdict, assert_fails, assert_passes};
+    use super::{Verdict, assert_fails, assert_passes};
+    use crate::limits::PROBLEMS_NAMED_MAX;
 
     #[test]
     fn no_problems_pass_with_what_was_checked() {

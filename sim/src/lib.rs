@@ -10,7 +10,7 @@
 //! (every scenario), [`ct`], [`sessions`], [`pipelines`]. What is recorded ([`observe`], the
 //! workloads' histories) and what judges it ([`judge`], [`checkers`], each workload's checkers,
 //! [`linearizability`], [`schedule`], [`timeline`]) and the seeded signing [`keys`] are plain
-//! code, tested by a normal `cargo test`.
+//! code, tested by a normal `cargo test`. The harness's bounds are named in [`limits`].
 
 #![deny(missing_docs, unreachable_pub)]
 
@@ -19,6 +19,7 @@ pub mod ct;
 pub mod judge;
 pub mod keys;
 pub mod leases;
+pub mod limits;
 pub mod linearizability;
 pub mod observe;
 pub mod pipelines;

@@ -8,9 +8,8 @@ use std::time::Duration;
 use certus_core::State;
 
 use crate::cluster::SimCluster;
+use crate::limits::SETTLE_MAX;
 
-/// How long the nodes have to catch up.
-const SETTLE_MAX: Duration = Duration::from_secs(10);
 /// How often the nodes are looked at meanwhile.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
 

@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write};
 
+use crate::limits::TIMELINE_DECLARED_NODES_MAX;
 use crate::observe::{FaultSpan, Role, RunRecord, Sample};
 
 /// Width of the SVG in px.
@@ -44,9 +45,6 @@ const FAULT_STEP: f64 = 22.0;
 const CHART_H: f64 = 180.0;
 /// Font size of labels, in px.
 const FONT: f64 = 11.0;
-/// Node ids `1..=nodes` get a lane even without samples, up to this many (a corrupt record must
-/// not make us loop forever).
-const MAX_DECLARED_NODES: u64 = 64;
 /// Prefix of element ids, so the page can be embedded in another without clashes.
 const ID: &str = "certus-tl";
 
@@ -222,7 +220,7 @@ struct Lane<'a> {
 /// The lanes: nodes `1..=nodes` plus any other node that was sampled, by id.
 fn lanes(r: &RunRecord) -> Vec<Lane<'_>> {
     let mut by_node: BTreeMap<u64, Vec<&Sample>> = BTreeMap::new();
-    for n in 1..=r.nodes.min(MAX_DECLARED_NODES) {
+    for n in 1..=r.nodes.min(TIMELINE_DECLARED_NODES_MAX) {
         by_node.entry(n).or_default();
     }
     for s in &r.samples {

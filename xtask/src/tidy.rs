@@ -5,6 +5,10 @@ use std::path::{Path, PathBuf};
 
 use crate::{COMMANDS, workspace_root};
 
+mod bounds;
+mod code_map;
+
+/// Every `.rs` file under `dir`, at any depth, sorted.
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut pending = vec![dir.to_path_buf()];

@@ -43,22 +43,10 @@ use x509_cert::name::Name;
 use x509_cert::request::{CertReq, ExtensionReq};
 use x509_cert::spki::{AlgorithmIdentifierOwned, SubjectPublicKeyInfoOwned};
 
-/// Largest CSR accepted, in DER bytes. Real CSRs are under 4 KiB even with RSA-4096 and a
-/// hundred names; the state machine stores at most as much (`SESSION_CSR_BYTES_MAX`).
-pub const CSR_DER_BYTES_MAX: usize = 16 * 1024;
-/// Largest PEM text accepted: [`CSR_DER_BYTES_MAX`] in base64 (4/3 of it) with line breaks and
-/// the two boundary lines, rounded up.
-pub const CSR_PEM_BYTES_MAX: usize = 24 * 1024;
-/// Most distinct names one CSR may ask for (the state machine's `SESSION_NAMES_MAX`, the common
-/// limit of public CAs).
-pub const CSR_NAMES_MAX: usize = 100;
-/// Longest DNS name, in bytes (RFC 1035 §2.3.4, without the trailing dot).
-pub const DNS_NAME_BYTES_MAX: usize = 253;
-/// Longest DNS label, in bytes (RFC 1035 §2.3.4).
-pub const DNS_LABEL_BYTES_MAX: usize = 63;
-
-const RSA_BITS_MIN: usize = 2048;
-const RSA_BITS_MAX: usize = 8192;
+use crate::limits::{
+    CSR_DER_BYTES_MAX, CSR_NAMES_MAX, CSR_PEM_BYTES_MAX, DNS_LABEL_BYTES_MAX, DNS_NAME_BYTES_MAX,
+    RSA_BITS_MAX, RSA_BITS_MIN,
+};
 
 const COMMON_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
 const SUBJECT_ALT_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.17");

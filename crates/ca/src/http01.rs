@@ -14,7 +14,8 @@
 //! satisfied, and the reason says where it pointed.
 //!
 //! Bounds: one overall time limit for the whole test ([`Http01Config::timeout`], default
-//! [`HTTP01_TIMEOUT_DEFAULT`]), at most [`HTTP01_ADDRESSES_MAX`] addresses tried, and at most
+//! [`HTTP01_TIMEOUT_DEFAULT`]), at most
+//! [`HTTP01_ADDRESSES_MAX`](crate::limits::HTTP01_ADDRESSES_MAX) addresses tried, and at most
 //! [`Http01Config::body_bytes_max`] bytes of body read.
 //!
 //! The tester uses real sockets, so it exists only outside the simulation (`cfg(not(madsim))`);
@@ -26,23 +27,16 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::csr::valid_dns_name;
+use crate::limits::{HTTP01_REASON_BYTES_MAX, HTTP01_TOKEN_BYTES_MAX};
 
 /// How long one test may take, from the lookup to the last byte of the body.
 pub const HTTP01_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 /// How much body is read by default: key authorizations are about 87 bytes.
 pub const HTTP01_BODY_BYTES_MAX_DEFAULT: usize = 8 * 1024;
-/// The most body a configuration may allow.
-pub const HTTP01_BODY_BYTES_LIMIT: usize = 1024 * 1024;
 /// The port HTTP-01 uses (RFC 8555 §8.3).
 pub const HTTP01_PORT: u16 = 80;
-/// Most addresses of one name tried, in the order the resolver gave them.
-pub const HTTP01_ADDRESSES_MAX: usize = 4;
-/// Longest token accepted, in bytes (the state machine's `CHALLENGE_TOKEN_BYTES_MAX`).
-pub const TOKEN_BYTES_MAX: usize = 256;
 /// How much of a wrong body (or a refused name or token) a reason quotes.
 const EXCERPT_BYTES: usize = 48;
-/// Longest reason, in bytes (the state machine's `REASON_BYTES_MAX`).
-pub const REASON_BYTES_MAX: usize = 1024;
 
 /// Where a name's HTTP server is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,7 +56,8 @@ pub struct Http01Config {
     pub resolver: Resolver,
     /// The limit on one whole test. More than zero.
     pub timeout: Duration,
-    /// The most body read; a larger body is not satisfied. 1 to [`HTTP01_BODY_BYTES_LIMIT`].
+    /// The most body read; a larger body is not satisfied. 1 to
+    /// [`HTTP01_BODY_BYTES_LIMIT`](crate::limits::HTTP01_BODY_BYTES_LIMIT).
     pub body_bytes_max: usize,
 }
 
@@ -139,15 +134,16 @@ pub fn judge(
     ))
 }
 
-/// A [`TestOutcome::NotSatisfied`] whose reason is one line of at most [`REASON_BYTES_MAX`]
+/// A [`TestOutcome::NotSatisfied`] whose reason is one line of at most
+/// [`HTTP01_REASON_BYTES_MAX`]
 /// bytes, as the state machine stores reasons.
 fn not_satisfied(reason: String) -> TestOutcome {
     let mut reason: String = reason
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    if reason.len() > REASON_BYTES_MAX {
-        let mut end = REASON_BYTES_MAX - '…'.len_utf8();
+    if reason.len() > HTTP01_REASON_BYTES_MAX {
+        let mut end = HTTP01_REASON_BYTES_MAX - '…'.len_utf8();
         while !reason.is_char_boundary(end) {
             end -= 1;
         }
@@ -198,9 +194,9 @@ fn refuse_input(name: &str, token: &str) -> Option<String> {
             excerpt(name.as_bytes())
         ));
     }
-    if token.is_empty() || token.len() > TOKEN_BYTES_MAX {
+    if token.is_empty() || token.len() > HTTP01_TOKEN_BYTES_MAX {
         return Some(format!(
-            "the token is {} bytes; expected 1 to {TOKEN_BYTES_MAX}",
+            "the token is {} bytes; expected 1 to {HTTP01_TOKEN_BYTES_MAX}",
             token.len()
         ));
     }
@@ -233,9 +229,10 @@ mod real {
     use tokio::time::{Instant, timeout_at};
 
     use super::{
-        HTTP01_ADDRESSES_MAX, HTTP01_BODY_BYTES_LIMIT, HTTP01_PORT, Http01Config, Resolver,
-        TestOutcome, challenge_url, judge, not_satisfied, refuse_input,
+        HTTP01_PORT, Http01Config, Resolver, TestOutcome, challenge_url, judge, not_satisfied,
+        refuse_input,
     };
+    use crate::limits::{HTTP01_ADDRESSES_MAX, HTTP01_BODY_BYTES_LIMIT};
 
     /// Tests HTTP-01 challenges over real sockets (see the module documentation).
     #[derive(Clone, Debug)]
@@ -428,7 +425,7 @@ mod tests {
         else {
             panic!("not satisfied");
         };
-        assert!(reason.len() <= REASON_BYTES_MAX && reason.ends_with('…'));
+        assert!(reason.len() <= HTTP01_REASON_BYTES_MAX && reason.ends_with('…'));
         assert!(reason.starts_with("a b"));
     }
 

@@ -44,18 +44,13 @@ use x509_cert::ext::pkix::{SubjectAltName, SubjectKeyIdentifier};
 use x509_cert::name::Name;
 
 use crate::csr::{CheckedCsr, KeyKind, signed_part, verify_with_spki};
+use crate::limits::{CA_COMMON_NAME_BYTES_MAX, CA_PEM_BYTES_MAX, LEAF_VALIDITY_MAX};
 
 /// The leaf validity when the caller has no reason to choose another: 90 days, as the Web PKI
 /// does.
 pub const LEAF_VALIDITY_DEFAULT: Duration = Duration::from_secs(90 * 24 * 60 * 60);
-/// The longest leaf validity: 398 days, the CA/Browser Forum's limit for server certificates.
-pub const LEAF_VALIDITY_MAX: Duration = Duration::from_secs(398 * 24 * 60 * 60);
 /// The validity of a CA certificate made by [`CaIdentity::generate`]: ten years (3,650 days).
 pub const CA_VALIDITY: Duration = Duration::from_secs(3650 * 24 * 60 * 60);
-/// Longest CA common name, in bytes (X.520 ub-common-name, RFC 5280 Appendix A).
-pub const COMMON_NAME_BYTES_MAX: usize = 64;
-/// Largest CA certificate or key PEM accepted.
-pub const CA_PEM_BYTES_MAX: usize = 64 * 1024;
 
 /// The last second X.509 can express: 9999-12-31T23:59:59Z (RFC 5280 §4.1.2.5.2).
 const LAST_X509_SECOND: u64 = 253_402_300_799;
@@ -138,7 +133,7 @@ pub struct IssuedCertificate {
 pub enum CaError {
     /// The CA common name is empty, too long or not printable.
     #[error(
-        "the CA common name {name:?} is not usable: it must be 1 to {COMMON_NAME_BYTES_MAX} \
+        "the CA common name {name:?} is not usable: it must be 1 to {CA_COMMON_NAME_BYTES_MAX} \
          bytes of printable text"
     )]
     InvalidCommonName {
@@ -283,7 +278,7 @@ impl CaIdentity {
     /// [`certificate_pem`](Self::certificate_pem).
     pub fn generate(common_name: &str, not_before_ms: u64) -> Result<Self, CaError> {
         if common_name.is_empty()
-            || common_name.len() > COMMON_NAME_BYTES_MAX
+            || common_name.len() > CA_COMMON_NAME_BYTES_MAX
             || common_name.chars().any(char::is_control)
         {
             return Err(CaError::InvalidCommonName {
@@ -623,7 +618,7 @@ fn leaf_common_name(csr: &CheckedCsr) -> Option<String> {
     csr.common_name()
         .into_iter()
         .chain(csr.names().iter().map(String::as_str))
-        .find(|name| name.len() <= COMMON_NAME_BYTES_MAX)
+        .find(|name| name.len() <= CA_COMMON_NAME_BYTES_MAX)
         .map(str::to_owned)
 }
 

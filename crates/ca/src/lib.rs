@@ -9,11 +9,13 @@
 //! - [`poller`]: bounded polling of an asynchronous upstream CA (seed 001): the backoff schedule
 //!   with jitter, the deadline, status triage and `Retry-After`.
 //! - [`upstream`]: the upstream-CA connector interface and an HTTP connector.
+//! - [`limits`]: every bound of the above, named.
 
 #![deny(missing_docs, unreachable_pub)]
 
 pub mod csr;
 pub mod http01;
 pub mod issuer;
+pub mod limits;
 pub mod poller;
 pub mod upstream;

@@ -48,17 +48,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-/// The largest growth factor between two waits.
-pub const FACTOR_MAX: u32 = 10;
-/// The largest jitter, in percent of a wait: at 50 % the shortest wait is half the nominal one.
-pub const JITTER_PERCENT_MAX: u32 = 50;
-/// The longest first wait and cap: one day.
-pub const WAIT_MS_MAX: u64 = 24 * 60 * 60 * 1000;
-/// The longest deadline: a week (an order waiting on human approval may take a day or more).
-pub const MAX_WAIT_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
-/// The most attempts a policy may allow in one call to [`poll`]; a policy whose shortest
-/// possible waits would allow more is refused.
-pub const ATTEMPTS_MAX: u32 = 10_000;
+use crate::limits::{
+    POLL_ATTEMPTS_MAX, POLL_FACTOR_MAX, POLL_JITTER_PERCENT_MAX, POLL_MAX_WAIT_MS_MAX,
+    POLL_WAIT_MS_MAX,
+};
 
 /// A poll policy as configured (per connector), before validation; see [`PollPolicy`].
 ///
@@ -107,7 +100,7 @@ pub struct PolicyError {
 /// Built from a [`PollPolicyConfig`] by [`PollPolicy::new`], which checks every field; the
 /// default is the seed's schedule. The policy also knows an upper bound on the attempts one
 /// [`poll`] can make ([`PollPolicy::attempts_max`]), and refuses to exist if that bound passes
-/// [`ATTEMPTS_MAX`].
+/// [`POLL_ATTEMPTS_MAX`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PollPolicy {
     first_wait: Duration,
@@ -155,22 +148,22 @@ impl PollPolicy {
         check(
             "first_wait_ms",
             config.first_wait_ms,
-            1..=WAIT_MS_MAX,
-            || format!("1 to {WAIT_MS_MAX} ms (one day)"),
+            1..=POLL_WAIT_MS_MAX,
+            || format!("1 to {POLL_WAIT_MS_MAX} ms (one day)"),
         )?;
         check(
             "factor",
             u64::from(config.factor),
-            1..=u64::from(FACTOR_MAX),
-            || format!("1 (constant waits) to {FACTOR_MAX}"),
+            1..=u64::from(POLL_FACTOR_MAX),
+            || format!("1 (constant waits) to {POLL_FACTOR_MAX}"),
         )?;
         check(
             "cap_ms",
             config.cap_ms,
-            config.first_wait_ms..=WAIT_MS_MAX,
+            config.first_wait_ms..=POLL_WAIT_MS_MAX,
             || {
                 format!(
-                    "at least first_wait_ms ({}) and at most {WAIT_MS_MAX} ms (one day)",
+                    "at least first_wait_ms ({}) and at most {POLL_WAIT_MS_MAX} ms (one day)",
                     config.first_wait_ms
                 )
             },
@@ -178,14 +171,14 @@ impl PollPolicy {
         check(
             "jitter_percent",
             u64::from(config.jitter_percent),
-            0..=u64::from(JITTER_PERCENT_MAX),
-            || format!("0 to {JITTER_PERCENT_MAX}"),
+            0..=u64::from(POLL_JITTER_PERCENT_MAX),
+            || format!("0 to {POLL_JITTER_PERCENT_MAX}"),
         )?;
         check(
             "max_wait_ms",
             config.max_wait_ms,
-            1..=MAX_WAIT_MS_MAX,
-            || format!("1 to {MAX_WAIT_MS_MAX} ms (a week)"),
+            1..=POLL_MAX_WAIT_MS_MAX,
+            || format!("1 to {POLL_MAX_WAIT_MS_MAX} ms (a week)"),
         )?;
         let mut policy = PollPolicy {
             first_wait: Duration::from_millis(config.first_wait_ms),
@@ -198,12 +191,12 @@ impl PollPolicy {
         let bound = policy.attempts_bound();
         policy.attempts_max = u32::try_from(bound)
             .ok()
-            .filter(|&bound| bound <= ATTEMPTS_MAX)
+            .filter(|&bound| bound <= POLL_ATTEMPTS_MAX)
             .ok_or_else(|| PolicyError {
                 field: "max_wait_ms",
                 value: config.max_wait_ms,
                 expected: format!(
-                    "a deadline these waits fill in at most {ATTEMPTS_MAX} attempts (they allow \
+                    "a deadline these waits fill in at most {POLL_ATTEMPTS_MAX} attempts (they allow \
                      up to {bound}); raise first_wait_ms, factor or cap_ms, or lower max_wait_ms"
                 ),
             })?;

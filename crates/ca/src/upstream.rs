@@ -50,14 +50,14 @@
 //! **Both requests.** `429` and any `5xx` mean "try again later" (the poll continues, with
 //! backoff); so do connection errors and timeouts. Any other status that is not `2xx` — `400`,
 //! `401`, `403`, `404` (unknown order), a redirect — is a permanent failure, and its body (up to
-//! [`REASON_CHARS_MAX`] characters) is reported as the reason. A `2xx` whose body does not parse
-//! is a permanent failure too: the adapter is broken, and asking again will not mend it. A
-//! `Retry-After` header (seconds or an HTTP-date) on any answer is honoured: the next request
-//! waits at least that long. Each request must be answered within [`REQUEST_TIMEOUT`], in at
-//! most [`RESPONSE_BYTES_MAX`] bytes.
+//! [`UPSTREAM_REASON_CHARS_MAX`] characters) is reported as the reason. A `2xx` whose body does
+//! not parse is a permanent failure too: the adapter is broken, and asking again will not mend
+//! it. A `Retry-After` header (seconds or an HTTP-date) on any answer is honoured: the next
+//! request waits at least that long. Each request must be answered within [`REQUEST_TIMEOUT`],
+//! in at most [`UPSTREAM_RESPONSE_BYTES_MAX`](crate::limits::UPSTREAM_RESPONSE_BYTES_MAX) bytes.
 //!
 //! A certificate is accepted only if every PEM block parses as an X.509 certificate (at most
-//! [`CHAIN_CERTS_MAX`]) and the leaf certifies the CSR's public key.
+//! [`UPSTREAM_CHAIN_CERTS_MAX`]) and the leaf certifies the CSR's public key.
 //!
 //! **API Boundary:** the protocol is an interface operators build against; change it only
 //! compatibly.
@@ -67,6 +67,11 @@ use std::time::Duration;
 use der::{Decode as _, Encode as _};
 use serde::{Deserialize, Serialize};
 
+use crate::limits::{
+    UPSTREAM_CHAIN_CERTS_MAX, UPSTREAM_CSR_BYTES_MAX, UPSTREAM_IDEMPOTENCY_KEY_CHARS_MAX,
+    UPSTREAM_NAME_BYTES_MAX, UPSTREAM_NAMES_MAX, UPSTREAM_ORDER_ID_CHARS_MAX,
+    UPSTREAM_REASON_CHARS_MAX,
+};
 use crate::poller::{Answer, Attempt, JitterSource, PollOutcome, PollPolicy, Step, poll};
 
 #[cfg(not(madsim))]
@@ -76,24 +81,9 @@ pub use http::HttpUpstream;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long connecting to the adapter may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The largest answer read from the adapter: a PEM chain is a few KiB.
-pub const RESPONSE_BYTES_MAX: usize = 1024 * 1024;
-/// The largest CSR sent.
-pub const CSR_BYTES_MAX: usize = 64 * 1024;
-/// The most names in one order (public CAs allow about 100).
-pub const NAMES_MAX: usize = 100;
-/// The longest name (a DNS name is at most 253 characters).
-pub const NAME_BYTES_MAX: usize = 253;
-/// The longest order id.
-pub const ORDER_ID_CHARS_MAX: usize = 128;
-/// The longest idempotency key.
-pub const IDEMPOTENCY_KEY_CHARS_MAX: usize = 128;
-/// The most certificates in an issued chain.
-pub const CHAIN_CERTS_MAX: usize = 10;
-/// The longest reason kept from an adapter's answer (it ends up in logs and session state).
-pub const REASON_CHARS_MAX: usize = 512;
 
-/// An upstream order id: 1 to [`ORDER_ID_CHARS_MAX`] characters from `A-Z a-z 0-9 - . _ ~`
+/// An upstream order id: 1 to [`UPSTREAM_ORDER_ID_CHARS_MAX`] characters from
+/// `A-Z a-z 0-9 - . _ ~`
 /// (URL-safe, so it goes into a path unescaped). Serialized as a string, checked when read.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -117,9 +107,9 @@ impl OrderId {
     /// Checks `id`.
     pub fn new(id: &str) -> Result<OrderId, String> {
         let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~');
-        if id.is_empty() || id.len() > ORDER_ID_CHARS_MAX || !id.chars().all(allowed) {
+        if id.is_empty() || id.len() > UPSTREAM_ORDER_ID_CHARS_MAX || !id.chars().all(allowed) {
             return Err(format!(
-                "order id {:?} must be 1 to {ORDER_ID_CHARS_MAX} characters from A-Z a-z 0-9 - . _ ~",
+                "order id {:?} must be 1 to {UPSTREAM_ORDER_ID_CHARS_MAX} characters from A-Z a-z 0-9 - . _ ~",
                 excerpt(id)
             ));
         }
@@ -149,18 +139,19 @@ pub struct OrderRequest {
 }
 
 impl OrderRequest {
-    /// Checks the bounds: the CSR is at most [`CSR_BYTES_MAX`] bytes and parses as a PKCS#10
-    /// request (its signature and names are [`crate::csr`]'s to check); 1 to [`NAMES_MAX`]
-    /// names of 1 to [`NAME_BYTES_MAX`] visible ASCII characters; an idempotency key of 1 to
-    /// [`IDEMPOTENCY_KEY_CHARS_MAX`] visible ASCII characters (it travels in a header).
+    /// Checks the bounds: the CSR is at most [`UPSTREAM_CSR_BYTES_MAX`] bytes and parses as a
+    /// PKCS#10 request (its signature and names are [`crate::csr`]'s to check); 1 to
+    /// [`UPSTREAM_NAMES_MAX`] names of 1 to [`UPSTREAM_NAME_BYTES_MAX`] visible ASCII characters;
+    /// an idempotency key of 1 to [`UPSTREAM_IDEMPOTENCY_KEY_CHARS_MAX`] visible ASCII characters
+    /// (it travels in a header).
     pub fn new(
         csr_der: Vec<u8>,
         names: Vec<String>,
         idempotency_key: &str,
     ) -> Result<OrderRequest, String> {
-        if csr_der.is_empty() || csr_der.len() > CSR_BYTES_MAX {
+        if csr_der.is_empty() || csr_der.len() > UPSTREAM_CSR_BYTES_MAX {
             return Err(format!(
-                "the CSR is {} bytes, expected 1 to {CSR_BYTES_MAX}",
+                "the CSR is {} bytes, expected 1 to {UPSTREAM_CSR_BYTES_MAX}",
                 csr_der.len()
             ));
         }
@@ -171,21 +162,24 @@ impl OrderRequest {
             .public_key
             .to_der()
             .map_err(|error| format!("the CSR's public key does not encode: {error}"))?;
-        if names.is_empty() || names.len() > NAMES_MAX {
-            return Err(format!("{} names, expected 1 to {NAMES_MAX}", names.len()));
+        if names.is_empty() || names.len() > UPSTREAM_NAMES_MAX {
+            return Err(format!(
+                "{} names, expected 1 to {UPSTREAM_NAMES_MAX}",
+                names.len()
+            ));
         }
         if let Some(bad) = names
             .iter()
-            .find(|name| !visible_ascii(name, NAME_BYTES_MAX))
+            .find(|name| !visible_ascii(name, UPSTREAM_NAME_BYTES_MAX))
         {
             return Err(format!(
-                "name {:?} must be 1 to {NAME_BYTES_MAX} visible ASCII characters",
+                "name {:?} must be 1 to {UPSTREAM_NAME_BYTES_MAX} visible ASCII characters",
                 excerpt(bad)
             ));
         }
-        if !visible_ascii(idempotency_key, IDEMPOTENCY_KEY_CHARS_MAX) {
+        if !visible_ascii(idempotency_key, UPSTREAM_IDEMPOTENCY_KEY_CHARS_MAX) {
             return Err(format!(
-                "idempotency key {:?} must be 1 to {IDEMPOTENCY_KEY_CHARS_MAX} visible ASCII \
+                "idempotency key {:?} must be 1 to {UPSTREAM_IDEMPOTENCY_KEY_CHARS_MAX} visible ASCII \
                  characters",
                 excerpt(idempotency_key)
             ));
@@ -227,7 +221,7 @@ pub struct IssuedChain {
 }
 
 impl IssuedChain {
-    /// Parses a PEM chain of 1 to [`CHAIN_CERTS_MAX`] certificates, leaf first.
+    /// Parses a PEM chain of 1 to [`UPSTREAM_CHAIN_CERTS_MAX`] certificates, leaf first.
     pub fn from_pem(pem: &str) -> Result<IssuedChain, String> {
         if !pem.contains("-----BEGIN CERTIFICATE-----") {
             // Also keeps empty input away from `load_pem_chain`, which does not expect it.
@@ -235,9 +229,9 @@ impl IssuedChain {
         }
         let chain = x509_cert::Certificate::load_pem_chain(pem.as_bytes())
             .map_err(|error| format!("the certificate chain does not parse: {error}"))?;
-        if chain.is_empty() || chain.len() > CHAIN_CERTS_MAX {
+        if chain.is_empty() || chain.len() > UPSTREAM_CHAIN_CERTS_MAX {
             return Err(format!(
-                "the chain holds {} certificates, expected 1 to {CHAIN_CERTS_MAX}",
+                "the chain holds {} certificates, expected 1 to {UPSTREAM_CHAIN_CERTS_MAX}",
                 chain.len()
             ));
         }
@@ -451,9 +445,9 @@ fn class_of(http_status: u16) -> Class {
     }
 }
 
-/// `text` cut to [`REASON_CHARS_MAX`] characters.
+/// `text` cut to [`UPSTREAM_REASON_CHARS_MAX`] characters.
 fn excerpt(text: &str) -> String {
-    match text.char_indices().nth(REASON_CHARS_MAX) {
+    match text.char_indices().nth(UPSTREAM_REASON_CHARS_MAX) {
         Some((end, _)) => format!("{}…", &text[..end]),
         None => text.to_owned(),
     }
@@ -558,9 +552,10 @@ mod http {
     use hyper_util::rt::TokioExecutor;
 
     use super::{
-        CONNECT_TIMEOUT, Class, IssuedChain, OrderId, OrderRequest, REQUEST_TIMEOUT,
-        RESPONSE_BYTES_MAX, Submitted, UpstreamCa, class_of, read_order_created, read_order_status,
+        CONNECT_TIMEOUT, Class, IssuedChain, OrderId, OrderRequest, REQUEST_TIMEOUT, Submitted,
+        UpstreamCa, class_of, read_order_created, read_order_status,
     };
+    use crate::limits::UPSTREAM_RESPONSE_BYTES_MAX;
     use crate::poller::{Answer, RetryAfter, Step};
 
     /// An adapter speaking the upstream protocol over `http://` (see the module documentation).
@@ -622,13 +617,13 @@ mod http {
                     .get(RETRY_AFTER)
                     .and_then(|value| value.to_str().ok())
                     .and_then(RetryAfter::parse);
-                let body = match Limited::new(response.into_body(), RESPONSE_BYTES_MAX)
+                let body = match Limited::new(response.into_body(), UPSTREAM_RESPONSE_BYTES_MAX)
                     .collect()
                     .await
                 {
                     Ok(collected) => Ok(collected.to_bytes()),
                     Err(error) if error.is::<LengthLimitError>() => Err(format!(
-                        "HTTP {status} with an answer over {RESPONSE_BYTES_MAX} bytes"
+                        "HTTP {status} with an answer over {UPSTREAM_RESPONSE_BYTES_MAX} bytes"
                     )),
                     Err(error) => return Err(format!("{target}: reading the answer: {error}")),
                 };

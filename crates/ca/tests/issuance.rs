@@ -6,8 +6,9 @@ use std::time::Duration;
 use certus_ca::csr::CheckedCsr;
 use certus_ca::issuer::{
     CA_VALIDITY, CaError, CaIdentity, IssueError, IssuedCertificate, LEAF_VALIDITY_DEFAULT,
-    LEAF_VALIDITY_MAX, SerialNumber,
+    SerialNumber,
 };
+use certus_ca::limits::LEAF_VALIDITY_MAX;
 use der::{Decode, Encode, Reader, SliceReader};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose,

@@ -5,9 +5,8 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use certus_ca::csr::{
-    CSR_DER_BYTES_MAX, CSR_NAMES_MAX, CSR_PEM_BYTES_MAX, CheckedCsr, CsrError, KeyKind,
-};
+use certus_ca::csr::{CheckedCsr, CsrError, KeyKind};
+use certus_ca::limits::{CSR_DER_BYTES_MAX, CSR_NAMES_MAX, CSR_PEM_BYTES_MAX};
 use rcgen::string::Ia5String;
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType, SignatureAlgorithm};
 

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use certus_ca::poller::{ATTEMPTS_MAX, PollPolicy, PollPolicyConfig, RetryAfter};
+use certus_ca::limits::POLL_ATTEMPTS_MAX;
+use certus_ca::poller::{PollPolicy, PollPolicyConfig, RetryAfter};
 use proptest::prelude::*;
 
 fn secs(seconds: u64) -> Duration {
@@ -286,7 +287,7 @@ fn a_long_approval_window_is_a_valid_policy() {
         ..PollPolicyConfig::default()
     })
     .expect("valid");
-    assert!(policy.attempts_max() <= ATTEMPTS_MAX);
+    assert!(policy.attempts_max() <= POLL_ATTEMPTS_MAX);
     // 0, 4, 16, 52, 160 s, then every 240 s below a day: 364 starts, and one at the deadline.
     assert_eq!(policy.attempts_max(), 365);
 }

@@ -1,10 +1,10 @@
 //! The upstream protocol's triage, pure: what each answer means for polling, and the checks on
 //! order ids, order requests and issued chains.
 
+use certus_ca::limits::{UPSTREAM_CHAIN_CERTS_MAX, UPSTREAM_NAMES_MAX, UPSTREAM_REASON_CHARS_MAX};
 use certus_ca::poller::Step;
 use certus_ca::upstream::{
-    CHAIN_CERTS_MAX, IssuedChain, NAMES_MAX, OrderId, OrderRequest, REASON_CHARS_MAX, Submitted,
-    read_order_created, read_order_status,
+    IssuedChain, OrderId, OrderRequest, Submitted, read_order_created, read_order_status,
 };
 use rcgen::{CertificateParams, KeyPair};
 
@@ -131,15 +131,14 @@ fn other_statuses_are_permanent() {
 
 #[test]
 fn a_reason_is_cut_to_its_bound() {
-    let long = "x".repeat(10 * REASON_CHARS_MAX);
+    let long = "x".repeat(10 * UPSTREAM_REASON_CHARS_MAX);
     let reason = failure(status(400, &long));
     assert!(
-        reason.chars().count() < REASON_CHARS_MAX + 20,
+        reason.chars().count() < UPSTREAM_REASON_CHARS_MAX + 20,
         "{}",
         reason.len()
     );
-    let body =
-        serde_json::json!({"status": "rejected", "reason": "é".repeat(2 * REASON_CHARS_MAX)});
+    let body = serde_json::json!({"status": "rejected", "reason": "é".repeat(2 * UPSTREAM_REASON_CHARS_MAX)});
     let reason = failure(status(200, &body.to_string()));
     assert!(reason.ends_with('…'), "cut on a character boundary");
 }
@@ -204,7 +203,9 @@ fn an_order_request_is_checked_before_anything_is_sent() {
     assert!(error.contains("70000 bytes"), "{error}");
     let error = OrderRequest::new(csr.clone(), Vec::new(), "k").expect_err("no names");
     assert!(error.contains("0 names"), "{error}");
-    let many = (0..=NAMES_MAX).map(|n| format!("n{n}.example")).collect();
+    let many = (0..=UPSTREAM_NAMES_MAX)
+        .map(|n| format!("n{n}.example"))
+        .collect();
     let error = OrderRequest::new(csr.clone(), many, "k").expect_err("too many names");
     assert!(error.contains("101 names"), "{error}");
     let error = OrderRequest::new(csr.clone(), vec!["a b".to_owned()], "k").expect_err("space");
@@ -220,7 +221,7 @@ fn a_chain_is_bounded() {
     let pem = certificate_pem();
     let two = format!("{pem}{pem}");
     assert_eq!(IssuedChain::from_pem(&two).expect("two").der().len(), 2);
-    let too_many = pem.repeat(CHAIN_CERTS_MAX + 1);
+    let too_many = pem.repeat(UPSTREAM_CHAIN_CERTS_MAX + 1);
     let error = IssuedChain::from_pem(&too_many).expect_err("too many");
     assert!(error.contains("11 certificates"), "{error}");
     assert!(IssuedChain::from_pem("").is_err());

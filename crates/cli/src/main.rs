@@ -12,6 +12,7 @@ mod cluster;
 mod connect;
 mod ct_key;
 mod ctl;
+mod limits;
 mod pki;
 mod rebuild;
 mod serve;

@@ -18,8 +18,6 @@ mod pipelines;
 mod routing;
 mod sessions;
 
-pub use pipelines::PIPELINE_REPLY_BYTES_MAX;
-
 /// A client of one Certus cluster.
 ///
 /// Cheap to clone: clones share their connections and what they know of the leader. See the

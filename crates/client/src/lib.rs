@@ -109,13 +109,15 @@ mod client;
 mod config;
 mod endpoint;
 mod error;
+mod limits;
 mod numbering;
 
 pub use auth::{BearerToken, ClientTls};
-pub use client::{Client, PIPELINE_REPLY_BYTES_MAX};
+pub use client::Client;
 pub use config::ClientConfig;
 pub use endpoint::parse_endpoint;
 pub use error::{ClientError, ERROR_REASON_KEY};
+pub use limits::PIPELINE_REPLY_BYTES_MAX;
 
 /// The generated reply and message types the client returns, re-exported for convenience.
 pub use certus_proto::health::health_check_response::ServingStatus;

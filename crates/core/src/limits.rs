@@ -106,6 +106,8 @@ pub const PIPELINES_MAX: usize = 1024;
 pub const PIPELINE_TRANSACTIONS_MAX: usize = 1_000_000;
 /// Most external ids remembered at once (each for its uniqueness window).
 pub const PIPELINE_EXTERNAL_IDS_MAX: usize = 1_000_000;
+/// The hard bound on `external_id_window_ms`: thirty days.
+pub const PIPELINE_EXTERNAL_ID_WINDOW_MS_MAX: u64 = 30 * 24 * 60 * 60 * 1000;
 /// Most transactions one `Dequeue` hands out.
 pub const PIPELINE_DEQUEUE_BATCH_MAX: u32 = 100;
 /// Longest a transaction may run between two signs of life (its dequeue or a progress report)
@@ -128,8 +130,15 @@ pub const PIPELINE_WEBHOOK_BATCH_MAX: u32 = 100;
 pub const PIPELINE_WEBHOOK_SCAN_MAX: usize = 1024;
 /// Longest delay between two attempts of one webhook delivery: one day.
 pub const PIPELINE_WEBHOOK_BACKOFF_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// The hard bound on `webhook_attempts_max`, and so on any delivery's attempts.
+pub const PIPELINE_WEBHOOK_ATTEMPTS_MAX: u32 = 100;
 /// Longest pause of a failing webhook URL: one day.
 pub const PIPELINE_URL_PAUSE_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// The hard bound on `url_failure_window_ms`.
+pub const PIPELINE_URL_FAILURE_WINDOW_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// The hard bound on `url_failure_limit`: a URL's failure count stays below it (the count
+/// restarts when it reaches the configured limit).
+pub const PIPELINE_URL_FAILURE_LIMIT_MAX: u32 = 1000;
 /// Most webhook URLs whose failures are counted; past it the record that would be forgotten
 /// soonest makes room.
 pub const PIPELINE_URLS_MAX: usize = 10_000;

@@ -76,11 +76,13 @@ use serde::{Deserialize, Serialize};
 use crate::claims::{self, DAY_MS, Held, Hold, InvalidConfig, OutOfRange, Place, Sweep, Work};
 use crate::limits::{
     LIST_PAGE_MAX, PIPELINE_DEQUEUE_BATCH_MAX, PIPELINE_EXTERNAL_ID_BYTES_MAX,
-    PIPELINE_EXTERNAL_IDS_MAX, PIPELINE_JSON_BYTES_MAX, PIPELINE_NAME_BYTES_MAX,
-    PIPELINE_OWNER_BYTES_MAX, PIPELINE_RUNNING_TIMEOUT_MS_MAX, PIPELINE_SLEEP_MS_MAX,
-    PIPELINE_SWITCH_SLEEPERS_MAX, PIPELINE_SWITCHES_MAX, PIPELINE_TICK_BATCH_MAX,
-    PIPELINE_TRANSACTIONS_MAX, PIPELINE_URL_PAUSE_MS_MAX, PIPELINE_WEBHOOK_BACKOFF_MS_MAX,
-    PIPELINE_WEBHOOK_BATCH_MAX, PIPELINE_WEBHOOK_URL_BYTES_MAX, PIPELINES_MAX,
+    PIPELINE_EXTERNAL_ID_WINDOW_MS_MAX, PIPELINE_EXTERNAL_IDS_MAX, PIPELINE_JSON_BYTES_MAX,
+    PIPELINE_NAME_BYTES_MAX, PIPELINE_OWNER_BYTES_MAX, PIPELINE_RUNNING_TIMEOUT_MS_MAX,
+    PIPELINE_SLEEP_MS_MAX, PIPELINE_SWITCH_SLEEPERS_MAX, PIPELINE_SWITCHES_MAX,
+    PIPELINE_TICK_BATCH_MAX, PIPELINE_TRANSACTIONS_MAX, PIPELINE_URL_FAILURE_LIMIT_MAX,
+    PIPELINE_URL_FAILURE_WINDOW_MS_MAX, PIPELINE_URL_PAUSE_MS_MAX, PIPELINE_WEBHOOK_ATTEMPTS_MAX,
+    PIPELINE_WEBHOOK_BACKOFF_MS_MAX, PIPELINE_WEBHOOK_BATCH_MAX, PIPELINE_WEBHOOK_URL_BYTES_MAX,
+    PIPELINES_MAX,
 };
 use crate::sessions::WorkerId;
 use crate::text::{TextError, TextKind, check, is_name_byte, is_visible_byte, validated_text};
@@ -99,10 +101,7 @@ pub use webhooks::{
     Notice, NoticeId, NoticeKind, UrlHealth, Webhook, WebhookEventId, WebhookKind, WebhookOutcome,
     WebhookSettlement,
 };
-use webhooks::{
-    URL_FAILURE_LIMIT_MAX, URL_FAILURE_WINDOW_MS_MAX, WEBHOOK_ATTEMPTS_MAX, WebhookRecords,
-    WebhookRecordsRef, Webhooks,
-};
+use webhooks::{WebhookRecords, WebhookRecordsRef, Webhooks};
 
 validated_text! {
     /// A pipeline's name: 1 to 128 bytes of letters, digits and `. _ - : / @`.
@@ -628,9 +627,6 @@ pub struct PipelineConfig {
     pub url_pause_ms: u64,
 }
 
-/// The hard bound on `external_id_window_ms`.
-const EXTERNAL_ID_WINDOW_MS_MAX: u64 = 30 * DAY_MS;
-
 impl Default for PipelineConfig {
     fn default() -> PipelineConfig {
         PipelineConfig {
@@ -657,7 +653,7 @@ impl PipelineConfig {
         within(
             "external_id_window_ms",
             1_000,
-            EXTERNAL_ID_WINDOW_MS_MAX,
+            PIPELINE_EXTERNAL_ID_WINDOW_MS_MAX,
             self.external_id_window_ms,
         )?;
         within(
@@ -695,19 +691,19 @@ impl PipelineConfig {
         within(
             "webhook_attempts_max",
             1,
-            WEBHOOK_ATTEMPTS_MAX.into(),
+            PIPELINE_WEBHOOK_ATTEMPTS_MAX.into(),
             self.webhook_attempts_max.into(),
         )?;
         within(
             "url_failure_limit",
             1,
-            URL_FAILURE_LIMIT_MAX.into(),
+            PIPELINE_URL_FAILURE_LIMIT_MAX.into(),
             self.url_failure_limit.into(),
         )?;
         within(
             "url_failure_window_ms",
             1_000,
-            URL_FAILURE_WINDOW_MS_MAX,
+            PIPELINE_URL_FAILURE_WINDOW_MS_MAX,
             self.url_failure_window_ms,
         )?;
         within(
@@ -2432,7 +2428,8 @@ impl Pipelines {
         for (external_id, entry) in &self.external_ids {
             let sound = entry.transaction.0 > 0
                 && entry.transaction.0 <= self.last_transaction_id
-                && entry.expires_at_ms <= clock_ms.saturating_add(EXTERNAL_ID_WINDOW_MS_MAX);
+                && entry.expires_at_ms
+                    <= clock_ms.saturating_add(PIPELINE_EXTERNAL_ID_WINDOW_MS_MAX);
             let carried = self
                 .table
                 .get(&entry.transaction)

@@ -3,7 +3,7 @@
 //! What a clustered log needs that does not depend on Raft, disks or the network: the Merkle tree
 //! hash with inclusion and consistency proofs at any tree size, the exact byte encodings that are
 //! hashed and signed (MerkleTreeLeaf, SCT and STH signature inputs, `digitally-signed`), the
-//! signers, the checks a submitted chain must pass, and the choice of the serving STH.
+//! signers, and the checks a submitted chain must pass.
 //!
 //! Everything here is deterministic: no clock (timestamps are arguments), no randomness except
 //! the ECDSA nonce inside the production signer.

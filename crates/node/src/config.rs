@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::limits::{LOG_SEGMENT_BYTES_MIN, STORE_CACHE_MIB_MIN};
 use crate::raft::types::NodeId;
 
 /// Everything one node needs to run.
@@ -142,9 +143,6 @@ impl Default for CtFiles {
     }
 }
 
-/// The smallest page cache a node's store accepts: below it sled thrashes on its own metadata.
-const STORE_CACHE_MIB_MIN: u64 = 8;
-
 /// The node's store: sled, holding the vote, the state machine and its snapshots, and the CT
 /// log's metadata and edge.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,9 +160,6 @@ impl Default for StoreSetup {
         }
     }
 }
-
-/// The smallest Raft log segment a node accepts: smaller ones only multiply files and syncs.
-const LOG_SEGMENT_BYTES_MIN: u64 = 4096;
 
 /// Raft timing and log compaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -55,6 +55,14 @@ pub const PIPELINE_WAIT_MAX: Duration = Duration::from_secs(60);
 pub const PIPELINE_STREAM_PAGE_MAX: usize = 256;
 /// Node groups a pipelines status lists at most.
 pub const PIPELINE_STATUS_GROUPS_MAX: usize = 1000;
+/// Webhook deliveries taken per round, all sent at once.
+pub const WEBHOOK_DELIVERIES_CONCURRENT_MAX: u32 = 16;
+/// The most of a webhook receiver's answer read: enough for an error message; the status
+/// decides.
+pub const WEBHOOK_RESPONSE_BYTES_MAX: usize = 64 * 1024;
+/// The most of a webhook failure's reason kept (the state machine allows more; a notice should
+/// stay readable).
+pub const WEBHOOK_REASON_BYTES_MAX: usize = 256;
 
 /// Longest service name a `grpc.health.v1.Health` request may carry, in bytes. The known names
 /// are far shorter (`certus.v1.Leases`); a longer one is refused (INVALID_ARGUMENT) rather than
@@ -69,6 +77,23 @@ pub const MEMBER_ADDR_BYTES_MAX: usize = 256;
 /// §4.6 allows. Keeps one reply in the low megabytes whatever the entries' sizes (an entry may
 /// be up to ~830 KiB; 1000 of them would be most of a gigabyte of JSON).
 pub const CT_HTTP_GET_ENTRIES_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Most entries one get-entries answers; a client asks again for the rest (RFC 6962 §4.6
+/// allows fewer than asked).
+pub const GET_ENTRIES_MAX: u64 = 1000;
+/// Largest add-chain body accepted, in bytes (ten 64 KiB certificates in base64, with room).
+pub const ADD_CHAIN_BODY_BYTES_MAX: usize = 1024 * 1024;
+/// Fetches from peers per CT round, each of at most
+/// [`FETCH_BATCH`](crate::ct::peers::FETCH_BATCH) entries.
+pub const CT_FETCH_ROUNDS_MAX: usize = 16;
+/// After a failed mirror round the master waits this long before reading the source again,
+/// doubling with each further failure up to [`CT_MIRROR_RETRY_DELAY_MAX`]: a source that is down
+/// or misbehaving is not hammered every round.
+pub const CT_MIRROR_RETRY_DELAY_MIN: Duration = Duration::from_secs(1);
+/// The longest wait between two mirror rounds after failures; see [`CT_MIRROR_RETRY_DELAY_MIN`].
+pub const CT_MIRROR_RETRY_DELAY_MAX: Duration = Duration::from_secs(60);
+/// Largest answer read from a mirror's source: a get-entries page of 1,024 entries of up to
+/// ~830 KiB each would not fit, but real pages are a few MiB; past this the page is refused.
+pub const CT_SOURCE_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Requests one client (one peer IP address) may have in flight on the gRPC server: arrived and
 /// not yet answered (a long-poll counts while it waits). Past it: RESOURCE_EXHAUSTED,
@@ -97,6 +122,21 @@ pub const CLIENTS_TRACKED_MAX: usize = 65_536;
 /// server, below [`CLIENT_STREAMS_MAX`] per address.
 pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;
 
+/// The shortest bearer token accepted, in bytes: 128 bits of base64url at least.
+pub const BEARER_TOKEN_BYTES_MIN: usize = 22;
+/// The longest `authorization` header value looked at, in bytes.
+pub const AUTHORIZATION_BYTES_MAX: usize = 1024;
+/// Client certificates whose identity is remembered, so that a connection's calls parse its
+/// certificate once rather than on every call; past it the memory starts over.
+pub const CERTIFICATE_IDENTITIES_CACHED_MAX: usize = 4096;
+
 /// Most ids one `Clients/Register` draws when the ones it drew were taken (with 64-bit random
 /// ids, more than one is already all but impossible).
 pub const CLIENT_REGISTER_DRAWS_MAX: u32 = 3;
+
+/// The smallest page cache a node's store accepts (`store.cache_mib`): below it sled thrashes on
+/// its own metadata.
+pub const STORE_CACHE_MIB_MIN: u64 = 8;
+/// The smallest Raft log segment a node accepts (`raft.log_segment_bytes`): smaller ones only
+/// multiply files and syncs.
+pub const LOG_SEGMENT_BYTES_MIN: u64 = 4096;

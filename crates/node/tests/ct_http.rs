@@ -245,7 +245,7 @@ async fn precertificates_and_bad_input_are_handled_as_rfc_6962_says() {
         }
         // A body past the limit is a 413 and a query string that does not parse a 400, each
         // with a JSON body, like every other refusal.
-        let oversized = vec![b' '; certus_node::ct::http::ADD_CHAIN_BODY_BYTES_MAX + 1];
+        let oversized = vec![b' '; certus_node::limits::ADD_CHAIN_BODY_BYTES_MAX + 1];
         let mut response = agent
             .post(url(node, "add-chain"))
             .header("content-type", "application/json")

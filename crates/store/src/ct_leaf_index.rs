@@ -72,6 +72,7 @@ use crate::ct_db::CtDbError;
 use crate::ct_files::DataFiles;
 use crate::disk::{Disk, WriteBatch};
 use crate::files::LogFile;
+use crate::limits::{FILTER_SEGMENT_WORDS_MAX, FRESH_RECORDS_MAX, LEAF_INDEX_FILTER_BYTES_MAX};
 
 const META_KEY: &[u8] = b"ct/index/meta";
 const FENCE_PREFIX: &[u8] = b"ct/index/fence/";
@@ -82,9 +83,6 @@ const BLOCK_RECORDS: usize = 256;
 const RECORD_BYTES: usize = 40;
 /// Fences (first hashes of blocks) per stored chunk.
 const FENCES_PER_CHUNK: usize = 1024;
-/// Records kept in memory before they are written as a run: 65,536 (a few MiB). Also what a
-/// restart reads back from the tiles, at most.
-pub(crate) const FRESH_RECORDS_MAX: usize = 1 << 16;
 /// Runs of one size class merged into one of the next.
 pub(crate) const MERGE_FAN_IN: usize = 8;
 /// Records a merge advances per record indexed: with fan-in 8, merges keep up (each record is
@@ -97,19 +95,10 @@ const FILTER_BITS_PER_RECORD: u64 = 10;
 /// Bits probed per hash: ln 2 × [`FILTER_BITS_PER_RECORD`], rounded, the count with the fewest
 /// false positives.
 const FILTER_HASHES: u32 = 7;
-/// Words (8 bytes) per filter segment, at most: 64 KiB, what a run being written holds of its
-/// filter in memory.
-const FILTER_SEGMENT_WORDS_MAX: u64 = 8192;
 const FILTER_WORD_BYTES: usize = size_of::<u64>();
 const FILTER_MAGIC: [u8; 4] = *b"lbf1";
 /// The magic, three u32 of geometry and the CRC-32.
 const FILTER_TRAILER_BYTES: usize = 20;
-/// Bytes of Bloom filters the index keeps in memory by default: 128 MiB, the filters of
-/// 1.07 × 10^8 records at [`FILTER_BITS_PER_RECORD`] bits. A log of 10^8 entries keeps all of its
-/// filters (119 MiB), and a node's store, about 165 MiB without them at that size, stays well
-/// under its 512 MiB target whatever the log's size: past the bound, filters are dropped, not
-/// added.
-pub(crate) const LEAF_INDEX_FILTER_BYTES_MAX: usize = 128 << 20;
 
 /// The index's sizes: production uses [`Shape::default`]; tests make them small so that runs
 /// and merges happen within a few hundred leaves.

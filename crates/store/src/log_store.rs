@@ -23,13 +23,8 @@ use crate::config::CertusConfig;
 use crate::disk::{Disk, DiskError, WriteBatch};
 use crate::files::Files;
 use crate::keys::{COMMITTED, LAST_PURGED, LOG_PREFIX, VOTE, log_end};
+use crate::limits::{REPLICATION_READ_BYTES_MAX, REPLICATION_READ_ENTRIES_MAX};
 use crate::segment_log::{SegmentLog, SyncRunner};
-
-/// Largest number of entries one replication read returns; it asks again for the rest.
-const REPLICATION_READ_ENTRIES_MAX: usize = 4096;
-/// Encoded bytes of entries read for one replication message (at least one entry is always
-/// read): keeps an append well under the transport's message limit however large entries are.
-pub const REPLICATION_READ_BYTES_MAX: usize = 8 * 1024 * 1024;
 
 /// Old-layout log entries moved from the disk into the segmented log per round at open.
 const MIGRATION_ENTRIES_PER_ROUND: usize = 1024;

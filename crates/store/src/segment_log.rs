@@ -27,6 +27,7 @@ use std::thread::JoinHandle;
 
 use crate::disk::{DiskError, FlushDone};
 use crate::files::{Files, LogFile};
+use crate::limits::SEGMENT_BYTES_MIN;
 use crate::sled_disk::CORRUPT;
 
 /// The size a segment is preallocated to; a new segment starts when the next record does not
@@ -35,13 +36,10 @@ pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 
 const SEGMENT_MAGIC: &[u8; 8] = b"CRTSLOG1";
 const SEGMENT_HEADER_LEN: usize = 32;
-const SEGMENT_HEADER_BYTES: u64 = SEGMENT_HEADER_LEN as u64;
+pub(crate) const SEGMENT_HEADER_BYTES: u64 = SEGMENT_HEADER_LEN as u64;
 const RECORD_HEADER_LEN: usize = 16;
-const RECORD_HEADER_BYTES: u64 = RECORD_HEADER_LEN as u64;
+pub(crate) const RECORD_HEADER_BYTES: u64 = RECORD_HEADER_LEN as u64;
 const SEGMENT_SUFFIX: &str = ".seg";
-
-/// The smallest segment size that holds a header and a record header.
-pub const SEGMENT_BYTES_MIN: u64 = SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES;
 
 fn segment_name(first: u64) -> String {
     format!("{first:020}{SEGMENT_SUFFIX}")

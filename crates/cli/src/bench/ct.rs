@@ -33,6 +33,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::{WARM_UP, free_addr, percentile};
 use crate::cluster::{await_leader, start_local};
+use crate::limits::BENCH_CT_PROOF_TARGETS_MAX;
 
 mod pki;
 pub(super) mod process;
@@ -124,8 +125,6 @@ const MEMORY_WARM_UP_ENTRIES: u64 = 2_000;
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long, at most, the log may take to publish its first tree head.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
-/// Most logged leaves the readers ask proofs for.
-const PROOF_TARGETS_MAX: usize = 10_000;
 
 /// A node's addresses.
 #[derive(Debug, Clone)]
@@ -489,7 +488,10 @@ impl Bench<'_> {
             .iter()
             .flat_map(|run| &run.submitted.acknowledged)
             .collect();
-        let step = acknowledged.len().div_ceil(PROOF_TARGETS_MAX).max(1);
+        let step = acknowledged
+            .len()
+            .div_ceil(BENCH_CT_PROOF_TARGETS_MAX)
+            .max(1);
         let ct = self
             .nodes
             .first()

@@ -9,14 +9,11 @@ use tonic::{Response, Status};
 
 use crate::auth::NodeChannel;
 use crate::error::{Disposition, describe, disposition, reason_of};
+use crate::limits::LONG_POLL_WAIT_MAX;
 use crate::{Client, ClientError, parse_endpoint};
 
 /// The reason a node gives when a write was refused before anything was proposed.
 const NOTHING_PROPOSED: &str = "no-leader";
-
-/// The longest wait a long-poll asks for (the node cuts one to 60 s); it keeps the arithmetic
-/// on deadlines from overflowing.
-const LONG_POLL_WAIT_MAX: Duration = Duration::from_secs(3_600);
 
 /// One gRPC method, named by its request type: a request of this type is sent with
 /// [`Rpc::send`] and answered with a [`Rpc::Reply`] (a stream for streaming methods).

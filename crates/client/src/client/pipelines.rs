@@ -20,12 +20,8 @@ use tonic::codec::Streaming;
 
 use super::call::rpcs;
 use crate::auth::NodeChannel;
+use crate::limits::PIPELINE_REPLY_BYTES_MAX;
 use crate::{Client, ClientError};
-
-/// The largest `certus.v1.Pipelines` reply accepted, in bytes: the node's own bound
-/// (`PIPELINE_REPLY_BYTES_MAX`), which a full dequeue batch can approach. A dequeue cannot be
-/// undone, so its answer must never be refused here for its size.
-pub const PIPELINE_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
 
 /// A Pipelines stub on `channel` that accepts the largest replies the node sends.
 fn pipelines(channel: NodeChannel) -> PipelinesClient<NodeChannel> {

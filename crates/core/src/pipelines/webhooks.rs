@@ -32,18 +32,12 @@ use serde::{Deserialize, Serialize};
 use super::{PipelineConfig, PipelineError, TransactionId, TxStatus, WebhookUrl};
 use crate::claims::issue;
 use crate::limits::{
-    LIST_PAGE_MAX, PIPELINE_NOTICES_MAX, PIPELINE_URL_PAUSE_MS_MAX, PIPELINE_URLS_MAX,
-    PIPELINE_WEBHOOK_BACKOFF_MS_MAX, PIPELINE_WEBHOOK_SCAN_MAX, PIPELINE_WEBHOOKS_MAX,
+    LIST_PAGE_MAX, PIPELINE_NOTICES_MAX, PIPELINE_URL_FAILURE_LIMIT_MAX,
+    PIPELINE_URL_FAILURE_WINDOW_MS_MAX, PIPELINE_URL_PAUSE_MS_MAX, PIPELINE_URLS_MAX,
+    PIPELINE_WEBHOOK_ATTEMPTS_MAX, PIPELINE_WEBHOOK_BACKOFF_MS_MAX, PIPELINE_WEBHOOK_SCAN_MAX,
+    PIPELINE_WEBHOOKS_MAX,
 };
 use crate::sessions::Reason;
-
-/// The hard bound on `webhook_attempts_max`, and so on any delivery's attempts.
-pub(super) const WEBHOOK_ATTEMPTS_MAX: u32 = 100;
-/// The hard bound on `url_failure_window_ms`.
-pub(super) const URL_FAILURE_WINDOW_MS_MAX: u64 = 24 * 60 * 60 * 1000;
-/// The hard bound on `url_failure_limit`: a URL's failure count stays below it (the count
-/// restarts when it reaches the configured limit).
-pub(super) const URL_FAILURE_LIMIT_MAX: u32 = 1000;
 
 /// A webhook event's id: fixed when the delivery is scheduled, the same on every attempt.
 ///
@@ -648,7 +642,7 @@ impl Webhooks {
                 && event.0 <= self.last_event_id
                 && hook.created_at_ms <= clock_ms
                 && hook.next_attempt_at_ms <= latest_attempt_ms
-                && hook.attempts <= WEBHOOK_ATTEMPTS_MAX
+                && hook.attempts <= PIPELINE_WEBHOOK_ATTEMPTS_MAX
                 && (hook.attempts > 0 || hook.last_error.is_none());
             if !sound {
                 return Err(format!(
@@ -661,12 +655,12 @@ impl Webhooks {
             rebuilt
                 .url_forget
                 .insert((health.forget_at_ms, url.clone()));
-            let latest_forget_ms =
-                clock_ms.saturating_add(URL_FAILURE_WINDOW_MS_MAX.max(PIPELINE_URL_PAUSE_MS_MAX));
+            let latest_forget_ms = clock_ms
+                .saturating_add(PIPELINE_URL_FAILURE_WINDOW_MS_MAX.max(PIPELINE_URL_PAUSE_MS_MAX));
             let sound = health.window_started_at_ms <= clock_ms
                 && health.window_started_at_ms <= health.forget_at_ms
                 && health.forget_at_ms <= latest_forget_ms
-                && health.failures < URL_FAILURE_LIMIT_MAX
+                && health.failures < PIPELINE_URL_FAILURE_LIMIT_MAX
                 && health.paused_until_ms.is_none_or(|until_ms| {
                     until_ms <= clock_ms.saturating_add(PIPELINE_URL_PAUSE_MS_MAX)
                         && until_ms <= health.forget_at_ms

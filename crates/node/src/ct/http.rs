@@ -3,7 +3,7 @@
 //! Reads are answered from this node's local tree at the serving STH (never past it); bad
 //! parameters get a 400 with a JSON body naming what was wrong, and so does a query string that
 //! does not parse; a body past [`ADD_CHAIN_BODY_BYTES_MAX`] gets a 413 with a JSON body. One
-//! get-entries answers at most [`GET_ENTRIES_MAX`](crate::ct::reads::GET_ENTRIES_MAX) entries and
+//! get-entries answers at most [`GET_ENTRIES_MAX`](crate::limits::GET_ENTRIES_MAX) entries and
 //! [`CT_HTTP_GET_ENTRIES_BYTES_MAX`] bytes of them (after at least one). A node that has not integrated
 //! the serving tree answers 503 with a `Retry-After`, so a client (or a load balancer) moves on
 //! to a node that can serve.
@@ -28,11 +28,8 @@ use serde_json::json;
 
 use crate::ct::node::{CtNode, SubmitError};
 use crate::ct::reads::{Read, ReadError, ReadReply, ServedEntry};
-use crate::limits::CT_HTTP_GET_ENTRIES_BYTES_MAX;
+use crate::limits::{ADD_CHAIN_BODY_BYTES_MAX, CT_HTTP_GET_ENTRIES_BYTES_MAX};
 use crate::raft::replica::Replica;
-
-/// Largest add-chain body accepted, in bytes (ten 64 KiB certificates in base64, with room).
-pub const ADD_CHAIN_BODY_BYTES_MAX: usize = 1024 * 1024;
 
 type CtState = (Arc<Replica>, Arc<CtNode>);
 

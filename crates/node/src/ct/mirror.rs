@@ -14,7 +14,6 @@
 //! publishes one enough nodes hold (see `ct::node`).
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 use certus_core::ct::{CtCommand, MirrorSource};
 use certus_ct::frontier::Frontier;
@@ -25,17 +24,13 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use crate::ct::source::SourceLog;
+use crate::limits::{CT_MIRROR_RETRY_DELAY_MAX, CT_MIRROR_RETRY_DELAY_MIN};
 use crate::raft::replica::Replica;
 
 /// Entries asked for per get-entries request (sources may answer fewer).
 const PAGE_ENTRIES: u64 = 256;
 /// Pages fetched per master round.
 const PAGES_PER_ROUND: usize = 16;
-/// After a failed round the master waits this long before reading the source again, doubling
-/// with each further failure up to [`RETRY_DELAY_MAX`]: a source that is down or misbehaving is
-/// not hammered every round.
-const RETRY_DELAY_MIN: Duration = Duration::from_secs(1);
-const RETRY_DELAY_MAX: Duration = Duration::from_secs(60);
 
 /// What the master knows of the source, for status.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,9 +59,9 @@ struct Backoff {
 impl Backoff {
     fn failed(&mut self) {
         self.failures = self.failures.saturating_add(1);
-        let delay = RETRY_DELAY_MIN
+        let delay = CT_MIRROR_RETRY_DELAY_MIN
             .saturating_mul(1 << self.failures.saturating_sub(1).min(16))
-            .min(RETRY_DELAY_MAX);
+            .min(CT_MIRROR_RETRY_DELAY_MAX);
         self.retry_at = Some(Instant::now() + delay);
     }
 }

@@ -33,16 +33,15 @@ use tracing::{debug, error, warn};
 use crate::ct::convert::{entry_key, from_core_sth, to_core_sth};
 use crate::ct::peers::{FETCH_BATCH, LogPeers};
 use crate::ct::propose::propose;
-use crate::ct::reads::{GET_ENTRIES_MAX, Read, ReadError, ReadReply};
+use crate::ct::reads::{Read, ReadError, ReadReply};
 use crate::ct::setup::CtSetup;
 use crate::errors::ServiceError;
+use crate::limits::{CT_FETCH_ROUNDS_MAX, GET_ENTRIES_MAX};
 use crate::metrics::{LocalTree, Metrics};
 use crate::raft::replica::{Leader, Replica};
 
 /// Entries copied from the replicated state into the local database per round.
 const COPY_BATCH: usize = 4096;
-/// Fetches from peers per round, each of at most [`FETCH_BATCH`] entries.
-const FETCH_ROUNDS_MAX: usize = 16;
 /// Entries integrated into the tree per round.
 const INTEGRATE_BATCH: usize = 16_384;
 /// A node re-signs an unchanged tree at least this often, so the serving STH stays fresh.
@@ -320,7 +319,7 @@ impl CtNode {
         let first_held = replica
             .reader
             .read(|applied| applied.state.ct_first_held_sequence());
-        for _ in 0..FETCH_ROUNDS_MAX {
+        for _ in 0..CT_FETCH_ROUNDS_MAX {
             let from = self.db.contiguous_size();
             if from >= first_held {
                 return Ok(());

@@ -5,6 +5,9 @@
 use certus_ct::Hash;
 use certus_ct::structures::SignedTreeHead;
 
+/// The bound on one get-entries, named here too for the APIs that take it with the reads.
+pub use crate::limits::GET_ENTRIES_MAX;
+
 /// A read of the log, as RFC 6962 §4 defines them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Read {
@@ -67,10 +70,6 @@ pub enum ReadReply {
         audit_path: Vec<Hash>,
     },
 }
-
-/// Most entries one get-entries answers; a client asks again for the rest (RFC 6962 §4.6
-/// allows fewer than asked).
-pub const GET_ENTRIES_MAX: u64 = 1000;
 
 /// Why a read was not answered.
 #[derive(Debug, thiserror::Error)]

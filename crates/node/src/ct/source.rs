@@ -19,11 +19,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use crate::limits::CT_SOURCE_RESPONSE_BYTES_MAX;
+
 /// How long one request to the source may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
-/// Largest answer read from the source: a get-entries page of 1,024 entries of up to
-/// ~830 KiB each would not fit, but real pages are a few MiB; past this the page is refused.
-const RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// An RFC 6962 log's read API.
 #[derive(Debug, Clone)]
@@ -113,7 +112,7 @@ impl SourceLog {
                 .await
                 .map_err(|error| format!("{url}: {error}"))?;
             let status = response.status();
-            let body = Limited::new(response.into_body(), RESPONSE_BYTES_MAX)
+            let body = Limited::new(response.into_body(), CT_SOURCE_RESPONSE_BYTES_MAX)
                 .collect()
                 .await
                 .map_err(|error| format!("{url}: reading the answer: {error}"))?

@@ -12,6 +12,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::limits::{
+    AUTHORIZATION_BYTES_MAX, BEARER_TOKEN_BYTES_MIN, CERTIFICATE_IDENTITIES_CACHED_MAX,
+};
+
 /// What a call needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Permission {
@@ -205,11 +209,6 @@ pub struct TokenEntry {
     pub sha256: String,
 }
 
-/// The shortest token accepted, in bytes: 128 bits of base64url at least.
-pub const TOKEN_BYTES_MIN: usize = 22;
-/// The longest `authorization` header value looked at, in bytes.
-pub const AUTHORIZATION_BYTES_MAX: usize = 1024;
-
 /// The configured tokens, by hash.
 #[derive(Debug, Clone, Default)]
 pub struct Tokens {
@@ -243,7 +242,7 @@ impl Tokens {
 
     /// The identity of the bearer of `token`.
     pub fn identify(&self, token: &str) -> Option<&Identity> {
-        if token.len() < TOKEN_BYTES_MIN {
+        if token.len() < BEARER_TOKEN_BYTES_MIN {
             return None;
         }
         let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
@@ -351,10 +350,6 @@ impl Refusal {
         }
     }
 }
-
-/// Client certificates whose identity is remembered, so that a connection's calls parse its
-/// certificate once rather than on every call; past it the memory starts over.
-pub const CERTIFICATE_IDENTITIES_CACHED_MAX: usize = 4096;
 
 /// Decides requests: who is calling, and whether they may.
 #[derive(Debug, Clone, Default)]

@@ -78,6 +78,7 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::limits::{WEBHOOK_DELIVERIES_CONCURRENT_MAX, WEBHOOK_REASON_BYTES_MAX};
 use crate::metrics::{Metrics, WebhookAttempt};
 use crate::raft::replica::Replica;
 use crate::roles::session_daemons::BoxFuture;
@@ -98,14 +99,6 @@ pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
 pub const LEASE_TTL_MS: u64 = 15_000;
 /// How far behind the leader's clock a node's clock may be for the hand-off to stay exclusive.
 pub const SKEW_BOUND_MS: u64 = 1_000;
-/// Deliveries taken per round, all sent at once.
-pub const DELIVERIES_CONCURRENT_MAX: u32 = 16;
-/// The most of a receiver's answer read: enough for an error message; the status decides.
-#[cfg(not(madsim))]
-const RESPONSE_BYTES_MAX: usize = 64 * 1024;
-/// The most of a failure's reason kept (the state machine allows more; a notice should stay
-/// readable).
-const REASON_BYTES_MAX: usize = 256;
 /// The pause between rounds when there was nothing to do (or the role is not this node's).
 const IDLE_PAUSE: Duration = Duration::from_millis(200);
 /// The longest the role waits for one write (acquire, take, results, release): a write
@@ -154,7 +147,7 @@ impl Default for ProcessorTimings {
             lease_ttl_ms: LEASE_TTL_MS,
             request_timeout_ms: REQUEST_TIMEOUT_MS,
             skew_ms: SKEW_BOUND_MS,
-            deliveries_max: DELIVERIES_CONCURRENT_MAX,
+            deliveries_max: WEBHOOK_DELIVERIES_CONCURRENT_MAX,
         }
     }
 }
@@ -604,14 +597,15 @@ async fn write(replica: &Replica, commands: Vec<Command>) -> Result<Response, St
         .ok_or_else(|| "no answer".to_owned())
 }
 
-/// A failure reason for the state machine: one line of at most [`REASON_BYTES_MAX`] bytes.
+/// A failure reason for the state machine: one line of at most [`WEBHOOK_REASON_BYTES_MAX`]
+/// bytes.
 fn reason_text(text: &str) -> Reason {
     let mut line: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    if line.len() > REASON_BYTES_MAX {
-        let mut cut = REASON_BYTES_MAX;
+    if line.len() > WEBHOOK_REASON_BYTES_MAX {
+        let mut cut = WEBHOOK_REASON_BYTES_MAX;
         while !line.is_char_boundary(cut) {
             cut -= 1;
         }
@@ -711,11 +705,14 @@ impl HttpSender {
             // The status is the receiver's answer; its body does not matter.
             return Ok(());
         }
-        let body = Limited::new(response.into_body(), RESPONSE_BYTES_MAX)
-            .collect()
-            .await
-            .map(|collected| collected.to_bytes())
-            .unwrap_or_default();
+        let body = Limited::new(
+            response.into_body(),
+            crate::limits::WEBHOOK_RESPONSE_BYTES_MAX,
+        )
+        .collect()
+        .await
+        .map(|collected| collected.to_bytes())
+        .unwrap_or_default();
         let text = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
         Err(if text.trim().is_empty() {
             format!("HTTP {status}")
@@ -873,7 +870,7 @@ mod tests {
     #[test]
     fn reasons_are_one_bounded_line() {
         let reason = reason_text(&format!("HTTP 500:\n{}", "é".repeat(400)));
-        assert!(reason.as_str().len() <= REASON_BYTES_MAX);
+        assert!(reason.as_str().len() <= WEBHOOK_REASON_BYTES_MAX);
         assert!(reason.as_str().starts_with("HTTP 500: é"), "{reason}");
         assert_eq!(reason_text(" \n ").as_str(), "unknown");
     }

@@ -10,13 +10,12 @@ use certus_proto::v1::{Session, Stage};
 use super::applicants::{Applicant, Applicants};
 use super::verify::CertificateCheck;
 use crate::bench::micros;
+use crate::limits::BENCH_SESSION_WAIT_MAX;
 
 /// How long a session may take from its create to its acknowledgement before the client gives
 /// up on it: far beyond a healthy session (well under a second), and beyond a few HTTP-01
 /// retries (2 s each by default).
 pub(super) const SESSION_PATIENCE: Duration = Duration::from_secs(60);
-/// The longest single `Sessions/Wait`; the client waits again until [`SESSION_PATIENCE`].
-const WAIT_MAX: Duration = Duration::from_secs(5);
 
 /// Why a session did not end acknowledged with a good certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -224,7 +223,11 @@ async fn wait_until_settled(
             });
         }
         known = client
-            .wait_session(known.id, Some(known.clone()), left.min(WAIT_MAX))
+            .wait_session(
+                known.id,
+                Some(known.clone()),
+                left.min(BENCH_SESSION_WAIT_MAX),
+            )
             .await
             .map_err(|error| Failure {
                 kind: FailureKind::Wait,

@@ -7,8 +7,9 @@ use certus_client::{PipelineConfig, QueueType, TxStatus};
 use certus_proto::v1::ArchiveCursor;
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::export::{EXPORT_LIMIT_MAX, parse_cursor};
+use super::export::parse_cursor;
 use crate::ctl::settings::{Changes, ConfigCommand};
+use crate::limits::PIPELINE_EXPORT_LIMIT_MAX;
 
 /// Transaction pipelines.
 #[derive(Debug, Subcommand)]
@@ -277,8 +278,8 @@ pub(in crate::ctl) struct ExportArgs {
     #[arg(long, value_name = "CURSOR", value_parser = parse_cursor)]
     pub(super) after: Option<ArchiveCursor>,
     /// Write at most this many (default and most: 1 000 000).
-    #[arg(long, value_name = "N", default_value_t = EXPORT_LIMIT_MAX,
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(EXPORT_LIMIT_MAX)))]
+    #[arg(long, value_name = "N", default_value_t = PIPELINE_EXPORT_LIMIT_MAX,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(PIPELINE_EXPORT_LIMIT_MAX)))]
     pub(super) limit: u32,
     /// Where the lines go: a file (created, or replaced) or - for stdout.
     #[arg(long, value_name = "FILE|-", default_value = "-")]

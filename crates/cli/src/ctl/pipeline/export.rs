@@ -12,14 +12,7 @@ use super::args::ExportArgs;
 use super::render::status_text;
 use crate::ctl::failed;
 use crate::ctl::show::{ms_or_null, text_or_null};
-
-/// How often in a row `pipeline export` opens its stream again after it broke; each reopening
-/// resumes after the last transaction written.
-const EXPORT_REOPENS_MAX: u32 = 5;
-
-/// The most transactions one `pipeline export` writes (and the node's bound on `limit`: the
-/// most that can be stored).
-pub(super) const EXPORT_LIMIT_MAX: u32 = 1_000_000;
+use crate::limits::PIPELINE_EXPORT_REOPENS_MAX;
 
 /// How many lines `pipeline export` writes between flushes; the cursor it reports on a write
 /// error is the last one flushed.
@@ -90,10 +83,10 @@ pub(super) async fn run(client: &Client, args: ExportArgs) -> Result<(), String>
             break;
         };
         reopens += 1;
-        if reopens > EXPORT_REOPENS_MAX {
+        if reopens > PIPELINE_EXPORT_REOPENS_MAX {
             out.flush().map_err(|error| write_failed(error, flushed))?;
             return Err(format!(
-                "{what}: {broken} ({EXPORT_REOPENS_MAX} reopens failed); {}",
+                "{what}: {broken} ({PIPELINE_EXPORT_REOPENS_MAX} reopens failed); {}",
                 resume_hint(cursor)
             ));
         }

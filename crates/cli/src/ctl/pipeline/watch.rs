@@ -6,10 +6,7 @@ use certus_client::{Client, ClientError, NotificationKind};
 use super::args::WatchArgs;
 use super::render::{notification_json, notification_line};
 use crate::ctl::{Output, failed};
-
-/// How often in a row `pipeline watch` opens its stream again after it broke (a node stopped,
-/// a connection dropped) before it gives up; each reopening resumes after the last number seen.
-const WATCH_REOPENS_MAX: u32 = 5;
+use crate::limits::PIPELINE_WATCH_REOPENS_MAX;
 
 /// `pipeline watch`: until its count is reached, the stream breaks too often, or Ctrl-C (how a
 /// watch normally ends: not an error).
@@ -56,9 +53,9 @@ async fn watch(client: &Client, out: &Output, args: WatchArgs) -> Result<(), Str
             }
         };
         reopens += 1;
-        if reopens > WATCH_REOPENS_MAX {
+        if reopens > PIPELINE_WATCH_REOPENS_MAX {
             return Err(format!(
-                "{what}: {ended} ({WATCH_REOPENS_MAX} reopens failed)"
+                "{what}: {ended} ({PIPELINE_WATCH_REOPENS_MAX} reopens failed)"
             ));
         }
         match resume {

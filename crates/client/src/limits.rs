@@ -1,0 +1,12 @@
+//! The client's bounds, named.
+
+use std::time::Duration;
+
+/// The largest `certus.v1.Pipelines` reply accepted, in bytes: the node's own bound
+/// (`PIPELINE_REPLY_BYTES_MAX`), which a full dequeue batch can approach. A dequeue cannot be
+/// undone, so its answer must never be refused here for its size.
+pub const PIPELINE_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
+
+/// The longest wait a long-poll asks for (the node cuts one to 60 s); it keeps the arithmetic
+/// on deadlines from overflowing.
+pub(crate) const LONG_POLL_WAIT_MAX: Duration = Duration::from_secs(3_600);

@@ -1,0 +1,26 @@
+//! The store's bounds, named: what one replication read returns, the smallest log segment, and
+//! what the CT leaf index holds in memory.
+
+use crate::segment_log::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+
+/// Largest number of entries one replication read returns; it asks again for the rest.
+pub(crate) const REPLICATION_READ_ENTRIES_MAX: usize = 4096;
+/// Encoded bytes of entries read for one replication message (at least one entry is always
+/// read): keeps an append well under the transport's message limit however large entries are.
+pub const REPLICATION_READ_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// The smallest segment size that holds a header and a record header.
+pub const SEGMENT_BYTES_MIN: u64 = SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES;
+
+/// Records the CT leaf index keeps in memory before they are written as a run: 65,536 (a few
+/// MiB). Also what a restart reads back from the tiles, at most.
+pub(crate) const FRESH_RECORDS_MAX: usize = 1 << 16;
+/// Words (8 bytes) per leaf-index filter segment, at most: 64 KiB, what a run being written
+/// holds of its filter in memory.
+pub(crate) const FILTER_SEGMENT_WORDS_MAX: u64 = 8192;
+/// Bytes of Bloom filters the leaf index keeps in memory by default: 128 MiB, the filters of
+/// 1.07 × 10^8 records at `FILTER_BITS_PER_RECORD` (10) bits. A log of 10^8 entries keeps all of
+/// its filters (119 MiB), and a node's store, about 165 MiB without them at that size, stays
+/// well under its 512 MiB target whatever the log's size: past the bound, filters are dropped,
+/// not added.
+pub(crate) const LEAF_INDEX_FILTER_BYTES_MAX: usize = 128 << 20;

@@ -1,0 +1,14 @@
+//! The harness's bounds, named: how long a run waits for the nodes, how long an aimed crash
+//! waits, and how much a verdict or a timeline shows.
+
+use std::time::Duration;
+
+/// How long the nodes have to catch up when a run settles.
+pub const SETTLE_MAX: Duration = Duration::from_secs(10);
+/// The longest an aimed crash waits for a write in flight.
+pub const CRASH_AIM_MS_MAX: u64 = 100;
+/// How many problems a failed verdict names before it only counts the rest.
+pub const PROBLEMS_NAMED_MAX: usize = 10;
+/// Node ids `1..=nodes` get a lane of the timeline even without samples, up to this many (a
+/// corrupt record must not make us loop forever).
+pub const TIMELINE_DECLARED_NODES_MAX: u64 = 64;
