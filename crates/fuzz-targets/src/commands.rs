@@ -12,14 +12,7 @@ use certus_node::TypeConfig;
 use certus_store::Proposal;
 use openraft::{Entry, EntryPayload};
 
-/// The largest leader clock a fuzzed entry carries, in milliseconds since the Unix epoch (about
-/// the year 37,000). The leader's clock is a wall clock the cluster trusts, not input a client
-/// or a peer controls freely; every duration and deadline inside a command is fuzzed over its
-/// whole range.
-pub const LEADER_CLOCK_MAX_MS: u64 = 1 << 50;
-
-/// At most this many commands are applied per input, so one input stays fast.
-pub const COMMANDS_PER_INPUT_MAX: usize = 256;
+pub use crate::limits::{COMMANDS_PER_INPUT_MAX, LEADER_CLOCK_MS_MAX};
 
 /// The target body.
 pub fn log_entries(data: &[u8]) {
@@ -52,9 +45,9 @@ pub fn log_entries(data: &[u8]) {
 }
 
 /// The commands of one proposal with the stamps the state machine gives them: the entry's index
-/// and the leader's clock (bounded by [`LEADER_CLOCK_MAX_MS`]).
+/// and the leader's clock (bounded by [`LEADER_CLOCK_MS_MAX`]).
 pub fn stamped(proposal: Proposal, index: u64) -> impl Iterator<Item = (Command, Stamp)> {
-    let now_ms = proposal.proposed_at_ms.min(LEADER_CLOCK_MAX_MS);
+    let now_ms = proposal.proposed_at_ms.min(LEADER_CLOCK_MS_MAX);
     proposal
         .commands
         .into_iter()

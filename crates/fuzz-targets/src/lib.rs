@@ -15,6 +15,7 @@
 pub mod commands;
 pub mod ct;
 pub mod grpc;
+pub mod limits;
 pub mod mutate;
 pub mod raft;
 pub mod snapshot;

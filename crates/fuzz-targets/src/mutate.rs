@@ -2,8 +2,7 @@
 //! interesting bytes, truncation, deletion, duplication, insertion, splicing with another input)
 //! drawn from a fixed-seed xorshift generator, so every run of `cargo test` tries the same inputs.
 
-/// The largest input the mutator makes.
-pub const MUTANT_BYTES_MAX: usize = 64 * 1024;
+pub use crate::limits::MUTANT_BYTES_MAX;
 
 /// xorshift64* with a fixed seed.
 #[derive(Clone, Debug)]

@@ -20,7 +20,7 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::commands::{COMMANDS_PER_INPUT_MAX, LEADER_CLOCK_MAX_MS, apply_checked, stamped};
+use crate::commands::{COMMANDS_PER_INPUT_MAX, LEADER_CLOCK_MS_MAX, apply_checked, stamped};
 
 /// The message kinds, in selector order (the first input byte picks one).
 pub const KINDS: &[&str] = &[
@@ -103,7 +103,7 @@ fn apply_entries(request: AppendEntriesRequest<TypeConfig>) {
         if index < state.applied_index() {
             continue;
         }
-        proposal.proposed_at_ms = proposal.proposed_at_ms.min(LEADER_CLOCK_MAX_MS);
+        proposal.proposed_at_ms = proposal.proposed_at_ms.min(LEADER_CLOCK_MS_MAX);
         for (command, stamp) in stamped(proposal, index) {
             if count == COMMANDS_PER_INPUT_MAX {
                 return;

@@ -8,7 +8,7 @@
 
 use certus_core::{Command, Stamp, State};
 
-use crate::commands::{LEADER_CLOCK_MAX_MS, apply_checked};
+use crate::commands::{LEADER_CLOCK_MS_MAX, apply_checked};
 
 /// The target body.
 pub fn snapshot(data: &[u8]) {
@@ -27,6 +27,6 @@ pub fn snapshot(data: &[u8]) {
     let clock = state.clock_ms();
     let next = index.saturating_add(1);
     apply_checked(&mut state, Command::Tick, Stamp::new(next, clock));
-    let later = clock.max(LEADER_CLOCK_MAX_MS);
+    let later = clock.max(LEADER_CLOCK_MS_MAX);
     apply_checked(&mut state, Command::Tick, Stamp::new(next, later));
 }

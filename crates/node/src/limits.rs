@@ -140,3 +140,6 @@ pub const STORE_CACHE_MIB_MIN: u64 = 8;
 /// The smallest Raft log segment a node accepts (`raft.log_segment_bytes`): smaller ones only
 /// multiply files and syncs.
 pub const LOG_SEGMENT_BYTES_MIN: u64 = 4096;
+
+/// The most entry bytes one GetEntries reply carries, under the client message limit.
+pub const GET_ENTRIES_REPLY_BYTES_MAX: usize = CLIENT_MESSAGE_BYTES_MAX - 16 * 1024;

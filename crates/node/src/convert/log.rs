@@ -13,8 +13,7 @@ use crate::ct::node::SubmitError;
 use crate::ct::reads::{ReadError, ReadReply};
 use crate::errors::{ct_status, status};
 
-/// The most entry bytes one GetEntries reply carries, under the client message limit.
-const GET_ENTRIES_REPLY_BYTES_MAX: usize = crate::limits::CLIENT_MESSAGE_BYTES_MAX - 16 * 1024;
+use crate::limits::GET_ENTRIES_REPLY_BYTES_MAX;
 
 // ---- submissions --------------------------------------------------------------------------
 
