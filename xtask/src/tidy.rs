@@ -7,6 +7,7 @@ use crate::{COMMANDS, workspace_root};
 
 mod bounds;
 mod code_map;
+mod import_loops;
 
 /// Every `.rs` file under `dir`, at any depth, sorted.
 fn rust_files(dir: &Path) -> Vec<PathBuf> {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::challenges::{ChallengeCommand, ChallengeError, ChallengeReply};
-use crate::clients::{ClientCommand, ClientError, ClientReply, ClientRequest};
+use crate::client_requests::{ClientCommand, ClientError, ClientReply, ClientRequest};
 use crate::ct::{CtCommand, CtError, CtReply};
 use crate::leases::{Lease, LeaseCommand, LeaseError, LeaseReply};
 use crate::pipelines::{PipelineCommand, PipelineError, PipelineReply, PipelineTickReport};

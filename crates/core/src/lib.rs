@@ -28,6 +28,7 @@
 
 pub mod challenges;
 pub mod claims;
+mod client_requests;
 pub mod clients;
 mod command;
 pub mod ct;

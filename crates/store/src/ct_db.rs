@@ -37,10 +37,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use certus_core::ct::SignedTreeHead;
 use certus_ct::Hash;
 use certus_ct::frontier::Frontier;
-use certus_ct::merkle::{self, MerkleError, leaf_hash};
+use certus_ct::merkle::{self, leaf_hash};
 use certus_ct::tiles::{ExpandedTile, TILE_WIDTH, TileEdge, TileId, TileReader, TiledNodes};
 use serde::{Deserialize, Serialize};
 
+pub use crate::ct_error::CtDbError;
 use crate::ct_files::DataFiles;
 use crate::ct_leaf_index::{IndexView, LeafIndex, Shape, add_filters};
 use crate::disk::{Disk, DiskError, WriteBatch};
@@ -93,28 +94,6 @@ pub struct LocalEntry {
     pub sct: Vec<u8>,
     /// The SCT's timestamp.
     pub sct_timestamp_ms: u64,
-}
-
-/// Why the local CT database failed or refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum CtDbError {
-    /// The disk failed.
-    #[error(transparent)]
-    Disk(#[from] DiskError),
-    /// Entries must extend the contiguous run.
-    #[error("entries must start at {expected}, the first missing number, not at {got}")]
-    NotContiguous {
-        /// The first missing number.
-        expected: u64,
-        /// Where the batch started.
-        got: u64,
-    },
-    /// A root or proof the tree cannot give (a size past it, an index outside it).
-    #[error(transparent)]
-    Tree(#[from] MerkleError),
-    /// Stored data contradicts itself.
-    #[error("local CT database is corrupt: {0}")]
-    Corrupt(String),
 }
 
 /// How a database uses memory.
@@ -1105,7 +1084,7 @@ fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8], what: &str) -> Result<T, C
 
 #[cfg(test)]
 mod tests {
-    use certus_ct::merkle::MerkleTree;
+    use certus_ct::merkle::{MerkleError, MerkleTree};
     use proptest::prelude::*;
 
     use super::*;

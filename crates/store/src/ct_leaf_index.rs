@@ -68,7 +68,7 @@ use std::sync::Arc;
 use certus_ct::Hash;
 use serde::{Deserialize, Serialize};
 
-use crate::ct_db::CtDbError;
+use crate::ct_error::CtDbError;
 use crate::ct_files::DataFiles;
 use crate::disk::{Disk, WriteBatch};
 use crate::files::LogFile;

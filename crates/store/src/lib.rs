@@ -15,6 +15,7 @@
 
 mod config;
 mod ct_db;
+mod ct_error;
 mod ct_files;
 mod ct_leaf_index;
 mod disk;

@@ -1,16 +1,15 @@
 //! The store's bounds, named: what one replication read returns, the smallest log segment, and
 //! what the CT leaf index holds in memory.
 
-use crate::segment_log::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
-
 /// Largest number of entries one replication read returns; it asks again for the rest.
 pub(crate) const REPLICATION_READ_ENTRIES_MAX: usize = 4096;
 /// Encoded bytes of entries read for one replication message (at least one entry is always
 /// read): keeps an append well under the transport's message limit however large entries are.
 pub const REPLICATION_READ_BYTES_MAX: usize = 8 * 1024 * 1024;
 
-/// The smallest segment size that holds a header and a record header.
-pub const SEGMENT_BYTES_MIN: u64 = SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES;
+/// The smallest segment size that holds a header and a record header (32 + 16 bytes; the
+/// segment log asserts the sum against its format).
+pub const SEGMENT_BYTES_MIN: u64 = 32 + 16;
 
 /// Records the CT leaf index keeps in memory before they are written as a run: 65,536 (a few
 /// MiB). Also what a restart reads back from the tiles, at most.

@@ -39,6 +39,12 @@ const SEGMENT_HEADER_LEN: usize = 32;
 pub(crate) const SEGMENT_HEADER_BYTES: u64 = SEGMENT_HEADER_LEN as u64;
 const RECORD_HEADER_LEN: usize = 16;
 pub(crate) const RECORD_HEADER_BYTES: u64 = RECORD_HEADER_LEN as u64;
+// The bound on segment sizes is written as a number in `limits.rs`: it must hold a header and
+// a record header of this format.
+const _: () = assert!(
+    SEGMENT_BYTES_MIN == SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES,
+    "SEGMENT_BYTES_MIN must be a segment header and a record header"
+);
 const SEGMENT_SUFFIX: &str = ".seg";
 
 fn segment_name(first: u64) -> String {
