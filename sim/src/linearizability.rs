@@ -788,35 +788,3 @@ mod tests {
         }
     }
 }
-
-#[cfg(test)]
-mod bench_tmp {
-    use super::*;
-
-    #[derive(Debug)]
-    struct Reg;
-    impl Model for Reg {
-        type State = u32;
-        type Input = (bool, u32);
-        type Output = Option<u32>;
-        fn init(&self) -> u32 {
-            0
-        }
-        fn step(&self, s: &u32, i: &(bool, u32), o: &Option<u32>) -> Vec<u32> {
-            if i.0 {
-                vec![i.1]
-            } else {
-                match o {
-                    None => vec![*s],
-                    Some(v) => {
-                        if v == s {
-                            vec![*s]
-                        } else {
-                            vec![]
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
