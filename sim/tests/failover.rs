@@ -184,6 +184,28 @@ async fn leader_among(cluster: &SimCluster, among: &[u64]) -> u64 {
     panic!("no leader among {among:?} within 10 s");
 }
 
+/// The leader once every node of `all` holds a write made through the first one. A node that has just
+/// won the first election may not yet have replicated the cluster's membership: cut off then,
+/// it leaves the others unable to campaign (they are not voters yet) — a setup, not a fault.
+async fn formed(cluster: &SimCluster, all: &[u64]) -> u64 {
+    let first = leader_among(cluster, all).await;
+    cluster
+        .write(first, vec![put("formed")])
+        .await
+        .expect("a write on a fresh cluster");
+    let formed = vec!["formed".to_owned()];
+    for _ in 0..200 {
+        if all
+            .iter()
+            .all(|&id| missing_on(cluster, id, &formed).is_empty())
+        {
+            return leader_among(cluster, all).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the first write did not reach every node within 10 s");
+}
+
 /// Three nodes that snapshot every ten entries and keep no log behind a snapshot, so a node
 /// cut off for a few writes catches up by snapshot.
 fn snapshotting_every_ten_entries() -> SimCluster {
@@ -205,7 +227,7 @@ fn snapshotting_every_ten_entries() -> SimCluster {
 async fn a_leader_whose_write_was_overtaken_by_a_snapshot_serves_writes_when_it_leads_again() {
     let cluster = snapshotting_every_ten_entries();
     let all = [1, 2, 3];
-    let old = leader_among(&cluster, &all).await;
+    let old = formed(&cluster, &all).await;
     let net = madsim::net::NetSim::current();
     net.clog_node(cluster.machine(old));
     // Appended on the cut-off leader only; its caller gives up, the proposal stays in flight.
@@ -262,7 +284,7 @@ async fn a_leader_whose_write_was_overtaken_by_a_snapshot_serves_writes_when_it_
 async fn nodes_that_crash_after_catching_up_by_snapshot_start_again() {
     let cluster = snapshotting_every_ten_entries();
     let all = [1, 2, 3];
-    let cut = leader_among(&cluster, &all).await;
+    let cut = formed(&cluster, &all).await;
     let net = madsim::net::NetSim::current();
     net.clog_node(cluster.machine(cut));
     let others: Vec<u64> = all.into_iter().filter(|id| *id != cut).collect();
