@@ -34,6 +34,28 @@ pub enum LogEntry {
     },
 }
 
+/// The dedupe identity of an entry: SHA-256 over the entry type and what the entry certifies
+/// (not the timestamp), so the same certificate submitted twice is one entry. The replicated
+/// state keys entries by it, and each node's local database indexes its entries by it.
+pub fn entry_key(entry: &LogEntry) -> Hash {
+    let mut bytes = Vec::new();
+    match entry {
+        LogEntry::X509 { certificate } => {
+            bytes.extend_from_slice(&0u16.to_be_bytes());
+            bytes.extend_from_slice(certificate);
+        }
+        LogEntry::Precert {
+            issuer_key_hash,
+            tbs_certificate,
+        } => {
+            bytes.extend_from_slice(&1u16.to_be_bytes());
+            bytes.extend_from_slice(issuer_key_hash);
+            bytes.extend_from_slice(tbs_certificate);
+        }
+    }
+    sha256(&bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

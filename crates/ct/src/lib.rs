@@ -19,4 +19,4 @@ pub mod signer;
 pub mod structures;
 pub mod tiles;
 
-pub use entry::{Hash, LogEntry, sha256};
+pub use entry::{Hash, LogEntry, entry_key, sha256};

@@ -91,6 +91,12 @@ impl MerkleTreeLeaf {
     }
 }
 
+/// The dedupe key ([`crate::entry_key`]) of the entry a `leaf_input` logs.
+pub fn entry_key_of_leaf_input(leaf_input: &[u8]) -> Result<crate::Hash, DecodeError> {
+    let leaf = MerkleTreeLeaf::decode(leaf_input)?;
+    Ok(crate::entry_key(&leaf.timestamped_entry.entry))
+}
+
 /// The `leaf_input` for `entry` logged at `timestamp_ms`: the encoding of a v1
 /// `MerkleTreeLeaf`, without building one (no copy of the certificate).
 pub fn leaf_input(
@@ -544,5 +550,32 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn the_entry_key_of_a_leaf_input_ignores_the_timestamp_and_tells_entries_apart() {
+        let certificate = LogEntry::X509 {
+            certificate: b"certificate".to_vec(),
+        };
+        let precert = LogEntry::Precert {
+            issuer_key_hash: [7; 32],
+            tbs_certificate: b"certificate".to_vec(),
+        };
+        let early = leaf_input(1, &certificate, &[]).unwrap();
+        let late = leaf_input(2, &certificate, &[]).unwrap();
+        assert_ne!(early, late);
+        assert_eq!(
+            entry_key_of_leaf_input(&early).unwrap(),
+            crate::entry_key(&certificate)
+        );
+        assert_eq!(
+            entry_key_of_leaf_input(&late).unwrap(),
+            entry_key_of_leaf_input(&early).unwrap()
+        );
+        assert_ne!(
+            entry_key_of_leaf_input(&leaf_input(1, &precert, &[]).unwrap()).unwrap(),
+            crate::entry_key(&certificate)
+        );
+        assert!(entry_key_of_leaf_input(&early[..early.len() - 1]).is_err());
     }
 }

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use crate::LogEntry;
 use tls::{DecodeError, EncodeError, TlsReader, TlsWriter, VectorBounds};
 
-pub use leaf::{ExtraData, MerkleTreeLeaf, PrecertChainEntry, TimestampedEntry, leaf_input};
+pub use leaf::{
+    ExtraData, MerkleTreeLeaf, PrecertChainEntry, TimestampedEntry, entry_key_of_leaf_input, leaf_input,
+};
 pub use sct::{SignedCertificateTimestamp, decode_sct_list, encode_sct_list, sct_signature_input};
 pub use sth::{SignedTreeHead, sth_signature_input};
 

@@ -3,27 +3,11 @@
 
 use certus_core::ct::EntryKey;
 use certus_ct::structures::SignedTreeHead;
-use certus_ct::{LogEntry, sha256};
+use certus_ct::LogEntry;
 
-/// The dedupe identity: SHA-256 over the entry type and what the entry certifies (not the
-/// timestamp), so the same certificate submitted twice is one entry.
+/// The dedupe identity ([`certus_ct::entry_key`]) as the replicated state holds it.
 pub fn entry_key(entry: &LogEntry) -> EntryKey {
-    let mut bytes = Vec::new();
-    match entry {
-        LogEntry::X509 { certificate } => {
-            bytes.extend_from_slice(&0u16.to_be_bytes());
-            bytes.extend_from_slice(certificate);
-        }
-        LogEntry::Precert {
-            issuer_key_hash,
-            tbs_certificate,
-        } => {
-            bytes.extend_from_slice(&1u16.to_be_bytes());
-            bytes.extend_from_slice(issuer_key_hash);
-            bytes.extend_from_slice(tbs_certificate);
-        }
-    }
-    EntryKey(sha256(&bytes))
+    EntryKey(certus_ct::entry_key(entry))
 }
 
 /// The replicated form of an RFC 6962 STH (its signature encoded).
