@@ -14,6 +14,8 @@
 //!   first number not yet cleaned up to `next_sequence`;
 //! - the unsequenced index holds exactly the entries without a number;
 //! - cleaned-up keys are disjoint from held entries, and their numbers are below the held ones;
+//!   only those numbered at or above the dedupe window's `forgotten_below` are remembered, and
+//!   `forgotten_below` never passes the first held number;
 //! - the serving STH never covers more than was sequenced, and cleaning up never goes past it;
 //! - node reports never claim more than was sequenced.
 //!
@@ -22,6 +24,14 @@
 //! appends the source's entries in its order ([`CtCommand::MirrorAppend`], a check-and-set on the
 //! next number like sequencing) after checking them against a source STH, nodes report source
 //! STHs their own trees reproduce, and only such an STH is ever served.
+//!
+//! **Deduplication.** A submission of an entry the log already has is answered with the first
+//! SCT, never logged twice. Held entries and the last cleaned-up ones (the [`DedupeWindow`]) are
+//! caught here; older ones are in every serving node's local database, which indexes entries by
+//! their key. A node checks its index before proposing and sends [`CtCommand::AddChecked`] with
+//! the tree size that index covered; if the state has since forgotten entries the node did not
+//! check, the submission is refused ([`CtError::Unchecked`]) and the node checks again. So the
+//! state's memory stays bounded while every duplicate is still caught.
 //!
 //! Safety rules enforced on apply: sequencing is a check-and-set on the next number, so a master
 //! that lost its mandate cannot assign twice; a new serving STH is never smaller, is strictly
@@ -33,7 +43,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{
-    CT_ADD_BATCH_MAX, CT_CLEANUP_BATCH_MAX, CT_EXTRA_DATA_BYTES_MAX, CT_LEAF_INPUT_BYTES_MAX,
+    CT_ADD_BATCH_MAX, CT_CLEANUP_BATCH_MAX, CT_DEDUPE_WINDOW_ENTRIES_DEFAULT,
+    CT_DEDUPE_WINDOW_ENTRIES_MAX, CT_EXTRA_DATA_BYTES_MAX, CT_LEAF_INPUT_BYTES_MAX,
     CT_MIRROR_BATCH_MAX, CT_MIRROR_TARGETS_MAX, CT_MIRROR_URL_BYTES_MAX, CT_NODES_MAX,
     CT_PUBLIC_KEY_BYTES_MAX, CT_SCT_BYTES_MAX, CT_SEQUENCE_BATCH_MAX, CT_SIGNATURE_BYTES_MAX,
     CT_UNSEQUENCED_MAX,
@@ -279,6 +290,21 @@ pub enum CtCommand {
         /// A source STH of size `first + len`, checked by the master against its tree.
         sth: Option<SignedTreeHead>,
     },
+    /// Add submissions that the proposing node checked against its local entry-key index,
+    /// which covered entries `0..checked_below`: a submission the state does not know is refused
+    /// ([`CtError::Unchecked`]) if the state has forgotten entries at or above `checked_below`.
+    /// ([`CtCommand::Add`], from before local indexes, is applied without that check.)
+    AddChecked {
+        /// The submissions, in arrival order.
+        submissions: Vec<Submission>,
+        /// The tree size the node's entry-key index covered when it checked them.
+        checked_below: u64,
+    },
+    /// Set how many cleaned-up entries the state remembers for deduplication.
+    SetDedupeWindow {
+        /// Entries below the first held number that stay remembered.
+        entries: u64,
+    },
 }
 
 /// What happened to one submission of an [`CtCommand::Add`].
@@ -433,6 +459,18 @@ pub enum CtError {
         /// Why.
         reason: String,
     },
+    /// The submitting node checked its local entry-key index up to `checked_below`, but the
+    /// state no longer remembers entries below `forgotten_below`: it must check again (or catch
+    /// up first, if its tree is that far behind).
+    #[error(
+        "the entry was checked against entries 0..{checked_below} of the local index, but the log forgets cleaned-up entries below {forgotten_below}; check again"
+    )]
+    Unchecked {
+        /// What the node's index covered.
+        checked_below: u64,
+        /// What the state no longer remembers.
+        forgotten_below: u64,
+    },
 }
 
 /// The serving STH and when it was published.
@@ -453,6 +491,25 @@ pub struct CleanedEntry {
     pub sct_timestamp_ms: u64,
 }
 
+/// How many cleaned-up entries the state remembers for deduplication, and below which number
+/// it remembers none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DedupeWindow {
+    /// Cleaned-up entries numbered this far below the first held number are forgotten.
+    pub entries: u64,
+    /// Cleaned-up entries numbered below this are forgotten (never decreases).
+    pub forgotten_below: u64,
+}
+
+impl Default for DedupeWindow {
+    fn default() -> DedupeWindow {
+        DedupeWindow {
+            entries: CT_DEDUPE_WINDOW_ENTRIES_DEFAULT,
+            forgotten_below: 0,
+        }
+    }
+}
+
 /// The log's replicated state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct CtLog {
@@ -464,6 +521,10 @@ pub(crate) struct CtLog {
     /// Derived: number → key of every held entry with a number.
     sequence_mapping: BTreeMap<u64, EntryKey>,
     pub(crate) cleaned: BTreeMap<EntryKey, CleanedEntry>,
+    /// Derived: number → key of every remembered cleaned-up entry (what the window forgets
+    /// first).
+    cleaned_by_sequence: BTreeMap<u64, EntryKey>,
+    pub(crate) dedupe: DedupeWindow,
     pub(crate) next_sequence: u64,
     pub(crate) reports: BTreeMap<u64, NodeReport>,
     pub(crate) serving: Option<ServingSth>,
@@ -488,7 +549,22 @@ const LEAF_TIMESTAMP_OFFSET: usize = 2;
 impl CtLog {
     pub(crate) fn apply(&mut self, command: CtCommand, now_ms: u64) -> Result<CtReply, CtError> {
         match command {
-            CtCommand::Add { submissions } => self.add(submissions),
+            CtCommand::Add { submissions } => self.add(submissions, None),
+            CtCommand::AddChecked {
+                submissions,
+                checked_below,
+            } => self.add(submissions, Some(checked_below)),
+            CtCommand::SetDedupeWindow { entries } => {
+                if entries > CT_DEDUPE_WINDOW_ENTRIES_MAX {
+                    return Err(CtError::InvalidConfig {
+                        field: "dedupe_window_entries".to_owned(),
+                        reason: format!("{entries} is outside 0..={CT_DEDUPE_WINDOW_ENTRIES_MAX}"),
+                    });
+                }
+                self.dedupe.entries = entries;
+                self.forget_outside_window();
+                Ok(CtReply::Configured)
+            }
             CtCommand::Sequence { first, keys } => self.sequence(first, keys, now_ms),
             CtCommand::Report {
                 node,
@@ -644,7 +720,12 @@ impl CtLog {
         Ok(CtReply::Mirrored { first, count })
     }
 
-    fn add(&mut self, submissions: Vec<Submission>) -> Result<CtReply, CtError> {
+    /// `checked_below`: what the submitting node's local entry-key index covered, if it checked.
+    fn add(
+        &mut self,
+        submissions: Vec<Submission>,
+        checked_below: Option<u64>,
+    ) -> Result<CtReply, CtError> {
         if let Some(mirror) = &self.mirror {
             return Err(CtError::IsMirror {
                 source_url: mirror.source.url.clone(),
@@ -659,12 +740,12 @@ impl CtLog {
         }
         let outcomes = submissions
             .into_iter()
-            .map(|submission| self.add_one(submission))
+            .map(|submission| self.add_one(submission, checked_below))
             .collect();
         Ok(CtReply::Added(outcomes))
     }
 
-    fn add_one(&mut self, submission: Submission) -> AddOutcome {
+    fn add_one(&mut self, submission: Submission, checked_below: Option<u64>) -> AddOutcome {
         if let Some(held) = self.held.get(&submission.key) {
             return AddOutcome::Duplicate {
                 sct: held.submission.sct.clone(),
@@ -676,6 +757,16 @@ impl CtLog {
                 sequence: cleaned.sequence,
                 sct_timestamp_ms: cleaned.sct_timestamp_ms,
             };
+        }
+        // Neither held nor remembered: new, unless it is among the forgotten entries, which only
+        // the submitting node's index can rule out.
+        if let Some(checked_below) = checked_below
+            && checked_below < self.dedupe.forgotten_below
+        {
+            return AddOutcome::Refused(CtError::Unchecked {
+                checked_below,
+                forgotten_below: self.dedupe.forgotten_below,
+            });
         }
         if let Err(error) = check_submission(&submission) {
             return AddOutcome::Refused(error);
@@ -916,8 +1007,10 @@ impl CtLog {
                     sct_timestamp_ms: held.submission.sct_timestamp_ms,
                 },
             );
+            self.cleaned_by_sequence.insert(sequence, key);
             removed += 1;
         }
+        self.forget_outside_window();
         let remaining = self
             .sequence_mapping
             .range(..covered)
@@ -925,6 +1018,34 @@ impl CtLog {
             .try_into()
             .unwrap_or(u64::MAX);
         CtReply::CleanedUp { removed, remaining }
+    }
+
+    /// Forgets the remembered cleaned-up entries that fell out of the dedupe window, at most
+    /// [`CT_CLEANUP_BATCH_MAX`] per command (a shrunk window is caught up by later clean-ups).
+    fn forget_outside_window(&mut self) {
+        let below = self
+            .first_held_sequence()
+            .saturating_sub(self.dedupe.entries);
+        let mut forgotten = 0;
+        while forgotten < CT_CLEANUP_BATCH_MAX {
+            let Some((&sequence, &key)) = self.cleaned_by_sequence.first_key_value() else {
+                break;
+            };
+            if sequence >= below {
+                break;
+            }
+            self.cleaned_by_sequence.remove(&sequence);
+            self.cleaned.remove(&key);
+            self.dedupe.forgotten_below = self.dedupe.forgotten_below.max(sequence + 1);
+            forgotten += 1;
+        }
+        let rest_remembered = self
+            .cleaned_by_sequence
+            .first_key_value()
+            .is_none_or(|(&sequence, _)| sequence >= below);
+        if rest_remembered {
+            self.dedupe.forgotten_below = self.dedupe.forgotten_below.max(below);
+        }
     }
 
     // Reads.
@@ -964,6 +1085,10 @@ impl CtLog {
         self.mirror.as_ref()
     }
 
+    pub(crate) fn dedupe(&self) -> DedupeWindow {
+        self.dedupe
+    }
+
     pub(crate) fn records(&self) -> CtRecords {
         CtRecords {
             config: self.config,
@@ -980,8 +1105,10 @@ impl CtLog {
     pub(crate) fn from_records(
         records: CtRecords,
         mirror: Option<MirrorState>,
+        dedupe: DedupeWindow,
     ) -> Result<CtLog, String> {
         let mut log = CtLog {
+            dedupe,
             config: records.config,
             frozen: records.frozen,
             next_sequence: records.next_sequence,
@@ -1009,6 +1136,16 @@ impl CtLog {
         for (key, cleaned) in records.cleaned {
             if log.cleaned.insert(key, cleaned).is_some() {
                 return Err(format!("cleaned-up entry {key} appears twice"));
+            }
+            if log
+                .cleaned_by_sequence
+                .insert(cleaned.sequence, key)
+                .is_some()
+            {
+                return Err(format!(
+                    "two cleaned-up entries have number {}",
+                    cleaned.sequence
+                ));
             }
         }
         for (node, report) in records.reports {
@@ -1049,9 +1186,36 @@ impl CtLog {
                 self.next_sequence
             ));
         }
+        if self.cleaned_by_sequence.len() != self.cleaned.len() {
+            return Err("the cleaned-up number index does not match the cleaned-up entries".into());
+        }
+        if self.dedupe.entries > CT_DEDUPE_WINDOW_ENTRIES_MAX {
+            return Err(format!(
+                "the dedupe window of {} entries exceeds its limit",
+                self.dedupe.entries
+            ));
+        }
+        if self.dedupe.forgotten_below > first_held {
+            return Err(format!(
+                "entries below {} are forgotten, past the first held number {first_held}",
+                self.dedupe.forgotten_below
+            ));
+        }
         for (key, cleaned) in &self.cleaned {
             if self.held.contains_key(key) {
                 return Err(format!("entry {key} is both held and cleaned up"));
+            }
+            if self.cleaned_by_sequence.get(&cleaned.sequence) != Some(key) {
+                return Err(format!(
+                    "cleaned-up entry {key}'s number {} is not indexed to it",
+                    cleaned.sequence
+                ));
+            }
+            if cleaned.sequence < self.dedupe.forgotten_below {
+                return Err(format!(
+                    "cleaned-up entry {key} has number {}, below the forgotten {}",
+                    cleaned.sequence, self.dedupe.forgotten_below
+                ));
             }
             if cleaned.sequence >= first_held {
                 return Err(format!(

@@ -44,6 +44,13 @@ pub const CT_SEQUENCE_BATCH_MAX: usize = 10_000;
 pub const CT_CLEANUP_BATCH_MAX: usize = 10_000;
 /// Most nodes whose reports are kept.
 pub const CT_NODES_MAX: usize = 64;
+/// Cleaned-up entries the replicated state remembers for deduplication by default: older
+/// duplicates are caught by the submitting node's local entry-key index, and this is how far a
+/// node's local tree may lag behind the clean-up point and still take submissions.
+pub const CT_DEDUPE_WINDOW_ENTRIES_DEFAULT: u64 = 100_000;
+/// The largest dedupe window an operator may set (each entry costs about 120 bytes of memory on
+/// every node).
+pub const CT_DEDUPE_WINDOW_ENTRIES_MAX: u64 = 10_000_000;
 /// Hard bound on unsequenced entries; the configured watermark sits at or below it.
 pub const CT_UNSEQUENCED_MAX: usize = 1_000_000;
 /// Longest mirror source URL.

@@ -1,7 +1,9 @@
 //! The snapshot format: the whole state as deterministic bytes.
 //!
-//! Layout: the 8-byte magic `CERTUS\0\x06` (the last byte is the format version), then the state
-//! in postcard encoding. Older versions are prefixes of the body and still load: version 5 (before
+//! Layout: the 8-byte magic `CERTUS\0\x07` (the last byte is the format version), then the state
+//! in postcard encoding. Older versions are prefixes of the body and still load: version 6 (before
+//! the CT log's dedupe window) lacks the trailing `ct_dedupe` field and loads with the default
+//! window and nothing forgotten (it remembers every cleaned-up entry); version 5 (before
 //! client sessions) lacks the trailing `clients` field and loads with no client sessions; version 4 (before
 //! pipelines) lacks the trailing `pipelines` field and loads with no pipelines and the default
 //! pipeline configuration; version 3 (before sessions) also lacks `sessions` and loads with no
@@ -15,13 +17,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::challenges::{Challenge, Challenges};
 use crate::clients::{ClientSession, Clients};
-use crate::ct::{CtLog, CtRecords, MirrorState};
+use crate::ct::{CtLog, CtRecords, DedupeWindow, MirrorState};
 use crate::leases::{FencingToken, Lease, Leases};
 use crate::pipelines::{PipelineRecords, PipelineRecordsRef, Pipelines};
 use crate::sessions::{SessionRecords, SessionRecordsRef, Sessions};
 use crate::state::State;
 
-const MAGIC: [u8; 8] = *b"CERTUS\x00\x06";
+const MAGIC: [u8; 8] = *b"CERTUS\x00\x07";
+/// The format before the CT log's dedupe window: the same body without `ct_dedupe`.
+const MAGIC_V6: [u8; 8] = *b"CERTUS\x00\x06";
 /// The format before client sessions: the same body without `clients`.
 const MAGIC_V5: [u8; 8] = *b"CERTUS\x00\x05";
 /// The format before pipelines: the same body without `pipelines`.
@@ -35,7 +39,7 @@ const MAGIC_V2: [u8; 8] = *b"CERTUS\x00\x02";
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
     /// The bytes do not start with the snapshot magic and a known version.
-    #[error("not a Certus snapshot of format version 2 to 6 (bad magic or version)")]
+    #[error("not a Certus snapshot of format version 2 to 7 (bad magic or version)")]
     BadMagic,
     /// The body could not be decoded.
     #[error("snapshot body does not decode: {0}")]
@@ -61,6 +65,7 @@ struct BodyRef<'a> {
     sessions: SessionRecordsRef<'a>,
     pipelines: PipelineRecordsRef<'a>,
     clients: Vec<&'a ClientSession>,
+    ct_dedupe: DedupeWindow,
 }
 
 /// Version 2's body, which is also how later versions begin (postcard writes a struct as its
@@ -98,9 +103,16 @@ struct BodyV5 {
 
 /// Version 6's body: version 5's and the client sessions.
 #[derive(Deserialize)]
-struct Body {
+struct BodyV6 {
     v5: BodyV5,
     clients: Vec<ClientSession>,
+}
+
+/// Version 7's body: version 6's and the CT log's dedupe window.
+#[derive(Deserialize)]
+struct Body {
+    v6: BodyV6,
+    ct_dedupe: DedupeWindow,
 }
 
 impl State {
@@ -117,6 +129,7 @@ impl State {
             sessions: self.sessions.records(),
             pipelines: self.pipelines.records(),
             clients: self.clients.iter().collect(),
+            ct_dedupe: self.ct.dedupe(),
         };
         let bytes = MAGIC.to_vec();
         // Encoding into a Vec cannot fail: every field is plainly serializable.
@@ -126,7 +139,55 @@ impl State {
     /// Decodes and validates a snapshot made by [`State::to_snapshot`].
     pub fn from_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
         let decode = |e: postcard::Error| SnapshotError::Decode(e.to_string());
-        // Each older version is completed with what it lacks: empty, default-configured modules.
+        let (v6, ct_dedupe, rest) = if let Some(body) = bytes.strip_prefix(&MAGIC) {
+            let (body, rest) = postcard::take_from_bytes::<Body>(body).map_err(decode)?;
+            (body.v6, body.ct_dedupe, rest)
+        } else {
+            let (v6, rest) = Self::older_body(bytes)?;
+            (v6, DedupeWindow::default(), rest)
+        };
+        if !rest.is_empty() {
+            return Err(SnapshotError::TrailingBytes(rest.len()));
+        }
+        let BodyV6 {
+            v5:
+                BodyV5 {
+                    v4:
+                        BodyV4 {
+                            v3:
+                                BodyV3 {
+                                    v2: body,
+                                    ct_mirror,
+                                },
+                            sessions,
+                        },
+                    pipelines,
+                },
+            clients,
+        } = v6;
+        let state = State {
+            applied_index: body.applied_index,
+            clock_ms: body.clock_ms,
+            last_token: body.last_token,
+            leases: Leases::from_records(body.leases).map_err(SnapshotError::Inconsistent)?,
+            challenges: Challenges::from_records(body.challenges)
+                .map_err(SnapshotError::Inconsistent)?,
+            ct: CtLog::from_records(body.ct, ct_mirror, ct_dedupe)
+                .map_err(SnapshotError::Inconsistent)?,
+            sessions: Sessions::from_records(sessions).map_err(SnapshotError::Inconsistent)?,
+            pipelines: Pipelines::from_records(pipelines).map_err(SnapshotError::Inconsistent)?,
+            clients: Clients::from_records(clients).map_err(SnapshotError::Inconsistent)?,
+        };
+        state
+            .check_invariants()
+            .map_err(|e| SnapshotError::Inconsistent(e.0))?;
+        Ok(state)
+    }
+
+    /// A body of format 2 to 6, completed to version 6's (each older version with what it
+    /// lacks: empty, default-configured modules), and the bytes after it.
+    fn older_body(bytes: &[u8]) -> Result<(BodyV6, &[u8]), SnapshotError> {
+        let decode = |e: postcard::Error| SnapshotError::Decode(e.to_string());
         let v4_of = |v3| BodyV4 {
             v3,
             sessions: SessionRecords::default(),
@@ -135,12 +196,12 @@ impl State {
             v4,
             pipelines: PipelineRecords::default(),
         };
-        let v6_of = |v5| Body {
+        let v6_of = |v5| BodyV6 {
             v5,
             clients: Vec::new(),
         };
-        let (body, rest) = if let Some(body) = bytes.strip_prefix(&MAGIC) {
-            postcard::take_from_bytes::<Body>(body).map_err(decode)?
+        Ok(if let Some(body) = bytes.strip_prefix(&MAGIC_V6) {
+            postcard::take_from_bytes::<BodyV6>(body).map_err(decode)?
         } else if let Some(body) = bytes.strip_prefix(&MAGIC_V5) {
             let (v5, rest) = postcard::take_from_bytes::<BodyV5>(body).map_err(decode)?;
             (v6_of(v5), rest)
@@ -159,42 +220,7 @@ impl State {
             (v6_of(v5_of(v4_of(v3))), rest)
         } else {
             return Err(SnapshotError::BadMagic);
-        };
-        if !rest.is_empty() {
-            return Err(SnapshotError::TrailingBytes(rest.len()));
-        }
-        let Body {
-            v5:
-                BodyV5 {
-                    v4:
-                        BodyV4 {
-                            v3:
-                                BodyV3 {
-                                    v2: body,
-                                    ct_mirror,
-                                },
-                            sessions,
-                        },
-                    pipelines,
-                },
-            clients,
-        } = body;
-        let state = State {
-            applied_index: body.applied_index,
-            clock_ms: body.clock_ms,
-            last_token: body.last_token,
-            leases: Leases::from_records(body.leases).map_err(SnapshotError::Inconsistent)?,
-            challenges: Challenges::from_records(body.challenges)
-                .map_err(SnapshotError::Inconsistent)?,
-            ct: CtLog::from_records(body.ct, ct_mirror).map_err(SnapshotError::Inconsistent)?,
-            sessions: Sessions::from_records(sessions).map_err(SnapshotError::Inconsistent)?,
-            pipelines: Pipelines::from_records(pipelines).map_err(SnapshotError::Inconsistent)?,
-            clients: Clients::from_records(clients).map_err(SnapshotError::Inconsistent)?,
-        };
-        state
-            .check_invariants()
-            .map_err(|e| SnapshotError::Inconsistent(e.0))?;
-        Ok(state)
+        })
     }
 }
 
@@ -229,8 +255,9 @@ mod tests {
         // 100000, 1000, 300000, 10, 5, 60000, 600000), last id, token and queue position 0, no
         // definitions, transactions, external ids or switches; no webhooks (last event and
         // notice 0, none dropped, none pending, no URLs, no notices); no notifications (last 0,
-        // none kept); no statistics rows at any of the three resolutions; no client sessions.
-        let expected: &[u8] = b"CERTUS\x00\x06\x00\x00\x00\x00\x00\
+        // none kept); no statistics rows at any of the three resolutions; no client sessions;
+        // the default dedupe window (100000) with nothing forgotten.
+        let expected: &[u8] = b"CERTUS\x00\x07\x00\x00\x00\x00\x00\
             \x02\xf4\x03\xa0\x8d\x06\x64\xc8\x01\x64\xb0\xea\x01\
             \x00\x00\x00\x00\x00\x00\x00\
             \x80\xdd\xdb\x01\x0a\xd0\x0f\x80\xb8\x99\x29\x80\x88\xb2\xa0\x02\xa0\x8d\x06\
@@ -241,7 +268,8 @@ mod tests {
             \x00\x00\x00\x00\x00\x00\
             \x00\x00\
             \x00\x00\x00\
-            \x00";
+            \x00\
+            \xa0\x8d\x06\x00";
         assert_eq!(State::new().to_snapshot(), expected);
     }
 
@@ -258,9 +286,37 @@ mod tests {
     /// The encoding of a state without client sessions ends with this.
     const NO_CLIENTS_SUFFIX: &[u8] = &[0];
 
+    /// The encoding of a state with the default dedupe window ends with this.
+    const DEFAULT_DEDUPE_SUFFIX: &[u8] = &[0xa0, 0x8d, 0x06, 0x00];
+
+    /// The state's encoding as version 6 (no dedupe window), under the current magic.
+    fn without_dedupe(state: &State) -> Vec<u8> {
+        let bytes = state.to_snapshot();
+        assert!(bytes.ends_with(DEFAULT_DEDUPE_SUFFIX));
+        bytes[..bytes.len() - DEFAULT_DEDUPE_SUFFIX.len()].to_vec()
+    }
+
+    #[test]
+    fn a_version_6_snapshot_loads_with_the_default_dedupe_window() {
+        let state = state_with_a_lease();
+        let bytes = without_dedupe(&state);
+        let mut v6 = MAGIC_V6.to_vec();
+        v6.extend_from_slice(&bytes[MAGIC.len()..]);
+        let loaded = State::from_snapshot(&v6).unwrap();
+        assert_eq!(loaded, state);
+        assert_eq!(loaded.ct_dedupe(), DedupeWindow::default());
+        // A version 7 body under the version 6 magic has the window too many.
+        let mut mislabelled = MAGIC_V6.to_vec();
+        mislabelled.extend_from_slice(&state.to_snapshot()[MAGIC.len()..]);
+        assert_eq!(
+            State::from_snapshot(&mislabelled),
+            Err(SnapshotError::TrailingBytes(DEFAULT_DEDUPE_SUFFIX.len()))
+        );
+    }
+
     /// The state's encoding as version 5 (no client sessions), under the current magic.
     fn without_clients(state: &State) -> Vec<u8> {
-        let bytes = state.to_snapshot();
+        let bytes = without_dedupe(state);
         assert!(bytes.ends_with(NO_CLIENTS_SUFFIX));
         bytes[..bytes.len() - NO_CLIENTS_SUFFIX.len()].to_vec()
     }
@@ -274,7 +330,7 @@ mod tests {
         assert_eq!(State::from_snapshot(&v5), Ok(state.clone()));
         // A version 6 body under the version 5 magic has the client sessions too many.
         let mut mislabelled = MAGIC_V5.to_vec();
-        mislabelled.extend_from_slice(&state.to_snapshot()[MAGIC.len()..]);
+        mislabelled.extend_from_slice(&without_dedupe(&state)[MAGIC.len()..]);
         assert_eq!(
             State::from_snapshot(&mislabelled),
             Err(SnapshotError::TrailingBytes(NO_CLIENTS_SUFFIX.len()))
@@ -347,7 +403,7 @@ mod tests {
             Err(SnapshotError::BadMagic)
         );
         let mut newer = bytes.clone();
-        newer[7] = 7;
+        newer[7] = 8;
         assert_eq!(State::from_snapshot(&newer), Err(SnapshotError::BadMagic));
         let mut longer = bytes.clone();
         longer.push(0);
@@ -378,6 +434,7 @@ mod tests {
             sessions: empty.records(),
             pipelines: no_pipelines.records(),
             clients: Vec::new(),
+            ct_dedupe: DedupeWindow::default(),
         };
         // A token above the last issued one.
         let bytes = encode(&body(2, 10_000, vec![&lease]));

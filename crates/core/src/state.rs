@@ -274,7 +274,12 @@ impl State {
         self.ct.held.get(key)
     }
 
-    /// The dedupe record of a cleaned-up entry.
+    /// The CT log's dedupe window: how much of the cleaned-up entries the state remembers.
+    pub fn ct_dedupe(&self) -> crate::ct::DedupeWindow {
+        self.ct.dedupe()
+    }
+
+    /// A cleaned-up entry the log still remembers (within its dedupe window).
     pub fn ct_cleaned_entry(&self, key: &EntryKey) -> Option<crate::ct::CleanedEntry> {
         self.ct.cleaned.get(key).copied()
     }

@@ -1,10 +1,17 @@
 //! Properties of the CT log's replicated part over random command sequences: what seed 004's
 //! clustered log relies on etcd for, checked against a model of what clients were told.
+//!
+//! Submissions go through a model of a node's front door: the node looks the entry up in its
+//! local entry-key index (the entries numbered below its local tree size, which lags the log by
+//! a random amount) and proposes only what it did not find, saying how far it looked. With a
+//! small dedupe window the state forgets cleaned-up entries often, so the property that no
+//! entry is ever logged twice rests on that check.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use certus_core::ct::{
-    AddOutcome, CtCommand, CtReply, EntryKey, LogConfig, SignedTreeHead, Submission, holders_needed,
+    AddOutcome, CtCommand, CtError, CtReply, EntryKey, LogConfig, SignedTreeHead, Submission,
+    holders_needed,
 };
 use certus_core::{Command, Response, Stamp, State, apply};
 use proptest::prelude::*;
@@ -36,7 +43,12 @@ fn root(size: u64, corrupt: bool) -> [u8; 32] {
 /// What a step does; resolved against the state when it runs, the way a node would.
 #[derive(Clone, Debug)]
 enum Action {
-    Add(Vec<(u8, u64)>),
+    /// Submissions (key, age) through a node whose local tree lags the log by `lag` entries.
+    Add {
+        items: Vec<(u8, u64)>,
+        lag: u64,
+    },
+    SetDedupeWindow(u64),
     /// Sequence what is ready, from the right number or from a stale one.
     Sequence {
         stale_by: u64,
@@ -64,7 +76,9 @@ enum Action {
 
 fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
-        5 => prop::collection::vec((0u8..40, 0u64..3_000), 1..6).prop_map(Action::Add),
+        5 => (prop::collection::vec((0u8..40, 0u64..3_000), 1..6), prop_oneof![3 => Just(0u64), 1 => 0u64..12])
+            .prop_map(|(items, lag)| Action::Add { items, lag }),
+        1 => prop_oneof![2 => 0u64..4, 1 => 4u64..50].prop_map(Action::SetDedupeWindow),
         3 => (prop_oneof![4 => Just(0u64), 1 => 1u64..3], 1usize..8)
             .prop_map(|(stale_by, limit)| Action::Sequence { stale_by, limit }),
         4 => (prop::sample::select(&NODES[..]), 0u64..=1000, prop::bool::weighted(0.05), 0u64..2_000)
@@ -86,15 +100,47 @@ fn actions() -> impl Strategy<Value = Vec<(Action, u64)>> {
     prop::collection::vec((action(), 0u64..700), 1..150)
 }
 
-fn resolve(action: &Action, state: &State, now_ms: u64) -> Command {
+/// The node's side of a submission: what its local index (entries numbered below
+/// `local_size`, by key) already holds is answered there and never proposed.
+fn front_door(
+    items: &[(u8, u64)],
+    local_size: u64,
+    numbers: &BTreeMap<u64, EntryKey>,
+    now_ms: u64,
+) -> (Vec<Submission>, Vec<EntryKey>) {
+    let mut proposed = Vec::new();
+    let mut found_locally = Vec::new();
+    for (n, age_ms) in items {
+        let submission = submission(*n, now_ms.saturating_sub(*age_ms));
+        let local = numbers
+            .range(..local_size)
+            .any(|(_, key)| *key == submission.key);
+        if local {
+            found_locally.push(submission.key);
+        } else {
+            proposed.push(submission);
+        }
+    }
+    (proposed, found_locally)
+}
+
+fn resolve(
+    action: &Action,
+    state: &State,
+    now_ms: u64,
+    numbers: &BTreeMap<u64, EntryKey>,
+) -> Command {
     let members: BTreeSet<u64> = NODES.into();
     let command = match action {
-        Action::Add(items) => CtCommand::Add {
-            submissions: items
-                .iter()
-                .map(|(n, age_ms)| submission(*n, now_ms.saturating_sub(*age_ms)))
-                .collect(),
-        },
+        Action::Add { items, lag } => {
+            let local_size = state.ct_next_sequence().saturating_sub(*lag);
+            let (submissions, _) = front_door(items, local_size, numbers, now_ms);
+            CtCommand::AddChecked {
+                submissions,
+                checked_below: local_size,
+            }
+        }
+        Action::SetDedupeWindow(entries) => CtCommand::SetDedupeWindow { entries: *entries },
         Action::Sequence { stale_by, limit } => CtCommand::Sequence {
             first: state.ct_next_sequence().saturating_sub(*stale_by),
             keys: state.ct_ready_to_sequence(now_ms, *limit),
@@ -163,14 +209,22 @@ proptest! {
         let mut serving: Option<SignedTreeHead> = None;
         for (index, (action, advance_ms)) in steps.iter().enumerate() {
             now_ms += advance_ms;
-            let command = resolve(action, &state, now_ms);
+            if let Action::Add { items, lag } = action {
+                // What the node answers from its own index was logged, under its number.
+                let local_size = state.ct_next_sequence().saturating_sub(*lag);
+                for key in front_door(items, local_size, &numbers, now_ms).1 {
+                    prop_assert!(acknowledged.contains_key(&key), "entry {} found locally but never logged", key);
+                }
+            }
+            let forgotten_before = state.ct_dedupe().forgotten_below;
+            let command = resolve(action, &state, now_ms, &numbers);
             let holders_before = state.ct_reports().clone();
             let config_before = *state.ct_config();
             let response = apply(&mut state, command.clone(), Stamp::new(index as u64 + 1, now_ms));
             state.check_invariants().unwrap();
             let Response::Ct(reply) = response else { panic!("a CT command got {response:?}") };
             match (&command, reply) {
-                (Command::Ct(CtCommand::Add { submissions }), Ok(CtReply::Added(outcomes))) => {
+                (Command::Ct(CtCommand::AddChecked { submissions, checked_below }), Ok(CtReply::Added(outcomes))) => {
                     prop_assert_eq!(submissions.len(), outcomes.len());
                     for (submission, outcome) in submissions.iter().zip(outcomes) {
                         match outcome {
@@ -183,6 +237,10 @@ proptest! {
                             }
                             AddOutcome::DuplicateCleanedUp { sequence, .. } => {
                                 prop_assert_eq!(numbers.get(&sequence), Some(&submission.key));
+                            }
+                            AddOutcome::Refused(CtError::Unchecked { .. }) => {
+                                // Only when the state forgot entries the node did not look at.
+                                prop_assert!(*checked_below < forgotten_before);
                             }
                             AddOutcome::Refused(_) => {
                                 prop_assert!(!acknowledged.contains_key(&submission.key));
@@ -224,19 +282,30 @@ proptest! {
                 _ => {}
             }
             prop_assert_eq!(state.ct_serving().map(|s| &s.sth), serving.as_ref());
-            // No acknowledged entry is lost: it is held, or cleaned up under its number.
+            let dedupe = state.ct_dedupe();
+            prop_assert!(dedupe.forgotten_below >= forgotten_before, "the forgotten point went back");
+            // No acknowledged entry is lost: it is held, remembered as cleaned up under its
+            // number, or forgotten by the state under a number local indexes cover.
             for key in acknowledged.keys() {
-                let known = state.ct_entry(key).is_some() || state.ct_cleaned_entry(key).is_some();
+                let forgotten = numbers
+                    .range(..dedupe.forgotten_below)
+                    .any(|(_, k)| k == key);
+                let known = state.ct_entry(key).is_some()
+                    || state.ct_cleaned_entry(key).is_some()
+                    || forgotten;
                 prop_assert!(known, "acknowledged entry {} is gone", key);
             }
-            // Each number's key is still that number's key.
-            for (number, key) in &numbers {
+            // Each number's key is still that number's key, until the state forgets it.
+            for (number, key) in numbers.range(dedupe.forgotten_below..) {
                 let recorded = state
                     .ct_entry(key)
                     .and_then(|held| held.sequence)
                     .or_else(|| state.ct_cleaned_entry(key).map(|c| c.sequence));
                 prop_assert_eq!(recorded, Some(*number));
             }
+            // The window bounds what is remembered (a shrunk window catches up by clean-ups).
+            let first_held = state.ct_first_held_sequence();
+            prop_assert!(dedupe.forgotten_below <= first_held);
         }
         let restored = State::from_snapshot(&state.to_snapshot()).unwrap();
         prop_assert_eq!(restored, state);

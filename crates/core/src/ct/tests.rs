@@ -534,7 +534,7 @@ fn clean_up_stops_at_the_serving_sth_and_at_its_batch_bound() {
     assert_eq!(log.held.len(), 4);
     assert_eq!(log.cleaned.len(), 6);
     log.check(at).unwrap();
-    let restored = CtLog::from_records(log.records(), log.mirror().cloned()).unwrap();
+    let restored = CtLog::from_records(log.records(), log.mirror().cloned(), log.dedupe()).unwrap();
     assert_eq!(restored, log);
 }
 
@@ -866,9 +866,133 @@ fn a_frozen_mirror_stops_following() {
     );
 }
 
+/// `sequenced_log(10)` with entries 0..6 published and cleaned up.
+fn cleaned_up_log() -> CtLog {
+    let mut log = sequenced_log(10);
+    let at = T0 + 2_000;
+    log.config.min_serving_nodes = 1;
+    report(&mut log, 1, sth(6, at, 6), at).unwrap();
+    log.apply(
+        CtCommand::Publish {
+            sth: sth(6, at, 6),
+            members: vec![1],
+        },
+        at,
+    )
+    .unwrap();
+    log.apply(CtCommand::CleanUp { max_entries: 100 }, at)
+        .unwrap();
+    log
+}
+
+fn add_checked(log: &mut CtLog, n: u8, checked_below: u64) -> AddOutcome {
+    let reply = log.apply(
+        CtCommand::AddChecked {
+            submissions: vec![submission(n, T0 + 5_000)],
+            checked_below,
+        },
+        T0 + 5_000,
+    );
+    match reply {
+        Ok(CtReply::Added(mut outcomes)) => outcomes.remove(0),
+        other => panic!("add answered {other:?}"),
+    }
+}
+
+#[test]
+fn the_dedupe_window_forgets_old_cleaned_up_entries_and_refuses_unchecked_submissions() {
+    let mut log = cleaned_up_log();
+    assert_eq!(log.dedupe().forgotten_below, 0);
+    assert_eq!(log.cleaned.len(), 6);
+    // Keep the last 2 cleaned-up numbers (4 and 5): 0..4 are forgotten.
+    assert_eq!(
+        log.apply(CtCommand::SetDedupeWindow { entries: 2 }, T0 + 3_000),
+        Ok(CtReply::Configured)
+    );
+    assert_eq!(log.dedupe().forgotten_below, 4);
+    assert_eq!(log.cleaned.len(), 2);
+    log.check(T0 + 3_000).unwrap();
+    // Entry 1 has number 0: the state no longer knows it, so only a node whose index covered
+    // number 0 may add it — and such a node would have found it there.
+    assert_eq!(
+        add_checked(&mut log, 1, 3),
+        AddOutcome::Refused(CtError::Unchecked {
+            checked_below: 3,
+            forgotten_below: 4
+        })
+    );
+    assert!(!log.held.contains_key(&key(1)));
+    // Remembered and held entries are answered whatever the node checked.
+    assert!(matches!(
+        add_checked(&mut log, 6, 0),
+        AddOutcome::DuplicateCleanedUp { sequence: 5, .. }
+    ));
+    assert!(matches!(
+        add_checked(&mut log, 9, 0),
+        AddOutcome::Duplicate { .. }
+    ));
+    // A new entry checked far enough is added.
+    assert_eq!(add_checked(&mut log, 42, 4), AddOutcome::Added);
+    // The unchecked form (written before local indexes) is applied without the check.
+    assert_eq!(
+        add(&mut log, vec![submission(43, T0)]),
+        vec![AddOutcome::Added]
+    );
+    log.check(T0 + 5_000).unwrap();
+    let restored = CtLog::from_records(log.records(), log.mirror().cloned(), log.dedupe()).unwrap();
+    assert_eq!(restored, log);
+    // A window past its limit is refused and changes nothing.
+    let before = log.clone();
+    assert!(matches!(
+        log.apply(
+            CtCommand::SetDedupeWindow {
+                entries: CT_DEDUPE_WINDOW_ENTRIES_MAX + 1
+            },
+            T0 + 5_000
+        ),
+        Err(CtError::InvalidConfig { .. })
+    ));
+    assert_eq!(log, before);
+}
+
+#[test]
+fn clean_up_forgets_what_leaves_the_window_and_the_forgotten_point_never_goes_back() {
+    let mut log = sequenced_log(10);
+    log.apply(CtCommand::SetDedupeWindow { entries: 3 }, T0 + 1_000)
+        .unwrap();
+    let at = T0 + 2_000;
+    log.config.min_serving_nodes = 1;
+    report(&mut log, 1, sth(10, at, 10), at).unwrap();
+    log.apply(
+        CtCommand::Publish {
+            sth: sth(10, at, 10),
+            members: vec![1],
+        },
+        at,
+    )
+    .unwrap();
+    let mut forgotten = 0;
+    for _ in 0..5 {
+        log.apply(CtCommand::CleanUp { max_entries: 2 }, at)
+            .unwrap();
+        let first_held = log.first_held_sequence();
+        assert_eq!(log.dedupe().forgotten_below, first_held.saturating_sub(3));
+        assert!(log.dedupe().forgotten_below >= forgotten);
+        forgotten = log.dedupe().forgotten_below;
+        assert_eq!(log.cleaned.len() as u64, first_held - forgotten);
+        log.check(at).unwrap();
+    }
+    assert_eq!(forgotten, 7);
+    // Widening the window remembers nothing forgotten again.
+    log.apply(CtCommand::SetDedupeWindow { entries: 100 }, at)
+        .unwrap();
+    assert_eq!(log.dedupe().forgotten_below, 7);
+    assert_eq!(log.cleaned.len(), 3);
+}
+
 #[test]
 fn a_mirror_survives_a_snapshot() {
     let log = mirror_log(3);
-    let restored = CtLog::from_records(log.records(), log.mirror().cloned()).unwrap();
+    let restored = CtLog::from_records(log.records(), log.mirror().cloned(), log.dedupe()).unwrap();
     assert_eq!(restored, log);
 }
