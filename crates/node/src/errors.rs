@@ -174,6 +174,8 @@ pub fn ct_status(error: &CtError) -> Status {
         CtError::MalformedSubmission(_) => (Code::InvalidArgument, "invalid-argument"),
         CtError::InvalidConfig { .. } => (Code::InvalidArgument, "invalid-config"),
         CtError::IsMirror { .. } => (Code::FailedPrecondition, "mirror"),
+        // The node's local tree lags too far to rule out a duplicate: another node, or later.
+        CtError::Unchecked { .. } => (Code::Unavailable, "catching-up"),
         CtError::Mirror(_) => (Code::FailedPrecondition, "mirror-refused"),
         CtError::StaleSequence { .. }
         | CtError::NotSequenceable { .. }

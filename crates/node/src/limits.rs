@@ -85,6 +85,9 @@ pub const ADD_CHAIN_BODY_BYTES_MAX: usize = 1024 * 1024;
 /// Fetches from peers per CT round, each of at most
 /// [`FETCH_BATCH`](crate::ct::peers::FETCH_BATCH) entries.
 pub const CT_FETCH_ROUNDS_MAX: usize = 16;
+/// How many times a submission is checked again against the local entry-key index when the
+/// state forgot entries the node had not indexed yet (each check sees a grown tree).
+pub const CT_DEDUPE_RECHECKS_MAX: usize = 3;
 /// After a failed mirror round the master waits this long before reading the source again,
 /// doubling with each further failure up to [`CT_MIRROR_RETRY_DELAY_MAX`]: a source that is down
 /// or misbehaving is not hammered every round.

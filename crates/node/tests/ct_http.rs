@@ -13,6 +13,8 @@ use certus_ct::structures::json::{
 };
 use certus_ct::structures::{SignedTreeHead, leaf_input};
 use certus_ct::{Hash, LogEntry};
+use certus_core::ct::CtCommand;
+use certus_core::{Command, Response};
 use certus_node::NodeConfig;
 
 use support::{
@@ -160,6 +162,97 @@ async fn a_ct_client_submits_verifies_and_audits_over_http() {
     .await
     .expect("auditor thread");
 
+    shutdown(nodes).await;
+}
+
+/// With no dedupe window the replicated state forgets an entry as soon as it is cleaned up: a
+/// resubmission is then answered from the node's local entry-key index, with the first SCT, and
+/// the log does not grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resubmission_the_state_forgot_gets_its_first_sct_from_the_local_index() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pki = Pki::new();
+    let (configs, nodes, verifier) = start(dir.path(), "forget", &pki).await;
+    let responses = nodes[0]
+        .replica()
+        .write(vec![Command::Ct(CtCommand::SetDedupeWindow { entries: 0 })])
+        .await
+        .expect("the window is set");
+    assert!(matches!(responses[0], Response::Ct(Ok(_))), "{responses:?}");
+    let leaves: Vec<Vec<u8>> = (0..3)
+        .map(|i| pki.leaf(&format!("forget{i}.example"), false))
+        .collect();
+    let (configs_, leaves_) = (configs.clone(), leaves.clone());
+    let first = tokio::task::spawn_blocking(move || {
+        let agent = agent();
+        leaves_
+            .iter()
+            .map(|leaf| {
+                let (status, body) = add(&agent, &configs_[0], "add-chain", &[leaf]);
+                assert_eq!(status, 200, "{body}");
+                parse_sct(&body)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .expect("client thread");
+
+    // Wait until every node serves all three and the state forgot them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let forgotten = nodes
+            .iter()
+            .map(|node| {
+                node.replica()
+                    .reader
+                    .read(|applied| applied.state.ct_dedupe().forgotten_below)
+            })
+            .min()
+            .unwrap_or(0);
+        if forgotten >= 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the state never forgot the entries (forgotten below {forgotten})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for node in &nodes {
+        let remembered = node.replica().reader.read(|applied| {
+            (
+                applied.state.ct_held_count(),
+                applied.state.ct_first_held_sequence(),
+            )
+        });
+        assert_eq!(remembered, (0, 3), "node {} still holds entries", node.replica().id);
+    }
+
+    tokio::task::spawn_blocking(move || {
+        let agent = agent();
+        for (node, config) in configs.iter().enumerate() {
+            for (leaf, sct) in leaves.iter().zip(&first) {
+                let (status, body) = add(&agent, config, "add-chain", &[leaf]);
+                assert_eq!(status, 200, "node {node}: {body}");
+                let again = parse_sct(&body);
+                assert_eq!(&again, sct, "node {node} answered a different SCT");
+                let entry = LogEntry::X509 {
+                    certificate: leaf.clone(),
+                };
+                verifier.verify_sct(&again, &entry).expect("the SCT verifies");
+            }
+        }
+        // Nothing was logged twice.
+        let sth = sth_of_at_least(&agent, &configs[1], 3, &verifier);
+        assert_eq!(sth.tree_size, 3);
+    })
+    .await
+    .expect("client thread");
+    let next = nodes[0]
+        .replica()
+        .reader
+        .read(|applied| applied.state.ct_next_sequence());
+    assert_eq!(next, 3, "a resubmission was logged again");
     shutdown(nodes).await;
 }
 

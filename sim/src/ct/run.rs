@@ -79,7 +79,12 @@ pub fn start(
 ) -> CtRun {
     let nodes = cluster.ids().len() as u64;
     if workload.log_config != LogConfig::default() {
-        tokio::spawn(configure(Arc::clone(cluster), workload.log_config));
+        let command = CtCommand::Configure(workload.log_config);
+        tokio::spawn(configure(Arc::clone(cluster), command));
+    }
+    if let Some(entries) = workload.dedupe_window_entries {
+        let command = CtCommand::SetDedupeWindow { entries };
+        tokio::spawn(configure(Arc::clone(cluster), command));
     }
     let running = super::workload::start(workload, nodes, seed, pki, &verifier, started);
     let observed: Arc<Mutex<Observed>> = Arc::default();
@@ -99,15 +104,15 @@ pub fn start(
     }
 }
 
-/// Sets the log's configuration through any node, retrying until it is applied.
-async fn configure(cluster: Arc<SimCluster>, config: LogConfig) {
-    let command = Command::Ct(CtCommand::Configure(config));
+/// Applies a configuration command through any node, retrying until it is applied.
+async fn configure(cluster: Arc<SimCluster>, command: CtCommand) {
+    let command = Command::Ct(command);
     for attempt in 0u64.. {
         let via = attempt % cluster.ids().len() as u64 + 1;
         if let Ok(responses) = cluster.write(via, vec![command.clone()]).await
             && matches!(responses.first(), Some(Response::Ct(Ok(_))))
         {
-            tracing::info!(?config, "CT log configured");
+            tracing::info!(?command, "CT log configured");
             return;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

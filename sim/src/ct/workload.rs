@@ -42,6 +42,10 @@ pub struct CtWorkload {
     pub attempt_timeout: Duration,
     /// The log's configuration, set through Raft as the run starts.
     pub log_config: LogConfig,
+    /// The log's dedupe window, set through Raft as the run starts: small, so that the state
+    /// forgets cleaned-up entries within a run and resubmissions are caught by the nodes'
+    /// local entry-key indexes.
+    pub dedupe_window_entries: Option<u64>,
 }
 
 impl Default for CtWorkload {
@@ -51,6 +55,7 @@ impl Default for CtWorkload {
             auditors: 2,
             attempt_timeout: Duration::from_millis(2_000),
             log_config: LogConfig::default(),
+            dedupe_window_entries: Some(16),
         }
     }
 }

@@ -89,6 +89,11 @@ pub(super) struct ConfigChanges {
     /// A node report older than this does not count towards publishing.
     #[arg(long)]
     report_ttl_ms: Option<u64>,
+    /// Cleaned-up entries the replicated state remembers for deduplication (older duplicates
+    /// are found in each node's local index; a node whose tree lags further refuses
+    /// submissions until it catches up). About 120 bytes of memory per entry on every node.
+    #[arg(long)]
+    dedupe_window: Option<u64>,
 }
 
 impl Changes for ConfigChanges {
@@ -109,6 +114,7 @@ impl Changes for ConfigChanges {
                 .sequencing_interval_ms
                 .unwrap_or(config.sequencing_interval_ms),
             report_ttl_ms: self.report_ttl_ms.unwrap_or(config.report_ttl_ms),
+            dedupe_window_entries: self.dedupe_window.or(config.dedupe_window_entries),
         }
     }
 }
@@ -137,6 +143,11 @@ impl Settings for LogConfig {
             Setting::new("sequencing_interval_ms", self.sequencing_interval_ms, "ms"),
             Setting::new("report_ttl_ms", self.report_ttl_ms, "ms"),
         ]
+        .into_iter()
+        .chain(self.dedupe_window_entries.map(|entries| {
+            Setting::new("dedupe_window_entries", entries, "entries").flag("--dedupe-window")
+        }))
+        .collect()
     }
 }
 

@@ -2,8 +2,10 @@
 //! RFC 6962 reads' answers, submissions' outcomes, and the log's status for the wire.
 
 use certus_core::State;
-use certus_core::ct::{CtCommand, LogConfig, MirrorSource};
-use certus_core::limits::{CT_MIRROR_URL_BYTES_MAX, CT_PUBLIC_KEY_BYTES_MAX};
+use certus_core::ct::{CtCommand, CtError, LogConfig, MirrorSource};
+use certus_core::limits::{
+    CT_DEDUPE_WINDOW_ENTRIES_MAX, CT_MIRROR_URL_BYTES_MAX, CT_PUBLIC_KEY_BYTES_MAX,
+};
 use certus_ct::Hash;
 use certus_ct::structures::{SignedCertificateTimestamp, SignedTreeHead};
 use certus_proto::v1;
@@ -44,9 +46,9 @@ pub fn added(sct: &SignedCertificateTimestamp) -> Result<v1::AddChainReply, Stat
 
 // ---- the control writes -------------------------------------------------------------------
 
-/// `SetConfig`: the configuration, validated (proposed as [`CtCommand::Configure`], and the
-/// reply).
-pub fn set_config(request: v1::SetLogConfigRequest) -> Result<LogConfig, Status> {
+/// `SetConfig`: the configuration, validated (proposed as [`CtCommand::Configure`]), and the
+/// dedupe window if one is given (proposed as [`CtCommand::SetDedupeWindow`]).
+pub fn set_config(request: v1::SetLogConfigRequest) -> Result<(LogConfig, Option<u64>), Status> {
     let config = request.config.ok_or_else(|| {
         status(
             Code::InvalidArgument,
@@ -54,9 +56,18 @@ pub fn set_config(request: v1::SetLogConfigRequest) -> Result<LogConfig, Status>
             "config is required",
         )
     })?;
+    let dedupe_window_entries = config.dedupe_window_entries;
     let config = config_from_proto(&config);
     config.validate().map_err(|error| ct_status(&error))?;
-    Ok(config)
+    if let Some(entries) = dedupe_window_entries
+        && entries > CT_DEDUPE_WINDOW_ENTRIES_MAX
+    {
+        return Err(ct_status(&CtError::InvalidConfig {
+            field: "dedupe_window_entries".to_owned(),
+            reason: format!("{entries} is outside 0..={CT_DEDUPE_WINDOW_ENTRIES_MAX}"),
+        }));
+    }
+    Ok((config, dedupe_window_entries))
 }
 
 /// `SetFrozen`.
@@ -261,7 +272,7 @@ fn within_reply<T>(items: Vec<T>, bytes_of: impl Fn(&T) -> usize) -> Vec<T> {
 pub fn log_status(state: &State) -> v1::LogStatus {
     let serving = state.ct_serving();
     v1::LogStatus {
-        config: Some(config_to_proto(state.ct_config())),
+        config: Some(log_config_to_proto(state)),
         frozen: state.ct_frozen(),
         serving: serving.map(|s| core_sth_to_proto(&s.sth)),
         serving_published_at_ms: serving.map_or(0, |s| s.published_at_ms),
@@ -285,6 +296,7 @@ pub fn log_status(state: &State) -> v1::LogStatus {
             target_sizes: mirror.targets.keys().copied().collect(),
             ..v1::MirrorStatus::default()
         }),
+        dedupe_forgotten_below: state.ct_dedupe().forgotten_below,
         ..v1::LogStatus::default()
     }
 }
@@ -324,8 +336,17 @@ config_both_ways!(
         signing_interval_ms,
         sequencing_interval_ms,
         report_ttl_ms,
-    ]
+    ],
+    wire_only: [dedupe_window_entries]
 );
+
+/// The log's configuration as the state has it, with its dedupe window.
+pub fn log_config_to_proto(state: &State) -> v1::LogConfig {
+    v1::LogConfig {
+        dedupe_window_entries: Some(state.ct_dedupe().entries),
+        ..config_to_proto(state.ct_config())
+    }
+}
 
 #[cfg(test)]
 mod tests {

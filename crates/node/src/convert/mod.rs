@@ -14,9 +14,15 @@
 /// the same: `$to_wire` and `$from_wire` copy `$field`s (every field, or it does not compile).
 macro_rules! config_both_ways {
     ($core:path, $wire:path, $to_wire:ident, $from_wire:ident, [$($field:ident),+ $(,)?]) => {
+        config_both_ways!($core, $wire, $to_wire, $from_wire, [$($field),+], wire_only: []);
+    };
+    // `wire_only`: fields the wire message has beside the configuration's (left empty here,
+    // filled by the caller from elsewhere in the state).
+    ($core:path, $wire:path, $to_wire:ident, $from_wire:ident, [$($field:ident),+ $(,)?],
+     wire_only: [$($extra:ident),* $(,)?]) => {
         /// The configuration for the wire.
         pub fn $to_wire(config: &$core) -> $wire {
-            $wire { $($field: config.$field),+ }
+            $wire { $($field: config.$field,)+ $($extra: Default::default()),* }
         }
 
         /// The configuration from the wire (unchecked: the caller validates it).

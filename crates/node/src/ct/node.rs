@@ -26,7 +26,7 @@ use certus_ct::structures::{
     ExtraData, PrecertChainEntry, SignedCertificateTimestamp, SignedTreeHead, leaf_input,
 };
 use certus_ct::{Hash, LogEntry};
-use certus_store::{CtDatabase, LocalEntry};
+use certus_store::{CtDatabase, CtDbError, LocalEntry};
 use tokio::sync::watch;
 use tracing::{debug, error, warn};
 
@@ -36,7 +36,7 @@ use crate::ct::propose::propose;
 use crate::ct::reads::{Read, ReadError, ReadReply};
 use crate::ct::setup::CtSetup;
 use crate::errors::ServiceError;
-use crate::limits::{CT_FETCH_ROUNDS_MAX, GET_ENTRIES_MAX};
+use crate::limits::{CT_DEDUPE_RECHECKS_MAX, CT_FETCH_ROUNDS_MAX, GET_ENTRIES_MAX};
 use crate::metrics::{LocalTree, Metrics};
 use crate::raft::replica::{Leader, Replica};
 
@@ -63,6 +63,24 @@ pub enum SubmitError {
     /// Signing failed (HTTP 500).
     #[error("signing failed: {0}")]
     Signing(String),
+}
+
+/// What a submission's dedupe check found.
+enum Known {
+    /// The log has the entry: its SCT.
+    Sct(SignedCertificateTimestamp),
+    /// New as far as this node can tell, having checked its local index below this size.
+    New {
+        /// The tree size the local entry-key index covered.
+        checked_below: u64,
+    },
+}
+
+/// A local database failure while answering a submission: nothing is promised (HTTP 503).
+fn local_database_error(error: &CtDbError) -> SubmitError {
+    SubmitError::Service(ServiceError::Unavailable(format!(
+        "the local CT database failed: {error}"
+    )))
 }
 
 /// One node's part in the CT log.
@@ -151,9 +169,10 @@ impl CtNode {
             check_chain(chain, &self.setup.roots, &self.setup.limits)?
         };
         let key = entry_key(&checked.entry);
-        if let Some(sct) = self.known_sct(replica, &key, &checked.entry)? {
-            return Ok(sct);
-        }
+        let mut checked_below = match self.known_sct(replica, &key, &checked.entry)? {
+            Known::Sct(sct) => return Ok(sct),
+            Known::New { checked_below } => checked_below,
+        };
         let timestamp_ms = replica.clock.now_ms();
         let sct = self
             .setup
@@ -186,20 +205,37 @@ impl CtNode {
                 .map_err(|e| encoding("extra_data", e.to_string()))?,
             sct: sct.encode().map_err(|e| encoding("sct", e.to_string()))?,
         };
-        let command = Command::Ct(CtCommand::Add {
-            submissions: vec![submission],
-        });
-        let responses = replica.write(vec![command]).await?;
-        let outcome = match responses.into_iter().next() {
-            Some(Response::Ct(Ok(CtReply::Added(mut outcomes)))) if outcomes.len() == 1 => {
-                outcomes.remove(0)
+        let mut rechecks = 0;
+        let outcome = loop {
+            let command = Command::Ct(CtCommand::AddChecked {
+                submissions: vec![submission.clone()],
+                checked_below,
+            });
+            let responses = replica.write(vec![command]).await?;
+            let outcome = match responses.into_iter().next() {
+                Some(Response::Ct(Ok(CtReply::Added(mut outcomes)))) if outcomes.len() == 1 => {
+                    outcomes.remove(0)
+                }
+                Some(Response::Ct(Err(error))) => return Err(SubmitError::Refused(error)),
+                other => {
+                    return Err(SubmitError::Service(ServiceError::Unavailable(format!(
+                        "unexpected answer to an add: {other:?}"
+                    ))));
+                }
+            };
+            // The state forgot entries this node had not indexed when it looked: look again
+            // (its tree has usually grown past them since).
+            if matches!(outcome, AddOutcome::Refused(CtError::Unchecked { .. }))
+                && rechecks < CT_DEDUPE_RECHECKS_MAX
+            {
+                rechecks += 1;
+                checked_below = match self.known_sct(replica, &key, &checked.entry)? {
+                    Known::Sct(sct) => return Ok(sct),
+                    Known::New { checked_below } => checked_below,
+                };
+                continue;
             }
-            Some(Response::Ct(Err(error))) => return Err(SubmitError::Refused(error)),
-            other => {
-                return Err(SubmitError::Service(ServiceError::Unavailable(format!(
-                    "unexpected answer to an add: {other:?}"
-                ))));
-            }
+            break outcome;
         };
         match outcome {
             AddOutcome::Added => Ok(sct),
@@ -212,27 +248,57 @@ impl CtNode {
         }
     }
 
-    /// The SCT of an entry the log already has, from this node's view of the state.
+    /// The SCT of an entry the log already has — held or remembered by this node's view of the
+    /// state, or in this node's local entry-key index — or, for a new one, how far that index
+    /// covered when it was looked at.
     fn known_sct(
         &self,
         replica: &Replica,
         key: &EntryKey,
         entry: &LogEntry,
-    ) -> Result<Option<SignedCertificateTimestamp>, SubmitError> {
-        let known = replica.reader.read(|applied| {
+    ) -> Result<Known, SubmitError> {
+        let (known, forgotten_below) = replica.reader.read(|applied| {
             let state = &applied.state;
-            match state.ct_entry(key) {
+            let known = match state.ct_entry(key) {
                 Some(held) => Some(Ok(held.submission.sct.clone())),
                 None => state.ct_cleaned_entry(key).map(Err),
-            }
+            };
+            (known, state.ct_dedupe().forgotten_below)
         });
         match known {
-            None => Ok(None),
-            Some(Ok(sct)) => decode_sct(&sct).map(Some),
-            Some(Err(cleaned)) => self
-                .cleaned_up_sct(cleaned.sequence, cleaned.sct_timestamp_ms, entry)
-                .map(Some),
+            Some(Ok(sct)) => return decode_sct(&sct).map(Known::Sct),
+            Some(Err(cleaned)) => {
+                return self
+                    .cleaned_up_sct(cleaned.sequence, cleaned.sct_timestamp_ms, entry)
+                    .map(Known::Sct);
+            }
+            None => {}
         }
+        // Taken before the lookup: the index covers at least this much when it is read.
+        let checked_below = self.db.tree_size();
+        if checked_below < forgotten_below {
+            return Err(SubmitError::Refused(CtError::Unchecked {
+                checked_below,
+                forgotten_below,
+            }));
+        }
+        let found = self
+            .db
+            .index_of_entry_key(&key.0)
+            .map_err(|error| local_database_error(&error))?;
+        let Some(sequence) = found else {
+            return Ok(Known::New { checked_below });
+        };
+        let stored = self
+            .db
+            .entry(sequence)
+            .map_err(|error| local_database_error(&error))?
+            .ok_or_else(|| {
+                SubmitError::Service(ServiceError::Unavailable(format!(
+                    "entry {sequence} is indexed but not stored"
+                )))
+            })?;
+        decode_sct(&stored.sct).map(Known::Sct)
     }
 
     /// The SCT of an entry cleaned up from the state: the stored one, or — if this node lacks

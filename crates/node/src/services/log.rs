@@ -173,9 +173,16 @@ impl Log for LogService {
         &self,
         request: Request<v1::SetLogConfigRequest>,
     ) -> Result<Response<v1::LogConfig>, Status> {
-        let config = convert::set_config(request.into_inner())?;
+        let (config, dedupe_window_entries) = convert::set_config(request.into_inner())?;
         self.control(CtCommand::Configure(config)).await?;
-        Ok(Response::new(convert::config_to_proto(&config)))
+        if let Some(entries) = dedupe_window_entries {
+            self.control(CtCommand::SetDedupeWindow { entries }).await?;
+        }
+        let reply = self
+            .replica
+            .reader
+            .read(|applied| convert::log_config_to_proto(&applied.state));
+        Ok(Response::new(reply))
     }
 
     async fn set_frozen(
