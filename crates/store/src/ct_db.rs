@@ -1299,10 +1299,13 @@ fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8], what: &str) -> Result<T, C
 
 #[cfg(test)]
 mod tests {
+    use certus_ct::LogEntry;
     use certus_ct::merkle::{MerkleError, MerkleTree};
+    use certus_ct::structures::leaf_input;
     use proptest::prelude::*;
 
     use super::*;
+    use crate::ct_hash_index::{indexed_upto, remove_index};
     use crate::{SimDisk, SimFiles};
 
     fn at(n: u64) -> usize {
@@ -1316,6 +1319,55 @@ mod tests {
             sct: vec![3],
             sct_timestamp_ms: 1_000 + n,
         }
+    }
+
+    /// A 64-byte certificate, different for every `n`.
+    fn certificate(n: u64) -> Vec<u8> {
+        n.to_be_bytes().repeat(8)
+    }
+
+    /// Certificate `n` logged at `timestamp_ms`: a `leaf_input` that decodes, whose entry key is
+    /// [`key_of`]`(n)` (unlike [`entry`]'s).
+    fn logged(n: u64, timestamp_ms: u64) -> LocalEntry {
+        let certificate = LogEntry::X509 {
+            certificate: certificate(n),
+        };
+        LocalEntry {
+            leaf_input: leaf_input(timestamp_ms, &certificate, &[]).unwrap(),
+            extra_data: vec![1, 2],
+            sct: vec![3],
+            sct_timestamp_ms: timestamp_ms,
+        }
+    }
+
+    fn key_of(n: u64) -> Hash {
+        certus_ct::entry_key(&LogEntry::X509 {
+            certificate: certificate(n),
+        })
+    }
+
+    /// Small indexes, so that runs and merges happen within a few hundred leaves.
+    fn small(filter_bytes_max: usize) -> Shape {
+        Shape {
+            fresh_records_max: 37,
+            merge_fan_in: 3,
+            merge_work_per_record: 2,
+            block_records: 4,
+            filter_bytes_max,
+        }
+    }
+
+    fn open_small(
+        disk: &Arc<SimDisk>,
+        files: &Arc<SimFiles>,
+        shape: Shape,
+    ) -> Result<CtDatabase, CtDbError> {
+        CtDatabase::open_shaped(
+            Arc::clone(disk) as Arc<dyn Disk>,
+            Arc::clone(files) as Arc<dyn Files>,
+            CtStoreConfig::default(),
+            IndexShapes::both(shape),
+        )
     }
 
     fn open(disk: &Arc<SimDisk>, files: &Arc<SimFiles>) -> Result<CtDatabase, CtDbError> {
@@ -1440,6 +1492,266 @@ mod tests {
         assert_eq!(db.index_of_leaf(&hash).unwrap(), Some(0));
         db.integrate(1).unwrap();
         assert_eq!(db.index_of_leaf(&hash).unwrap(), Some(0));
+    }
+
+    #[test]
+    fn entries_are_found_by_key_across_runs_merges_and_reopens() {
+        let disk = Arc::new(SimDisk::new());
+        let files = Arc::new(SimFiles::new());
+        let mut db = open_small(&disk, &files, small(usize::MAX)).unwrap();
+        let entries: Vec<LocalEntry> = (0..600).map(|n| logged(n, 1_000 + n)).collect();
+        db.store_entries(0, &entries).unwrap();
+        // Exactly the integrated entries are found, each at its number.
+        let check = |db: &CtDatabase| {
+            let size = db.tree_size();
+            for n in 0..600 {
+                assert_eq!(
+                    db.index_of_entry_key(&key_of(n)).unwrap(),
+                    (n < size).then_some(n),
+                    "entry {n} in a tree of {size}"
+                );
+            }
+            assert_eq!(db.index_of_entry_key(&key_of(10_000)).unwrap(), None);
+        };
+        // Before any run is written (fewer than 37 records), then across runs and merges;
+        // reopened after a crash at several points.
+        for (step, reopen) in [
+            (20, true),
+            (17, false),
+            (1, true),
+            (100, false),
+            (150, true),
+            (312, true),
+        ] {
+            db.integrate(step).unwrap();
+            check(&db);
+            if reopen {
+                drop(db);
+                crash(&disk, &files);
+                db = open_small(&disk, &files, small(usize::MAX)).unwrap();
+                check(&db);
+            }
+        }
+        assert_eq!(db.tree_size(), 600);
+        // Fences and filters of 600 records at least; none of the filters kept, still found.
+        assert!(db.entry_index_memory_bytes() > 600 * 10 / 8);
+        drop(db);
+        let db = open_small(&disk, &files, small(0)).unwrap();
+        check(&db);
+    }
+
+    #[test]
+    fn a_duplicate_entry_is_found_at_its_first_sequence_number() {
+        let disk = Arc::new(SimDisk::new());
+        let files = Arc::new(SimFiles::new());
+        let mut db = open_small(&disk, &files, small(usize::MAX)).unwrap();
+        // Every certificate three times, 120 apart, each at another timestamp: three leaves
+        // (three leaf hashes), one entry key.
+        let entries: Vec<LocalEntry> = (0..300).map(|n| logged(n % 120, 1_000 + n)).collect();
+        assert_ne!(
+            leaf_hash(&entries[0].leaf_input),
+            leaf_hash(&entries[120].leaf_input)
+        );
+        db.store_entries(0, &entries).unwrap();
+        for step in [1, 118, 2, 60, 119] {
+            db.integrate(step).unwrap();
+            for reopened in [false, true] {
+                if reopened {
+                    drop(db);
+                    db = open_small(&disk, &files, small(usize::MAX)).unwrap();
+                }
+                let size = db.tree_size();
+                for n in 0..120 {
+                    assert_eq!(
+                        db.index_of_entry_key(&key_of(n)).unwrap(),
+                        (n < size).then_some(n)
+                    );
+                }
+                for (sequence, entry) in entries.iter().enumerate().take(at(size)) {
+                    assert_eq!(
+                        db.index_of_leaf(&leaf_hash(&entry.leaf_input)).unwrap(),
+                        Some(sequence as u64)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn entries_that_do_not_decode_integrate_and_are_not_indexed() {
+        let disk = Arc::new(SimDisk::new());
+        let files = Arc::new(SimFiles::new());
+        let db = open(&disk, &files).unwrap();
+        // Entries 0, 3, 6 and 9 are leaves; the others are bytes that do not decode as one.
+        let entries: Vec<LocalEntry> = (0..10)
+            .map(|n| match n % 3 {
+                0 => logged(n, 1_000 + n),
+                _ => entry(n),
+            })
+            .collect();
+        assert!(entry_key_of_leaf_input(&entries[1].leaf_input).is_err());
+        db.store_entries(0, &entries).unwrap();
+        assert_eq!(db.integrate(10).unwrap(), 10);
+        assert_eq!(db.root_at(10).unwrap(), tree_of(&entries).root());
+        for reopened in [false, true] {
+            let db = match reopened {
+                false => &db,
+                true => {
+                    crash(&disk, &files);
+                    &open(&disk, &files).unwrap()
+                }
+            };
+            // Four records in memory (no run yet), 40 bytes each.
+            assert_eq!(db.entry_index_memory_bytes(), 4 * 40);
+            assert_eq!(db.leaf_index_memory_bytes(), 10 * 40);
+            for n in (0..10).step_by(3) {
+                assert_eq!(db.index_of_entry_key(&key_of(n)).unwrap(), Some(n));
+            }
+            assert_eq!(db.index_of_entry_key(&key_of(1)).unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn an_entry_index_hit_on_an_entry_of_another_key_is_corrupt() {
+        let disk = Arc::new(SimDisk::new());
+        let files = Arc::new(SimFiles::new());
+        let db = open(&disk, &files).unwrap();
+        db.store_entries(0, &(0..3).map(|n| logged(n, n)).collect::<Vec<_>>())
+            .unwrap();
+        db.integrate(3).unwrap();
+        assert_eq!(db.index_of_entry_key(&key_of(1)).unwrap(), Some(1));
+        // Entry 1 replaced on disk behind the database's back.
+        let mut batch = WriteBatch::new();
+        batch.put(numbered_key(EDGE_ENTRY_PREFIX, 1), encode(&logged(99, 1)));
+        disk.write(batch).unwrap();
+        assert!(matches!(
+            db.index_of_entry_key(&key_of(1)),
+            Err(CtDbError::Corrupt(message)) if message.contains("entry 1")
+        ));
+        assert_eq!(db.index_of_entry_key(&key_of(99)).unwrap(), None);
+    }
+
+    /// A store as the code before the entry-key index left it: 700 integrated entries (leaves
+    /// that decode; entries 600.. repeat the certificates of 0..100), no entry-key index, and
+    /// the layout `tiles-3`.
+    fn store_before_the_entry_index(
+        shape: Shape,
+    ) -> (Arc<SimDisk>, Arc<SimFiles>, Vec<LocalEntry>) {
+        let disk = Arc::new(SimDisk::new());
+        let files = Arc::new(SimFiles::new());
+        let entries: Vec<LocalEntry> = (0..700).map(|n| logged(n % 600, 1_000 + n)).collect();
+        let db = open_small(&disk, &files, shape).unwrap();
+        db.store_entries(0, &entries).unwrap();
+        for _ in 0..14 {
+            db.integrate(50).unwrap();
+        }
+        drop(db);
+        remove_index(
+            &*disk,
+            &DataFiles::new(Arc::clone(&files) as Arc<dyn Files>),
+            &ENTRY_KEYS,
+        )
+        .unwrap();
+        assert!(
+            files
+                .list()
+                .unwrap()
+                .iter()
+                .all(|name| !name.starts_with("entry-index-"))
+        );
+        mark_layout(&*disk, LAYOUT_BEFORE_ENTRY_INDEX).unwrap();
+        (disk, files, entries)
+    }
+
+    /// Every entry of `entries` (all integrated) is found by its key and its leaf hash.
+    fn check_both_indexes(db: &CtDatabase, entries: &[LocalEntry]) {
+        assert_eq!(db.tree_size(), entries.len() as u64);
+        for n in 0..600 {
+            assert_eq!(db.index_of_entry_key(&key_of(n)).unwrap(), Some(n));
+        }
+        assert_eq!(db.index_of_entry_key(&key_of(600)).unwrap(), None);
+        for (sequence, entry) in entries.iter().enumerate() {
+            assert_eq!(
+                db.index_of_leaf(&leaf_hash(&entry.leaf_input)).unwrap(),
+                Some(sequence as u64)
+            );
+        }
+    }
+
+    #[test]
+    fn a_store_without_the_entry_index_builds_it_at_open_resuming_after_a_crash() {
+        let shape = small(usize::MAX);
+        // Rounds of 37 entries: 18 runs, a 19th round of 34 records left in memory, the mark.
+        let mut completed = false;
+        for budget in 0..=20usize {
+            let (disk, files, entries) = store_before_the_entry_index(shape);
+            let stopping = Stopping {
+                disk: Arc::clone(&disk),
+                budget: Mutex::new(budget),
+            };
+            completed = CtDatabase::open_shaped(
+                Arc::new(stopping),
+                Arc::clone(&files) as Arc<dyn Files>,
+                CtStoreConfig::default(),
+                IndexShapes::both(shape),
+            )
+            .is_ok();
+            crash(&disk, &files);
+            // What the stopped open committed stays: each round's run, and the mark last.
+            let rounds = budget.min(18) as u64;
+            let layout = disk.get(LAYOUT_KEY).unwrap();
+            if completed {
+                assert_eq!(layout.as_deref(), Some(LAYOUT));
+            } else {
+                assert_eq!(layout.as_deref(), Some(LAYOUT_BEFORE_ENTRY_INDEX));
+                assert_eq!(indexed_upto(&*disk, &ENTRY_KEYS).unwrap(), 37 * rounds);
+            }
+            // The next open goes on from there: the rounds left and the mark.
+            let stopping = Arc::new(Stopping {
+                disk: Arc::clone(&disk),
+                budget: Mutex::new(1_000),
+            });
+            let db = CtDatabase::open_shaped(
+                Arc::clone(&stopping) as Arc<dyn Disk>,
+                Arc::clone(&files) as Arc<dyn Files>,
+                CtStoreConfig::default(),
+                IndexShapes::both(shape),
+            )
+            .unwrap();
+            let writes = 1_000 - *lock(&stopping.budget);
+            assert_eq!(
+                writes,
+                if completed { 0 } else { 20 - rounds as usize },
+                "stopped after {budget} writes"
+            );
+            assert_eq!(disk.get(LAYOUT_KEY).unwrap().as_deref(), Some(LAYOUT));
+            check_both_indexes(&db, &entries);
+            if completed {
+                assert_eq!(budget, 20);
+                break;
+            }
+        }
+        assert!(completed);
+    }
+
+    #[test]
+    fn an_entry_index_build_cut_short_in_its_files_is_finished() {
+        let shape = small(usize::MAX);
+        let mut completed = false;
+        // The build stopped after every few file changes, until one completes.
+        for budget in (0..1_000).step_by(7) {
+            let (disk, files, entries) = store_before_the_entry_index(shape);
+            files.fail_after(budget);
+            completed = open_small(&disk, &files, shape).is_ok();
+            crash(&disk, &files);
+            let db = open_small(&disk, &files, shape).unwrap();
+            assert_eq!(disk.get(LAYOUT_KEY).unwrap().as_deref(), Some(LAYOUT));
+            check_both_indexes(&db, &entries);
+            if completed {
+                break;
+            }
+        }
+        assert!(completed, "the build takes fewer than 1,000 file changes");
     }
 
     #[test]
@@ -1590,11 +1902,12 @@ mod tests {
                 IndexShapes::both(shape),
             )
         };
-        let entries: Vec<LocalEntry> = (0..700).map(entry).collect();
+        let entries: Vec<LocalEntry> = (0..700).map(|n| logged(n % 600, 1_000 + n)).collect();
         let absent = leaf_hash(&entry(5_000).leaf_input);
         let mut completed = false;
-        // The upgrade stopped after every number of file changes, until one completes.
-        for budget in 0..400 {
+        // The upgrade (filters, then the entry-key index) stopped after every number of file
+        // changes, until one completes.
+        for budget in 0..1_000 {
             let disk = Arc::new(SimDisk::new());
             let files = Arc::new(SimFiles::new());
             let db = open(&disk, &files).unwrap();
@@ -1603,14 +1916,11 @@ mod tests {
                 db.integrate(50).unwrap();
             }
             drop(db);
-            // The store as the code before filters left it: runs that end with their blocks,
-            // and the layout that says so.
-            crate::ct_hash_index::remove_filters(
-                &*disk,
-                &DataFiles::new(Arc::clone(&files) as Arc<dyn Files>),
-                &LEAF_HASHES,
-            )
-            .unwrap();
+            // The store as the code before filters left it: runs that end with their blocks, no
+            // entry-key index, and the layout that says so.
+            let data = DataFiles::new(Arc::clone(&files) as Arc<dyn Files>);
+            crate::ct_hash_index::remove_filters(&*disk, &data, &LEAF_HASHES).unwrap();
+            remove_index(&*disk, &data, &ENTRY_KEYS).unwrap();
             let mut batch = WriteBatch::new();
             batch.put(LAYOUT_KEY, LAYOUT_BEFORE_FILTERS);
             disk.write(batch).unwrap();
@@ -1633,11 +1943,14 @@ mod tests {
             // Its runs' filters are in memory now: more than the fences alone.
             let fence_bytes = 700 / 4 * 32;
             assert!(db.leaf_index_memory_bytes() > fence_bytes);
+            for n in 0..600 {
+                assert_eq!(db.index_of_entry_key(&key_of(n)).unwrap(), Some(n));
+            }
             if completed {
                 break;
             }
         }
-        assert!(completed, "the upgrade takes fewer than 400 file changes");
+        assert!(completed, "the upgrade takes fewer than 1,000 file changes");
     }
 
     /// A disk that stops taking writes after `budget` of them, as a process that crashed there.
@@ -1750,7 +2063,13 @@ mod tests {
                 )
             };
             let mut db = open(&disk, &files).unwrap();
-            let all: Vec<LocalEntry> = (0..6_000).map(|n| entry(n % 1_000)).collect();
+            // Entries repeat every 1,000; one in seven does not decode (no entry key).
+            let all: Vec<LocalEntry> = (0..6_000)
+                .map(|n| match n % 1_000 {
+                    n if n % 7 == 3 => entry(n),
+                    n => logged(n, n),
+                })
+                .collect();
             for (kind, amount) in steps {
                 match kind {
                     0 | 1 => {
@@ -1809,6 +2128,11 @@ mod tests {
                         db.index_of_leaf(&leaf_hash(&all[at(size)].leaf_input)).unwrap(),
                         None
                     );
+                }
+                // So is every entry key of an integrated leaf that decodes, and no other.
+                for n in (0..1_000).step_by(5) {
+                    let expected = (n < size && n % 7 != 3).then_some(n);
+                    prop_assert_eq!(db.index_of_entry_key(&key_of(n)).unwrap(), expected);
                 }
                 let stored = at(db.contiguous_size());
                 prop_assert_eq!(db.entries(0, stored + 5).unwrap(), all[..stored].to_vec());

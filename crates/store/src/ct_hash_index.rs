@@ -1176,6 +1176,35 @@ pub(crate) fn remove_filters(
     Ok(())
 }
 
+/// Removes the index of `keyspace`, its keys and its run files, as a store from before it was
+/// (for tests of the layout before the entry-key index).
+#[cfg(test)]
+pub(crate) fn remove_index(
+    disk: &dyn Disk,
+    files: &DataFiles,
+    keyspace: &Keyspace,
+) -> Result<(), CtDbError> {
+    let mut batch = WriteBatch::new();
+    batch.delete(keyspace.meta_key());
+    for run in read_meta(disk, keyspace)?.runs {
+        for chunk in 0..run.blocks().div_ceil(FENCES_PER_CHUNK as u64) {
+            batch.delete(keyspace.fence_key(run.id, chunk));
+        }
+    }
+    disk.write(batch)?;
+    disk.flush()?;
+    for name in files.named(keyspace.run_file_prefix)? {
+        files.remove(&name)?;
+    }
+    Ok(())
+}
+
+/// The leaves the runs of `keyspace`'s index cover, as its stored meta says.
+#[cfg(test)]
+pub(crate) fn indexed_upto(disk: &dyn Disk, keyspace: &Keyspace) -> Result<u64, CtDbError> {
+    Ok(read_meta(disk, keyspace)?.indexed_upto)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -1384,6 +1413,115 @@ mod tests {
     }
 
     #[test]
+    fn no_keyspace_reaches_into_another() {
+        // Files are matched by prefix, keys scanned by prefix: neither may start with another's.
+        let keyspaces = [&LEAF_HASHES, &ENTRY_KEYS];
+        for a in keyspaces {
+            for b in keyspaces.into_iter().filter(|&b| b != a) {
+                assert!(
+                    !a.run_file_prefix.starts_with(b.run_file_prefix),
+                    "{a:?} {b:?}"
+                );
+                assert!(!a.disk_prefix.starts_with(b.disk_prefix), "{a:?} {b:?}");
+            }
+        }
+        // The leaf index's names are those stores have always had.
+        assert_eq!(LEAF_HASHES.meta_key(), b"ct/index/meta");
+        assert_eq!(
+            LEAF_HASHES.fence_key(1, 2),
+            [
+                &b"ct/index/fence/"[..],
+                &1u64.to_be_bytes(),
+                &2u64.to_be_bytes()
+            ]
+            .concat()
+        );
+        assert_eq!(LEAF_HASHES.run_file(7), "index-00000000000000000007");
+
+        // Two indexes on one disk and one directory, given the same hashes at other numbers,
+        // through runs, merges (and their garbage) and reopening: each answers its own.
+        let shape = Shape {
+            fresh_records_max: 10,
+            merge_fan_in: 2,
+            merge_work_per_record: 1,
+            block_records: 3,
+            filter_bytes_max: usize::MAX,
+        };
+        let mut leaves = Harness::new(shape);
+        let mut keys = Harness::on(
+            Arc::clone(&leaves.disk),
+            Arc::clone(&leaves.sim),
+            &ENTRY_KEYS,
+            shape,
+        );
+        for round in 0..12u64 {
+            let hashes: Vec<Hash> = (round * 10..(round + 1) * 10).map(hash_of).collect();
+            leaves.add_round(&hashes);
+            // The entry keys' index gets them in reverse and a round later.
+            let mut reversed = hashes.clone();
+            reversed.reverse();
+            keys.add_leaves(&[None]);
+            keys.add_round(&reversed);
+            for harness in [&mut leaves, &mut keys] {
+                harness.check_present();
+                if round % 4 == 3 {
+                    harness.reopen(shape).unwrap();
+                    harness.check_present();
+                }
+            }
+        }
+        let named = |harness: &Harness| -> Vec<String> {
+            let mut names: Vec<String> = harness
+                .index
+                .meta
+                .runs
+                .iter()
+                .map(|run| harness.keyspace.run_file(run.id))
+                .collect();
+            names.sort();
+            names
+        };
+        let mut all = named(&leaves);
+        all.extend(named(&keys));
+        all.sort();
+        let mut listed = leaves.sim.list().unwrap();
+        listed.sort();
+        assert_eq!(listed, all, "every file is a run of one index's metadata");
+        assert_eq!(leaves.index.view().lookup(&hash_of(3)).unwrap(), Some(3));
+        assert_eq!(keys.index.view().lookup(&hash_of(3)).unwrap(), Some(7));
+    }
+
+    #[test]
+    fn an_index_covers_leaves_without_records() {
+        // Runs of 8 records; every other leaf has none.
+        let shape = unmerged(8, usize::MAX);
+        let mut harness = Harness::new(shape);
+        let leaves: Vec<Option<Hash>> = (0..100u64)
+            .map(|n| (n % 2 == 1).then(|| hash_of(n)))
+            .collect();
+        for round in leaves.chunks(7) {
+            harness.add_leaves(round);
+            let covered = harness.hashes.len() as u64;
+            assert_eq!(harness.index.covered(), covered);
+            // A run is written once 8 records collect, and covers every leaf added so far: at
+            // most 7 records (14 leaves) are past the runs.
+            let upto = harness.index.meta.indexed_upto;
+            assert!(covered - upto <= 14, "{upto} of {covered}");
+            assert_eq!(upto == covered, harness.index.fresh_records == 0);
+        }
+        let in_runs: u64 = harness.index.meta.runs.iter().map(|run| run.records).sum();
+        assert!(harness.index.meta.runs.len() >= 4);
+        harness.check_present();
+        for n in (0..100).step_by(2) {
+            assert_eq!(harness.index.view().lookup(&hash_of(n)).unwrap(), None);
+        }
+        // What is read back at open starts where the runs end, a leaf and not a record count.
+        harness.reopen(shape).unwrap();
+        harness.check_present();
+        assert_eq!(harness.index.fresh_records as u64, 50 - in_runs);
+    }
+
+    #[test]
     fn the_largest_runs_keep_their_filters_within_the_bound() {
         // (records, filter bytes), oldest first.
         let runs = [(10, 100), (80, 800), (10, 100), (640, 6_400), (80, 800)];
@@ -1527,17 +1665,21 @@ mod tests {
                 match kind {
                     0..=3 => {
                         let first = harness.hashes.len() as u64;
-                        // Kind 0 repeats hashes from a small pool; the others are new.
-                        let hashes: Vec<Hash> = (first..first + amount)
+                        // Kind 0 repeats hashes from a small pool; kind 3 leaves every third
+                        // leaf without a record; the others are new.
+                        let hashes: Vec<Option<Hash>> = (first..first + amount)
                             .map(|sequence| match kind {
-                                0 => hash_of(sequence % 23),
-                                _ => hash_of(1_000_000 + sequence),
+                                0 => Some(hash_of(sequence % 23)),
+                                3 if sequence % 3 == 0 => None,
+                                _ => Some(hash_of(1_000_000 + sequence)),
                             })
                             .collect();
                         for (hash, sequence) in hashes.iter().zip(first..) {
-                            model.entry(*hash).or_insert(sequence);
+                            if let Some(hash) = hash {
+                                model.entry(*hash).or_insert(sequence);
+                            }
                         }
-                        harness.add_round(&hashes);
+                        harness.add_leaves(&hashes);
                     }
                     4 => harness.reopen(shape).unwrap(),
                     _ => {
@@ -1545,6 +1687,8 @@ mod tests {
                         harness.reopen(shape).unwrap();
                     }
                 }
+                prop_assert_eq!(harness.index.covered(), harness.hashes.len() as u64);
+                prop_assert!(harness.index.meta.indexed_upto <= harness.index.covered());
                 let view = harness.index.view();
                 prop_assert!(view.filter_bytes() <= shape.filter_bytes_max as u64);
                 for (hash, first) in &model {
