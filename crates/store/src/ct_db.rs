@@ -316,8 +316,8 @@ impl CtDatabase {
     /// A database of the tiled layout whose leaf-index runs lack Bloom filters (`tiles-2`) has
     /// them written from the runs' blocks, and only then its layout marked `tiles-3`. One
     /// without the entry-key index (`tiles-3`) has it built from its entries, in rounds of
-    /// at most [`crate::limits::FRESH_RECORDS_MAX`] records each committed with the index's
-    /// metadata (a crash resumes from the last run written), and only then is marked `tiles-4`.
+    /// 65,536 entries each committed with the index's metadata (a crash resumes from the last
+    /// run written), and only then is marked `tiles-4`.
     pub fn open_with(
         disk: Arc<dyn Disk>,
         files: Arc<dyn Files>,
