@@ -13,7 +13,10 @@
 //!   of one entry writes one entry (the bundle is written once, when it fills);
 //! - `ct/index/…` → the leaf-hash index (get-proof-by-hash): leaf hash → first sequence number,
 //!   a log-structured merge index on disk whose records not yet written are read back from the
-//!   tiles at open ([`crate::ct_leaf_index`]);
+//!   tiles at open ([`crate::ct_hash_index`]);
+//! - `ct/entry-index/…` → the entry-key index (duplicates older than the replicated state's
+//!   dedupe window): [`certus_ct::entry_key`] → first sequence number, the same kind of index,
+//!   whose records not yet written are read back from the stored entries at open;
 //! - `ct/meta/tree-size`, `ct/meta/sth` (the node's last signed tree head), `ct/meta/layout`.
 //!
 //! Numbers are big-endian so keys sort by them.
@@ -26,9 +29,15 @@
 //! what the node reports holding survives a crash. At open the right edge is rechecked: each
 //! partial tile's hashes against the tiles below it, the leaf tile's against the entries.
 //!
+//! Both indexes cover exactly the leaves `0..tree_size`: each integration round adds the records
+//! of the leaves it integrates to both, in the batch that writes the tree size. An entry whose
+//! `leaf_input` does not decode as a `MerkleTreeLeaf` has no entry key and is not in the
+//! entry-key index (no submission can match it); it is integrated all the same.
+//!
 //! A database of the layout before tiles (one key per entry and per tree node) is converted when
 //! it is opened; see [`CtDatabase::open`]. One of the tiled layout before the leaf index's runs
-//! carried Bloom filters (`tiles-2`; now `tiles-3`) gets them at open.
+//! carried Bloom filters (`tiles-2`) gets them at open; one before the entry-key index
+//! (`tiles-3`) builds it at open from its entries; the layout is now `tiles-4`.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -38,12 +47,13 @@ use certus_core::ct::SignedTreeHead;
 use certus_ct::Hash;
 use certus_ct::frontier::Frontier;
 use certus_ct::merkle::{self, leaf_hash};
+use certus_ct::structures::entry_key_of_leaf_input;
 use certus_ct::tiles::{ExpandedTile, TILE_WIDTH, TileEdge, TileId, TileReader, TiledNodes};
 use serde::{Deserialize, Serialize};
 
 pub use crate::ct_error::CtDbError;
 use crate::ct_files::DataFiles;
-use crate::ct_leaf_index::{IndexView, LeafIndex, Shape, add_filters};
+use crate::ct_hash_index::{ENTRY_KEYS, HashIndex, IndexView, LEAF_HASHES, Shape, add_filters};
 use crate::disk::{Disk, DiskError, WriteBatch};
 use crate::files::Files;
 
@@ -51,13 +61,15 @@ const TILE_PREFIX: &[u8] = b"ct/tile/";
 /// How many bundles of entries are full, in the bundle files.
 const BUNDLES_KEY: &[u8] = b"ct/meta/bundles";
 const EDGE_ENTRY_PREFIX: &[u8] = b"ct/edge-entry/";
-const LEAF_INDEX_PREFIX: &[u8] = b"ct/index/";
 const TREE_SIZE_KEY: &[u8] = b"ct/meta/tree-size";
 const STH_KEY: &[u8] = b"ct/meta/sth";
 /// Marks a database in the tiled layout, written once a conversion from the old one is complete.
 const LAYOUT_KEY: &[u8] = b"ct/meta/layout";
-const LAYOUT: &[u8] = b"tiles-3";
-/// The tiled layout whose leaf-index runs have no Bloom filters: they are added at open.
+const LAYOUT: &[u8] = b"tiles-4";
+/// The tiled layout without the entry-key index: it is built at open.
+const LAYOUT_BEFORE_ENTRY_INDEX: &[u8] = b"tiles-3";
+/// The tiled layout whose leaf-index runs have no Bloom filters: they are added at open (and
+/// then the entry-key index built).
 const LAYOUT_BEFORE_FILTERS: &[u8] = b"tiles-2";
 /// The layout before tiles: one key per entry, per leaf hash and per tree node.
 const OLD_PREFIXES: [&[u8]; 3] = [b"ct/entry/", b"ct/leaf/", b"ct/node/"];
@@ -111,11 +123,48 @@ impl Default for CtStoreConfig {
     }
 }
 
+/// The sizes of the database's two indexes: production uses the default; tests make them small.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IndexShapes {
+    pub(crate) leaf: Shape,
+    pub(crate) entry: Shape,
+}
+
+impl Default for IndexShapes {
+    fn default() -> Self {
+        IndexShapes {
+            leaf: Shape::default_for(&LEAF_HASHES),
+            entry: Shape::default_for(&ENTRY_KEYS),
+        }
+    }
+}
+
+impl IndexShapes {
+    /// The same sizes for both.
+    #[cfg(test)]
+    pub(crate) fn both(shape: Shape) -> IndexShapes {
+        IndexShapes {
+            leaf: shape,
+            entry: shape,
+        }
+    }
+}
+
+/// Whether the entry-key index is to cover the tree when the database loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EntryIndex {
+    /// It does (the layout `tiles-4`): its records not in a run are read back from the entries.
+    Complete,
+    /// It covers what its runs do, and is being built (from `tiles-3`).
+    Building,
+}
+
 /// What the writer alone changes: the working edge and the entries of the bundle not yet full.
 #[derive(Debug)]
 struct Writer {
     edge: TileEdge,
-    index: LeafIndex,
+    leaf_index: HashIndex,
+    entry_index: HashIndex,
     bundle: Vec<LocalEntry>,
     contiguous_size: u64,
     /// Full bundles in the bundle file, and the byte where the last one ends.
@@ -127,7 +176,8 @@ struct Writer {
 #[derive(Debug)]
 struct Published {
     edge: Arc<TileEdge>,
-    index: IndexView,
+    leaf_index: IndexView,
+    entry_index: IndexView,
     /// Full bundles: entries below 256 times this are read from the bundle file.
     bundles: u64,
     contiguous_size: u64,
@@ -235,7 +285,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct CtDatabase {
     disk: Arc<dyn Disk>,
     files: DataFiles,
-    index_shape: Shape,
+    shapes: IndexShapes,
     writer: Mutex<Writer>,
     published: Mutex<Published>,
     cache: Mutex<TileCache>,
@@ -264,34 +314,51 @@ impl CtDatabase {
     /// node's last STH, the layout is marked, and only then are the old keys removed. A crash
     /// during the conversion redoes it at the next open; after the mark, it finishes removing.
     /// A database of the tiled layout whose leaf-index runs lack Bloom filters (`tiles-2`) has
-    /// them written from the runs' blocks, and only then its layout marked `tiles-3`.
+    /// them written from the runs' blocks, and only then its layout marked `tiles-3`. One
+    /// without the entry-key index (`tiles-3`) has it built from its entries, in rounds of
+    /// 65,536 entries each committed with the index's metadata (a crash resumes from the last
+    /// run written), and only then is marked `tiles-4`.
     pub fn open_with(
         disk: Arc<dyn Disk>,
         files: Arc<dyn Files>,
         config: CtStoreConfig,
     ) -> Result<CtDatabase, CtDbError> {
-        CtDatabase::open_shaped(disk, files, config, Shape::default())
+        CtDatabase::open_shaped(disk, files, config, IndexShapes::default())
     }
 
-    /// [`CtDatabase::open_with`] with the leaf index's sizes given (tests make them small).
+    /// [`CtDatabase::open_with`] with the indexes' sizes given (tests make them small).
     pub(crate) fn open_shaped(
         disk: Arc<dyn Disk>,
         files: Arc<dyn Files>,
         config: CtStoreConfig,
-        shape: Shape,
+        shapes: IndexShapes,
     ) -> Result<CtDatabase, CtDbError> {
-        let files = DataFiles::new(files);
+        let mut files = DataFiles::new(files);
         if disk
             .get(LAYOUT_KEY)?
             .is_some_and(|layout| layout == LAYOUT_BEFORE_FILTERS)
         {
             // Runs written before they carried filters: written now, then the layout moves on
             // (until it does, every open writes them again from the runs' blocks).
-            add_filters(&*disk, &files, shape)?;
-            let mut batch = WriteBatch::new();
-            batch.put(LAYOUT_KEY, LAYOUT);
-            disk.write(batch)?;
-            disk.flush()?;
+            add_filters(&*disk, &files, &LEAF_HASHES, shapes.leaf)?;
+            mark_layout(&*disk, LAYOUT_BEFORE_ENTRY_INDEX)?;
+        }
+        if disk
+            .get(LAYOUT_KEY)?
+            .is_some_and(|layout| layout == LAYOUT_BEFORE_ENTRY_INDEX)
+        {
+            // No entry-key index yet: built now, round by round, each round committed (a crash
+            // resumes from the index's own metadata), then the layout moves on.
+            let db = CtDatabase::load(
+                Arc::clone(&disk),
+                files,
+                config,
+                shapes,
+                EntryIndex::Building,
+            )?;
+            db.build_entry_index()?;
+            mark_layout(&*disk, LAYOUT)?;
+            CtDatabase { files, .. } = db;
         }
         let marked = disk.get(LAYOUT_KEY)?.is_some_and(|layout| layout == LAYOUT);
         if !marked {
@@ -302,34 +369,39 @@ impl CtDatabase {
                 TILE_PREFIX,
                 b"ct/bundle/",
                 EDGE_ENTRY_PREFIX,
-                LEAF_INDEX_PREFIX,
+                LEAF_HASHES.disk_prefix,
+                ENTRY_KEYS.disk_prefix,
             ] {
                 delete_prefix(&*disk, prefix)?;
             }
             delete_keys(&*disk, &[TREE_SIZE_KEY, BUNDLES_KEY])?;
-            let db = CtDatabase::load(Arc::clone(&disk), files, config, shape)?;
+            let db = CtDatabase::load(
+                Arc::clone(&disk),
+                files,
+                config,
+                shapes,
+                EntryIndex::Complete,
+            )?;
             db.convert_old_layout()?;
-            let mut batch = WriteBatch::new();
-            batch.put(LAYOUT_KEY, LAYOUT);
-            disk.write(batch)?;
-            disk.flush()?;
+            mark_layout(&*disk, LAYOUT)?;
             for prefix in OLD_PREFIXES {
                 delete_prefix(&*disk, prefix)?;
             }
             let CtDatabase { files, .. } = db;
-            return CtDatabase::load(disk, files, config, shape);
+            return CtDatabase::load(disk, files, config, shapes, EntryIndex::Complete);
         }
         for prefix in OLD_PREFIXES {
             delete_prefix(&*disk, prefix)?;
         }
-        CtDatabase::load(disk, files, config, shape)
+        CtDatabase::load(disk, files, config, shapes, EntryIndex::Complete)
     }
 
     fn load(
         disk: Arc<dyn Disk>,
         files: DataFiles,
         config: CtStoreConfig,
-        shape: Shape,
+        shapes: IndexShapes,
+        built: EntryIndex,
     ) -> Result<CtDatabase, CtDbError> {
         let bundles = read_count(&*disk, BUNDLES_KEY, "the bundle count")?;
         let bundles_end = match bundles {
@@ -369,39 +441,114 @@ impl CtDatabase {
             by_use: BTreeMap::new(),
             uses: 0,
         });
-        let index = LeafIndex::open(&*disk, &files, tree_size, shape, |from, to| {
-            let tiles = Tiles {
-                files: &files,
-                cache: &cache,
-                edge: &edge,
-            };
-            leaf_hashes(&edge, &tiles, from, to)
-        })?;
-        let index_view = index.view();
+        // The runs first; the records not in one are read back below, through the database.
+        let leaf_index = HashIndex::open(&*disk, &files, &LEAF_HASHES, shapes.leaf, tree_size)?;
+        let entry_index = HashIndex::open(&*disk, &files, &ENTRY_KEYS, shapes.entry, tree_size)?;
         let db = CtDatabase {
-            writer: Mutex::new(Writer {
-                edge: edge.clone(),
-                index,
-                bundle,
-                contiguous_size,
-                bundles,
-                bundles_end,
-            }),
             published: Mutex::new(Published {
-                edge: Arc::new(edge),
-                index: index_view,
+                edge: Arc::new(edge.clone()),
+                leaf_index: leaf_index.view(),
+                entry_index: entry_index.view(),
                 bundles,
                 contiguous_size,
                 newest_sct_ms,
                 last_sth,
             }),
+            writer: Mutex::new(Writer {
+                edge,
+                leaf_index,
+                entry_index,
+                bundle,
+                contiguous_size,
+                bundles,
+                bundles_end,
+            }),
             cache,
             disk,
             files,
-            index_shape: shape,
+            shapes,
         };
+        {
+            let mut writer = lock(&db.writer);
+            db.read_back_indexes(&mut writer, built)?;
+            let mut published = lock(&db.published);
+            published.leaf_index = writer.leaf_index.view();
+            published.entry_index = writer.entry_index.view();
+        }
         db.check_edge()?;
         Ok(db)
+    }
+
+    /// Puts in memory the indexes' records of the integrated leaves that are not in a run: the
+    /// leaf hashes from the tiles, the entry keys from the entries (unless the entry-key index
+    /// is being built).
+    fn read_back_indexes(&self, writer: &mut Writer, built: EntryIndex) -> Result<(), CtDbError> {
+        let edge = &writer.edge;
+        let tree_size = edge.size();
+        let tiles = self.tiles(edge);
+        writer.leaf_index.read_back(tree_size, |from, to| {
+            let hashes = leaf_hashes(edge, &tiles, from, to)?;
+            if hashes.len() as u64 != to - from {
+                return Err(CtDbError::Corrupt(format!(
+                    "leaf hashes {from}..{to} are missing"
+                )));
+            }
+            Ok(hashes.into_iter().zip(from..).collect())
+        })?;
+        if built == EntryIndex::Complete {
+            writer
+                .entry_index
+                .read_back(tree_size, |from, to| self.entry_key_records(from, to))?;
+        }
+        Ok(())
+    }
+
+    /// The entry-key index's records of entries `from..to`, all stored: (entry key, sequence)
+    /// of each whose `leaf_input` decodes. One that does not is left out: no submission can be
+    /// a duplicate of an entry that has no key.
+    fn entry_key_records(&self, from: u64, to: u64) -> Result<Vec<(Hash, u64)>, CtDbError> {
+        let mut records = Vec::new();
+        let mut next = from;
+        while next < to {
+            let limit = usize::try_from(to - next)
+                .unwrap_or(usize::MAX)
+                .min(SCAN_BATCH);
+            let entries = self.entries(next, limit)?;
+            if entries.is_empty() {
+                return Err(CtDbError::Corrupt(format!("entry {next} is missing")));
+            }
+            for entry in entries {
+                if let Ok(key) = entry_key_of_leaf_input(&entry.leaf_input) {
+                    records.push((key, next));
+                }
+                next += 1;
+            }
+        }
+        Ok(records)
+    }
+
+    /// Builds the entry-key index of a store from before it (`tiles-3`), from where its runs
+    /// end to the tree's size: rounds of at most `fresh_records_max` entries, each added and
+    /// its batch (a run when the records fill one, a merge step, the index's metadata) committed
+    /// before the next, so memory holds one round's records and a crash loses at most the
+    /// records not yet in a run.
+    fn build_entry_index(&self) -> Result<(), CtDbError> {
+        let mut writer = lock(&self.writer);
+        let tree_size = writer.edge.size();
+        let round = self.shapes.entry.fresh_records_max.max(1) as u64;
+        while writer.entry_index.covered() < tree_size {
+            let from = writer.entry_index.covered();
+            let to = tree_size.min(from + round);
+            let records = self.entry_key_records(from, to)?;
+            let mut batch = WriteBatch::new();
+            writer
+                .entry_index
+                .add_round(&self.files, &mut batch, to, records)?;
+            self.disk.write(batch)?;
+            self.disk.flush()?;
+        }
+        lock(&self.published).entry_index = writer.entry_index.view();
+        Ok(())
     }
 
     /// Rechecks the right edge: the leaf tile's hashes against the stored entries, and each
@@ -593,8 +740,8 @@ impl CtDatabase {
     }
 
     /// Integrates up to `max_entries` stored entries into the tree, hashing each leaf from its
-    /// stored `leaf_input`, and persists the new tiles, the right edge and the size in one
-    /// flushed batch. Returns the new tree size.
+    /// stored `leaf_input`, and persists the new tiles, the right edge, both indexes' round and
+    /// the size in one flushed batch. Returns the new tree size.
     pub fn integrate(&self, max_entries: usize) -> Result<u64, CtDbError> {
         let mut writer = lock(&self.writer);
         let start = writer.edge.size();
@@ -608,6 +755,7 @@ impl CtDatabase {
         let mut newest_sct_ms = self.newest_sct_ms();
         let mut batch = WriteBatch::new();
         let mut records = Vec::with_capacity(usize::try_from(end - start).unwrap_or(0));
+        let mut key_records = Vec::with_capacity(records.capacity());
         // Tiles filled this round, per level: the first one's index and their hashes, in order.
         let mut filled: BTreeMap<u8, (u64, Vec<u8>)> = BTreeMap::new();
         while edge.size() < end {
@@ -623,6 +771,11 @@ impl CtDatabase {
                 let hash = leaf_hash(&entry.leaf_input);
                 newest_sct_ms = newest_sct_ms.max(entry.sct_timestamp_ms);
                 records.push((hash, edge.size()));
+                // An entry whose leaf_input does not decode has no entry key: no submission
+                // can be its duplicate, so it is not indexed (and is integrated all the same).
+                if let Ok(key) = entry_key_of_leaf_input(&entry.leaf_input) {
+                    key_records.push((key, edge.size()));
+                }
                 for (id, hashes) in edge.push(hash) {
                     // Full now: in its file, no longer on the edge.
                     batch.delete(tile_key(id));
@@ -637,31 +790,49 @@ impl CtDatabase {
             }
         }
         batch.put(TREE_SIZE_KEY, edge.size().to_be_bytes().to_vec());
+        let size = edge.size();
         let written = self
             .write_tiles(&filled)
-            .and_then(|()| writer.index.add_round(&self.files, &mut batch, records))
+            .and_then(|()| {
+                writer
+                    .leaf_index
+                    .add_round(&self.files, &mut batch, size, records)
+            })
+            .and_then(|()| {
+                writer
+                    .entry_index
+                    .add_round(&self.files, &mut batch, size, key_records)
+            })
             .and_then(|()| {
                 self.disk.write(batch)?;
                 self.disk.flush()?;
                 Ok(())
             });
         if let Err(error) = written {
-            // The index changed in memory for a round that is not on disk: read it again.
-            let old_edge = writer.edge.clone();
-            writer.index = LeafIndex::open(
+            // The indexes changed in memory for a round that is not on disk: read them again.
+            let old_size = writer.edge.size();
+            writer.leaf_index = HashIndex::open(
                 &*self.disk,
                 &self.files,
-                old_edge.size(),
-                self.index_shape,
-                |from, to| leaf_hashes(&old_edge, &self.tiles(&old_edge), from, to),
+                &LEAF_HASHES,
+                self.shapes.leaf,
+                old_size,
             )?;
+            writer.entry_index = HashIndex::open(
+                &*self.disk,
+                &self.files,
+                &ENTRY_KEYS,
+                self.shapes.entry,
+                old_size,
+            )?;
+            self.read_back_indexes(&mut writer, EntryIndex::Complete)?;
             return Err(error);
         }
-        let size = edge.size();
         writer.edge = edge.clone();
         let mut published = lock(&self.published);
         published.edge = Arc::new(edge);
-        published.index = writer.index.view();
+        published.leaf_index = writer.leaf_index.view();
+        published.entry_index = writer.entry_index.view();
         published.newest_sct_ms = newest_sct_ms;
         Ok(size)
     }
@@ -768,14 +939,44 @@ impl CtDatabase {
 
     /// The first sequence number whose leaf hash is `hash`, if integrated.
     pub fn index_of_leaf(&self, hash: &Hash) -> Result<Option<u64>, CtDbError> {
-        let view = lock(&self.published).index.clone();
-        match view.lookup(hash) {
+        self.look_up(hash, |published| &published.leaf_index)
+    }
+
+    /// The first sequence number whose entry has the entry key `key` ([`certus_ct::entry_key`]:
+    /// the same certificate or precertificate, whatever its timestamp), among the integrated
+    /// entries: the index covers exactly `0..tree_size()`. The hit is checked by reading the
+    /// entry there and computing its key again (one that differs is [`CtDbError::Corrupt`]).
+    pub fn index_of_entry_key(&self, key: &Hash) -> Result<Option<u64>, CtDbError> {
+        let Some(sequence) = self.look_up(key, |published| &published.entry_index)? else {
+            return Ok(None);
+        };
+        let entry = self.entry(sequence)?.ok_or_else(|| {
+            CtDbError::Corrupt(format!(
+                "the entry index names entry {sequence}, which is not stored"
+            ))
+        })?;
+        match entry_key_of_leaf_input(&entry.leaf_input) {
+            Ok(stored) if stored == *key => Ok(Some(sequence)),
+            _ => Err(CtDbError::Corrupt(format!(
+                "the entry index names entry {sequence} for a key that is not its own"
+            ))),
+        }
+    }
+
+    /// `hash` looked up in the index `view` picks from what is published.
+    fn look_up(
+        &self,
+        hash: &Hash,
+        view: impl Fn(&Published) -> &IndexView,
+    ) -> Result<Option<u64>, CtDbError> {
+        let taken = view(&lock(&self.published)).clone();
+        match taken.lookup(hash) {
             Ok(found) => Ok(found),
             // A merge retired a run this view still named, between taking it and reading: the
             // view published since names the merged run.
             Err(CtDbError::Corrupt(_)) => {
-                let view = lock(&self.published).index.clone();
-                view.lookup(hash)
+                let taken = view(&lock(&self.published)).clone();
+                taken.lookup(hash)
             }
             Err(error) => Err(error),
         }
@@ -829,7 +1030,13 @@ impl CtDatabase {
     /// Bytes the leaf index keeps in memory: its fences, the Bloom filters the bound keeps and
     /// the records not yet in a run.
     pub fn leaf_index_memory_bytes(&self) -> u64 {
-        lock(&self.published).index.memory_bytes()
+        lock(&self.published).leaf_index.memory_bytes()
+    }
+
+    /// Bytes the entry-key index keeps in memory: its fences, the Bloom filters the bound keeps
+    /// and the records not yet in a run.
+    pub fn entry_index_memory_bytes(&self) -> u64 {
+        lock(&self.published).entry_index.memory_bytes()
     }
 }
 
@@ -1039,6 +1246,14 @@ fn delete_prefix(disk: &dyn Disk, prefix: &[u8]) -> Result<(), DiskError> {
     }
 }
 
+/// Marks the database's layout `layout` (flushed).
+fn mark_layout(disk: &dyn Disk, layout: &[u8]) -> Result<(), DiskError> {
+    let mut batch = WriteBatch::new();
+    batch.put(LAYOUT_KEY, layout);
+    disk.write(batch)?;
+    disk.flush()
+}
+
 fn delete_keys(disk: &dyn Disk, keys: &[&[u8]]) -> Result<(), DiskError> {
     let mut batch = WriteBatch::new();
     for key in keys {
@@ -1084,10 +1299,13 @@ fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8], what: &str) -> Result<T, C
 
 #[cfg(test)]
 mod tests {
+    use certus_ct::LogEntry;
     use certus_ct::merkle::{MerkleError, MerkleTree};
+    use certus_ct::structures::leaf_input;
     use proptest::prelude::*;
 
     use super::*;
+    use crate::ct_hash_index::{indexed_upto, remove_index};
     use crate::{SimDisk, SimFiles};
 
     fn at(n: u64) -> usize {
@@ -1101,6 +1319,55 @@ mod tests {
             sct: vec![3],
             sct_timestamp_ms: 1_000 + n,
         }
+    }
+
+    /// A 64-byte certificate, different for every `n`.
+    fn certificate(n: u64) -> Vec<u8> {
+        n.to_be_bytes().repeat(8)
+    }
+
+    /// Certificate `n` logged at `timestamp_ms`: a `leaf_input` that decodes, whose entry key is
+    /// [`key_of`]`(n)` (unlike [`entry`]'s).
+    fn logged(n: u64, timestamp_ms: u64) -> LocalEntry {
+        let certificate = LogEntry::X509 {
+            certificate: certificate(n),
+        };
+        LocalEntry {
+            leaf_input: leaf_input(timestamp_ms, &certificate, &[]).unwrap(),
+            extra_data: vec![1, 2],
+            sct: vec![3],
+            sct_timestamp_ms: timestamp_ms,
+        }
+    }
+
+    fn key_of(n: u64) -> Hash {
+        certus_ct::entry_key(&LogEntry::X509 {
+            certificate: certificate(n),
+        })
+    }
+
+    /// Small indexes, so that runs and merges happen within a few hundred leaves.
+    fn small(filter_bytes_max: usize) -> Shape {
+        Shape {
+            fresh_records_max: 37,
+            merge_fan_in: 3,
+            merge_work_per_record: 2,
+            block_records: 4,
+            filter_bytes_max,
+        }
+    }
+
+    fn open_small(
+        disk: &Arc<SimDisk>,
+        files: &Arc<SimFiles>,
+        shape: Shape,
+    ) -> Result<CtDatabase, CtDbError> {
+        CtDatabase::open_shaped(
+            Arc::clone(disk) as Arc<dyn Disk>,
+            Arc::clone(files) as Arc<dyn Files>,
+            CtStoreConfig::default(),
+            IndexShapes::both(shape),
+        )
     }
 
     fn open(disk: &Arc<SimDisk>, files: &Arc<SimFiles>) -> Result<CtDatabase, CtDbError> {
@@ -1225,6 +1492,266 @@ mod tests {
         assert_eq!(db.index_of_leaf(&hash).unwrap(), Some(0));
         db.integrate(1).unwrap();
         assert_eq!(db.index_of_leaf(&hash).unwrap(), Some(0));
+    }
+
+    #[test]
+    fn entries_are_found_by_key_across_runs_merges_and_reopens() {
+        let disk = Arc::new(SimDisk::new());
+        let files = Arc::new(SimFiles::new());
+        let mut db = open_small(&disk, &files, small(usize::MAX)).unwrap();
+        let entries: Vec<LocalEntry> = (0..600).map(|n| logged(n, 1_000 + n)).collect();
+        db.store_entries(0, &entries).unwrap();
+        // Exactly the integrated entries are found, each at its number.
+        let check = |db: &CtDatabase| {
+            let size = db.tree_size();
+            for n in 0..600 {
+                assert_eq!(
+                    db.index_of_entry_key(&key_of(n)).unwrap(),
+                    (n < size).then_some(n),
+                    "entry {n} in a tree of {size}"
+                );
+            }
+            assert_eq!(db.index_of_entry_key(&key_of(10_000)).unwrap(), None);
+        };
+        // Before any run is written (fewer than 37 records), then across runs and merges;
+        // reopened after a crash at several points.
+        for (step, reopen) in [
+            (20, true),
+            (17, false),
+            (1, true),
+            (100, false),
+            (150, true),
+            (312, true),
+        ] {
+            db.integrate(step).unwrap();
+            check(&db);
+            if reopen {
+                drop(db);
+                crash(&disk, &files);
+                db = open_small(&disk, &files, small(usize::MAX)).unwrap();
+                check(&db);
+            }
+        }
+        assert_eq!(db.tree_size(), 600);
+        // Fences and filters of 600 records at least; none of the filters kept, still found.
+        assert!(db.entry_index_memory_bytes() > 600 * 10 / 8);
+        drop(db);
+        let db = open_small(&disk, &files, small(0)).unwrap();
+        check(&db);
+    }
+
+    #[test]
+    fn a_duplicate_entry_is_found_at_its_first_sequence_number() {
+        let disk = Arc::new(SimDisk::new());
+        let files = Arc::new(SimFiles::new());
+        let mut db = open_small(&disk, &files, small(usize::MAX)).unwrap();
+        // Every certificate three times, 120 apart, each at another timestamp: three leaves
+        // (three leaf hashes), one entry key.
+        let entries: Vec<LocalEntry> = (0..300).map(|n| logged(n % 120, 1_000 + n)).collect();
+        assert_ne!(
+            leaf_hash(&entries[0].leaf_input),
+            leaf_hash(&entries[120].leaf_input)
+        );
+        db.store_entries(0, &entries).unwrap();
+        for step in [1, 118, 2, 60, 119] {
+            db.integrate(step).unwrap();
+            for reopened in [false, true] {
+                if reopened {
+                    drop(db);
+                    db = open_small(&disk, &files, small(usize::MAX)).unwrap();
+                }
+                let size = db.tree_size();
+                for n in 0..120 {
+                    assert_eq!(
+                        db.index_of_entry_key(&key_of(n)).unwrap(),
+                        (n < size).then_some(n)
+                    );
+                }
+                for (sequence, entry) in entries.iter().enumerate().take(at(size)) {
+                    assert_eq!(
+                        db.index_of_leaf(&leaf_hash(&entry.leaf_input)).unwrap(),
+                        Some(sequence as u64)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn entries_that_do_not_decode_integrate_and_are_not_indexed() {
+        let disk = Arc::new(SimDisk::new());
+        let files = Arc::new(SimFiles::new());
+        let db = open(&disk, &files).unwrap();
+        // Entries 0, 3, 6 and 9 are leaves; the others are bytes that do not decode as one.
+        let entries: Vec<LocalEntry> = (0..10)
+            .map(|n| match n % 3 {
+                0 => logged(n, 1_000 + n),
+                _ => entry(n),
+            })
+            .collect();
+        assert!(entry_key_of_leaf_input(&entries[1].leaf_input).is_err());
+        db.store_entries(0, &entries).unwrap();
+        assert_eq!(db.integrate(10).unwrap(), 10);
+        assert_eq!(db.root_at(10).unwrap(), tree_of(&entries).root());
+        for reopened in [false, true] {
+            let db = match reopened {
+                false => &db,
+                true => {
+                    crash(&disk, &files);
+                    &open(&disk, &files).unwrap()
+                }
+            };
+            // Four records in memory (no run yet), 40 bytes each.
+            assert_eq!(db.entry_index_memory_bytes(), 4 * 40);
+            assert_eq!(db.leaf_index_memory_bytes(), 10 * 40);
+            for n in (0..10).step_by(3) {
+                assert_eq!(db.index_of_entry_key(&key_of(n)).unwrap(), Some(n));
+            }
+            assert_eq!(db.index_of_entry_key(&key_of(1)).unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn an_entry_index_hit_on_an_entry_of_another_key_is_corrupt() {
+        let disk = Arc::new(SimDisk::new());
+        let files = Arc::new(SimFiles::new());
+        let db = open(&disk, &files).unwrap();
+        db.store_entries(0, &(0..3).map(|n| logged(n, n)).collect::<Vec<_>>())
+            .unwrap();
+        db.integrate(3).unwrap();
+        assert_eq!(db.index_of_entry_key(&key_of(1)).unwrap(), Some(1));
+        // Entry 1 replaced on disk behind the database's back.
+        let mut batch = WriteBatch::new();
+        batch.put(numbered_key(EDGE_ENTRY_PREFIX, 1), encode(&logged(99, 1)));
+        disk.write(batch).unwrap();
+        assert!(matches!(
+            db.index_of_entry_key(&key_of(1)),
+            Err(CtDbError::Corrupt(message)) if message.contains("entry 1")
+        ));
+        assert_eq!(db.index_of_entry_key(&key_of(99)).unwrap(), None);
+    }
+
+    /// A store as the code before the entry-key index left it: 700 integrated entries (leaves
+    /// that decode; entries 600.. repeat the certificates of 0..100), no entry-key index, and
+    /// the layout `tiles-3`.
+    fn store_before_the_entry_index(
+        shape: Shape,
+    ) -> (Arc<SimDisk>, Arc<SimFiles>, Vec<LocalEntry>) {
+        let disk = Arc::new(SimDisk::new());
+        let files = Arc::new(SimFiles::new());
+        let entries: Vec<LocalEntry> = (0..700).map(|n| logged(n % 600, 1_000 + n)).collect();
+        let db = open_small(&disk, &files, shape).unwrap();
+        db.store_entries(0, &entries).unwrap();
+        for _ in 0..14 {
+            db.integrate(50).unwrap();
+        }
+        drop(db);
+        remove_index(
+            &*disk,
+            &DataFiles::new(Arc::clone(&files) as Arc<dyn Files>),
+            &ENTRY_KEYS,
+        )
+        .unwrap();
+        assert!(
+            files
+                .list()
+                .unwrap()
+                .iter()
+                .all(|name| !name.starts_with("entry-index-"))
+        );
+        mark_layout(&*disk, LAYOUT_BEFORE_ENTRY_INDEX).unwrap();
+        (disk, files, entries)
+    }
+
+    /// Every entry of `entries` (all integrated) is found by its key and its leaf hash.
+    fn check_both_indexes(db: &CtDatabase, entries: &[LocalEntry]) {
+        assert_eq!(db.tree_size(), entries.len() as u64);
+        for n in 0..600 {
+            assert_eq!(db.index_of_entry_key(&key_of(n)).unwrap(), Some(n));
+        }
+        assert_eq!(db.index_of_entry_key(&key_of(600)).unwrap(), None);
+        for (sequence, entry) in entries.iter().enumerate() {
+            assert_eq!(
+                db.index_of_leaf(&leaf_hash(&entry.leaf_input)).unwrap(),
+                Some(sequence as u64)
+            );
+        }
+    }
+
+    #[test]
+    fn a_store_without_the_entry_index_builds_it_at_open_resuming_after_a_crash() {
+        let shape = small(usize::MAX);
+        // Rounds of 37 entries: 18 runs, a 19th round of 34 records left in memory, the mark.
+        let mut completed = false;
+        for budget in 0..=20usize {
+            let (disk, files, entries) = store_before_the_entry_index(shape);
+            let stopping = Stopping {
+                disk: Arc::clone(&disk),
+                budget: Mutex::new(budget),
+            };
+            completed = CtDatabase::open_shaped(
+                Arc::new(stopping),
+                Arc::clone(&files) as Arc<dyn Files>,
+                CtStoreConfig::default(),
+                IndexShapes::both(shape),
+            )
+            .is_ok();
+            crash(&disk, &files);
+            // What the stopped open committed stays: each round's run, and the mark last.
+            let rounds = budget.min(18) as u64;
+            let layout = disk.get(LAYOUT_KEY).unwrap();
+            if completed {
+                assert_eq!(layout.as_deref(), Some(LAYOUT));
+            } else {
+                assert_eq!(layout.as_deref(), Some(LAYOUT_BEFORE_ENTRY_INDEX));
+                assert_eq!(indexed_upto(&*disk, &ENTRY_KEYS).unwrap(), 37 * rounds);
+            }
+            // The next open goes on from there: the rounds left and the mark.
+            let stopping = Arc::new(Stopping {
+                disk: Arc::clone(&disk),
+                budget: Mutex::new(1_000),
+            });
+            let db = CtDatabase::open_shaped(
+                Arc::clone(&stopping) as Arc<dyn Disk>,
+                Arc::clone(&files) as Arc<dyn Files>,
+                CtStoreConfig::default(),
+                IndexShapes::both(shape),
+            )
+            .unwrap();
+            let writes = 1_000 - *lock(&stopping.budget);
+            assert_eq!(
+                writes,
+                if completed { 0 } else { 20 - rounds as usize },
+                "stopped after {budget} writes"
+            );
+            assert_eq!(disk.get(LAYOUT_KEY).unwrap().as_deref(), Some(LAYOUT));
+            check_both_indexes(&db, &entries);
+            if completed {
+                assert_eq!(budget, 20);
+                break;
+            }
+        }
+        assert!(completed);
+    }
+
+    #[test]
+    fn an_entry_index_build_cut_short_in_its_files_is_finished() {
+        let shape = small(usize::MAX);
+        let mut completed = false;
+        // The build stopped after every few file changes, until one completes.
+        for budget in (0..1_000).step_by(7) {
+            let (disk, files, entries) = store_before_the_entry_index(shape);
+            files.fail_after(budget);
+            completed = open_small(&disk, &files, shape).is_ok();
+            crash(&disk, &files);
+            let db = open_small(&disk, &files, shape).unwrap();
+            assert_eq!(disk.get(LAYOUT_KEY).unwrap().as_deref(), Some(LAYOUT));
+            check_both_indexes(&db, &entries);
+            if completed {
+                break;
+            }
+        }
+        assert!(completed, "the build takes fewer than 1,000 file changes");
     }
 
     #[test]
@@ -1372,14 +1899,15 @@ mod tests {
                 Arc::clone(disk) as Arc<dyn Disk>,
                 Arc::clone(files) as Arc<dyn Files>,
                 CtStoreConfig::default(),
-                shape,
+                IndexShapes::both(shape),
             )
         };
-        let entries: Vec<LocalEntry> = (0..700).map(entry).collect();
+        let entries: Vec<LocalEntry> = (0..700).map(|n| logged(n % 600, 1_000 + n)).collect();
         let absent = leaf_hash(&entry(5_000).leaf_input);
         let mut completed = false;
-        // The upgrade stopped after every number of file changes, until one completes.
-        for budget in 0..400 {
+        // The upgrade (filters, then the entry-key index) stopped after every number of file
+        // changes, until one completes.
+        for budget in 0..1_000 {
             let disk = Arc::new(SimDisk::new());
             let files = Arc::new(SimFiles::new());
             let db = open(&disk, &files).unwrap();
@@ -1388,13 +1916,11 @@ mod tests {
                 db.integrate(50).unwrap();
             }
             drop(db);
-            // The store as the code before filters left it: runs that end with their blocks,
-            // and the layout that says so.
-            crate::ct_leaf_index::remove_filters(
-                &*disk,
-                &DataFiles::new(Arc::clone(&files) as Arc<dyn Files>),
-            )
-            .unwrap();
+            // The store as the code before filters left it: runs that end with their blocks, no
+            // entry-key index, and the layout that says so.
+            let data = DataFiles::new(Arc::clone(&files) as Arc<dyn Files>);
+            crate::ct_hash_index::remove_filters(&*disk, &data, &LEAF_HASHES).unwrap();
+            remove_index(&*disk, &data, &ENTRY_KEYS).unwrap();
             let mut batch = WriteBatch::new();
             batch.put(LAYOUT_KEY, LAYOUT_BEFORE_FILTERS);
             disk.write(batch).unwrap();
@@ -1417,11 +1943,14 @@ mod tests {
             // Its runs' filters are in memory now: more than the fences alone.
             let fence_bytes = 700 / 4 * 32;
             assert!(db.leaf_index_memory_bytes() > fence_bytes);
+            for n in 0..600 {
+                assert_eq!(db.index_of_entry_key(&key_of(n)).unwrap(), Some(n));
+            }
             if completed {
                 break;
             }
         }
-        assert!(completed, "the upgrade takes fewer than 400 file changes");
+        assert!(completed, "the upgrade takes fewer than 1,000 file changes");
     }
 
     /// A disk that stops taking writes after `budget` of them, as a process that crashed there.
@@ -1530,11 +2059,17 @@ mod tests {
                     Arc::clone(disk) as Arc<dyn Disk>,
                     Arc::clone(files) as Arc<dyn Files>,
                     CtStoreConfig::default(),
-                    shape,
+                    IndexShapes::both(shape),
                 )
             };
             let mut db = open(&disk, &files).unwrap();
-            let all: Vec<LocalEntry> = (0..6_000).map(|n| entry(n % 1_000)).collect();
+            // Entries repeat every 1,000; one in seven does not decode (no entry key).
+            let all: Vec<LocalEntry> = (0..6_000)
+                .map(|n| match n % 1_000 {
+                    n if n % 7 == 3 => entry(n),
+                    n => logged(n, n),
+                })
+                .collect();
             for (kind, amount) in steps {
                 match kind {
                     0 | 1 => {
@@ -1593,6 +2128,11 @@ mod tests {
                         db.index_of_leaf(&leaf_hash(&all[at(size)].leaf_input)).unwrap(),
                         None
                     );
+                }
+                // So is every entry key of an integrated leaf that decodes, and no other.
+                for n in (0..1_000).step_by(5) {
+                    let expected = (n < size && n % 7 != 3).then_some(n);
+                    prop_assert_eq!(db.index_of_entry_key(&key_of(n)).unwrap(), expected);
                 }
                 let stored = at(db.contiguous_size());
                 prop_assert_eq!(db.entries(0, stored + 5).unwrap(), all[..stored].to_vec());

@@ -1,6 +1,6 @@
 //! Why the local CT database failed or refused: shared by the database (`ct_db.rs`) and its
-//! leaf-hash index (`ct_leaf_index.rs`), which the database drives, so neither imports the
-//! other for it.
+//! hash indexes (`ct_hash_index.rs`), which the database drives, so neither imports the other
+//! for it.
 
 use certus_ct::merkle::MerkleError;
 

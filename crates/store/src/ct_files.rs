@@ -1,5 +1,5 @@
 //! The CT log's bulk data in files: what never changes once written (full tiles, full bundles
-//! of entries, runs of the leaf-hash index), out of sled, whose memory grows with what it holds.
+//! of entries, runs of the hash indexes), out of sled, whose memory grows with what it holds.
 //!
 //! Each file is written at offsets the data determines (tile N of a level at N·8 KiB, bundle b
 //! after bundle b − 1), synced, and only then named by the metadata the caller commits in sled.

@@ -17,7 +17,7 @@ mod config;
 mod ct_db;
 mod ct_error;
 mod ct_files;
-mod ct_leaf_index;
+mod ct_hash_index;
 mod disk;
 mod files;
 mod keys;

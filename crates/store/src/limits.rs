@@ -1,5 +1,5 @@
 //! The store's bounds, named: what one replication read returns, the smallest log segment, and
-//! what the CT leaf index holds in memory.
+//! what the CT hash indexes (leaf hashes, entry keys) hold in memory.
 
 /// Largest number of entries one replication read returns; it asks again for the rest.
 pub(crate) const REPLICATION_READ_ENTRIES_MAX: usize = 4096;
@@ -11,10 +11,11 @@ pub const REPLICATION_READ_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// segment log asserts the sum against its format).
 pub const SEGMENT_BYTES_MIN: u64 = 32 + 16;
 
-/// Records the CT leaf index keeps in memory before they are written as a run: 65,536 (a few
-/// MiB). Also what a restart reads back from the tiles, at most.
+/// Records a CT hash index keeps in memory before they are written as a run: 65,536 (a few
+/// MiB). Also what a restart reads back (from the tiles, or the entries), at most, and the
+/// records per round when a store from before the entry-key index builds it.
 pub(crate) const FRESH_RECORDS_MAX: usize = 1 << 16;
-/// Words (8 bytes) per leaf-index filter segment, at most: 64 KiB, what a run being written
+/// Words (8 bytes) per hash-index filter segment, at most: 64 KiB, what a run being written
 /// holds of its filter in memory.
 pub(crate) const FILTER_SEGMENT_WORDS_MAX: u64 = 8192;
 /// Bytes of Bloom filters the leaf index keeps in memory by default: 128 MiB, the filters of
@@ -23,3 +24,9 @@ pub(crate) const FILTER_SEGMENT_WORDS_MAX: u64 = 8192;
 /// well under its 512 MiB target whatever the log's size: past the bound, filters are dropped,
 /// not added.
 pub(crate) const LEAF_INDEX_FILTER_BYTES_MAX: usize = 128 << 20;
+/// Bytes of Bloom filters the entry-key index keeps in memory by default: 64 MiB, the filters of
+/// 5.4 × 10^7 records. Every add-chain of a certificate older than the replicated state's dedupe
+/// window (or new) probes this index, usually for a key it does not hold; past the bound the
+/// largest runs keep their filters (see `ct_hash_index.rs`), and a node's store stays under its
+/// 512 MiB target beside the leaf index's 128 MiB.
+pub(crate) const ENTRY_INDEX_FILTER_BYTES_MAX: usize = 64 << 20;

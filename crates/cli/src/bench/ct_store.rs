@@ -1,18 +1,22 @@
 //! `certus bench ct-store`: one node's CT store at scale, without Raft or the network.
 //!
 //! Integrates N synthetic entries of about 100 bytes (so that 10^8 fit a machine's disk) straight
-//! into a [`CtDatabase`] (sled for its edge and metadata, files for its tiles, bundles and
-//! leaf-index runs), in batches as a node's integration rounds make them, then
-//! reports leaves/s, this process's resident memory (the store's whole footprint: the right
-//! edge, the tile cache and sled's page cache), disk bytes per entry, and the latency of
-//! get-proof-by-hash (leaf index lookup and audit path) and get-entries (one entry) at random
-//! leaves of the full tree, read from disk through the caches as a node serves them.
+//! into a [`CtDatabase`] (sled for its edge and metadata, files for its tiles, bundles and the
+//! runs of its leaf-hash and entry-key indexes), in batches as a node's integration rounds make
+//! them, then reports leaves/s, this process's resident memory (the store's whole footprint: the
+//! right edge, the tile cache, the indexes and sled's page cache), each index's own memory, disk
+//! bytes per entry, and the latency of get-proof-by-hash (leaf index lookup and audit path),
+//! get-entries (one entry) and the entry-key lookup a duplicate submission older than the
+//! replicated state's window makes (of a logged certificate, and of one the log does not hold,
+//! as most add-chains are) at random leaves of the full tree, read from disk through the caches
+//! as a node serves them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use certus_ct::merkle::{leaf_hash, verify_inclusion};
+use certus_ct::{Hash, LogEntry, entry_key};
 use certus_store::{CtDatabase, CtStoreConfig, Disk, LocalEntry, OsFiles, SledDisk};
 use comfy_table::Table;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -48,20 +52,39 @@ pub(crate) struct CtStoreArgs {
     json: bool,
 }
 
-/// A synthetic entry of about 100 bytes, different for every sequence number.
-fn synthetic(sequence: u64) -> LocalEntry {
-    let mut leaf_input = Vec::with_capacity(64);
+/// The pseudo-certificate of synthetic entry `sequence`: 64 bytes, different for every number
+/// (not DER: the store does not parse certificates).
+fn certificate(sequence: u64) -> LogEntry {
+    let mut certificate = Vec::with_capacity(64);
     for word in 0..8u64 {
-        leaf_input.extend_from_slice(
+        certificate.extend_from_slice(
             &(sequence ^ word.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_be_bytes(),
         );
     }
+    LogEntry::X509 { certificate }
+}
+
+/// A synthetic entry of about 120 bytes, different for every sequence number: its `leaf_input`
+/// a `MerkleTreeLeaf` (81 bytes) of [`certificate`]`(sequence)`, so the entry-key index holds it.
+fn synthetic(sequence: u64) -> LocalEntry {
+    let sct_timestamp_ms = 1_700_000_000_000 + sequence / 1000;
     LocalEntry {
-        leaf_input,
+        leaf_input: certus_ct::structures::leaf_input(
+            sct_timestamp_ms,
+            &certificate(sequence),
+            &[],
+        )
+        .expect("a 64-byte certificate encodes"),
         extra_data: sequence.to_le_bytes().repeat(2),
         sct: sequence.to_be_bytes().to_vec(),
-        sct_timestamp_ms: 1_700_000_000_000 + sequence / 1000,
+        sct_timestamp_ms,
     }
+}
+
+/// The entry key of synthetic entry `sequence` (`sequence` at or past the entry count: a
+/// certificate the log does not hold).
+fn key_of(sequence: u64) -> Hash {
+    entry_key(&certificate(sequence))
 }
 
 fn disk_bytes(path: &Path) -> u64 {
@@ -163,6 +186,8 @@ pub(super) async fn run(args: CtStoreArgs) -> Result<(), String> {
     let mut dice = Dice(0x2545_f491_4f6c_dd1d);
     let mut proof_us = Vec::with_capacity(args.reads);
     let mut entry_us = Vec::with_capacity(args.reads);
+    let mut key_us = Vec::with_capacity(args.reads);
+    let mut absent_key_us = Vec::with_capacity(args.reads);
     for _ in 0..args.reads {
         let index = dice.below(size);
         let hash = leaf_hash(&synthetic(index).leaf_input);
@@ -183,9 +208,33 @@ pub(super) async fn run(args: CtStoreArgs) -> Result<(), String> {
         if entry.as_ref() != Some(&synthetic(index)) {
             return Err(format!("entry {index} reads back different"));
         }
+        let key = key_of(index);
+        let asked = Instant::now();
+        let found = db
+            .index_of_entry_key(&key)
+            .map_err(|error| error.to_string())?;
+        key_us.push(micros(asked.elapsed()));
+        if found != Some(index) {
+            return Err(format!("entry {index} is indexed by its key at {found:?}"));
+        }
+        let absent = key_of(size + index);
+        let asked = Instant::now();
+        let found = db
+            .index_of_entry_key(&absent)
+            .map_err(|error| error.to_string())?;
+        absent_key_us.push(micros(asked.elapsed()));
+        if found.is_some() {
+            return Err(format!(
+                "a certificate never logged is indexed at {found:?}"
+            ));
+        }
     }
     proof_us.sort_unstable();
     entry_us.sort_unstable();
+    key_us.sort_unstable();
+    absent_key_us.sort_unstable();
+    let leaf_index_bytes = db.leaf_index_memory_bytes();
+    let entry_index_bytes = db.entry_index_memory_bytes();
     let rss_end = process::resident_bytes().unwrap_or(0);
     rss_peak = rss_peak.max(rss_end);
     let disk = disk_bytes(&dir);
@@ -211,6 +260,10 @@ pub(super) async fn run(args: CtStoreArgs) -> Result<(), String> {
                 "disk_bytes_per_entry": disk as f64 / args.entries as f64,
                 "proof_by_hash_ms": { "p50": ms(&proof_us, 0.5), "p99": ms(&proof_us, 0.99), "max": ms(&proof_us, 1.0) },
                 "entry_ms": { "p50": ms(&entry_us, 0.5), "p99": ms(&entry_us, 0.99) },
+                "entry_key_ms": { "p50": ms(&key_us, 0.5), "p99": ms(&key_us, 0.99), "max": ms(&key_us, 1.0) },
+                "absent_entry_key_ms": { "p50": ms(&absent_key_us, 0.5), "p99": ms(&absent_key_us, 0.99), "max": ms(&absent_key_us, 1.0) },
+                "leaf_index_memory_bytes": leaf_index_bytes,
+                "entry_index_memory_bytes": entry_index_bytes,
             })
         );
     } else {
@@ -250,6 +303,28 @@ pub(super) async fn run(args: CtStoreArgs) -> Result<(), String> {
         table.add_row(vec![
             "get-entry p50 / p99".into(),
             format!("{:.3} / {:.3} ms", ms(&entry_us, 0.5), ms(&entry_us, 0.99)),
+        ]);
+        for (what, sorted) in [
+            ("entry-key lookup p50 / p99 / max", &key_us),
+            ("entry-key lookup, absent, p50 / p99 / max", &absent_key_us),
+        ] {
+            table.add_row(vec![
+                what.into(),
+                format!(
+                    "{:.3} / {:.3} / {:.3} ms",
+                    ms(sorted, 0.5),
+                    ms(sorted, 0.99),
+                    ms(sorted, 1.0)
+                ),
+            ]);
+        }
+        table.add_row(vec![
+            "leaf index / entry index memory".into(),
+            format!(
+                "{:.1} / {:.1} MiB",
+                mib(leaf_index_bytes),
+                mib(entry_index_bytes)
+            ),
         ]);
         println!("{table}");
     }

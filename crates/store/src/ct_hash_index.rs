@@ -1,6 +1,12 @@
-//! The CT log's leaf-hash index (get-proof-by-hash): leaf hash → first sequence number, on disk;
-//! in memory only the fences (the first hash of every block), a Bloom filter per run (within a
-//! bound) and the records not yet in a run.
+//! The CT log's hash indexes: a 32-byte hash → the first sequence number indexed under it, on
+//! disk; in memory only the fences (the first hash of every block), a Bloom filter per run (within
+//! a bound) and the records not yet in a run.
+//!
+//! The database keeps two, each in its own [`Keyspace`] of keys and files, with the same
+//! machinery: the leaf-hash index ([`LEAF_HASHES`], get-proof-by-hash: leaf hash → sequence) and
+//! the entry-key index ([`ENTRY_KEYS`], duplicate submissions older than the replicated state's
+//! dedupe window: [`certus_ct::entry_key`] → sequence). Both keys are SHA-256 outputs, which the
+//! Bloom filters rely on (below); nothing else may be indexed here.
 //!
 //! A log-structured merge index, because a B-tree insert per leaf at a random place is what a
 //! log of hundreds of millions of entries cannot afford (in sled it copies the leaf node each
@@ -14,9 +20,12 @@
 //! entries; a hash the log does not hold (every new add-chain) reads a block in about one run
 //! of a hundred instead of in every run.
 //!
-//! The index is derived data: every record is a leaf hash of the tree's level-0 tiles. The
-//! records not yet in a run are not written at all; at open they are read back from the tiles.
-//! A run is a file, `index-<run>`:
+//! An index covers the leaves `0..covered`: each round names the leaf it covers up to, with the
+//! records of the leaves it added (a leaf may have none: an entry whose `leaf_input` does not
+//! decode has no entry key). The index is derived data: the records not yet in a run are not
+//! written at all; at open the caller reads them back (leaf hashes from the tree's level-0
+//! tiles, entry keys from the stored entries). A run is a file, `<prefix><run>` (`index-…` for
+//! leaf hashes, `entry-index-…` for entry keys):
 //!
 //! ```text
 //! [blocks: records × 40 bytes][filter: segments × words × 8 bytes][trailer: 20 bytes]
@@ -26,40 +35,46 @@
 //! follows them (see below); its trailer is `lbf1`, the segment count, the words per segment and
 //! the bits probed per hash (u32 each, big-endian), then a CRC-32 of the filter and those three
 //! numbers. The file is written and synced before the metadata naming it goes into the caller's
-//! batch, with the tree size, so a crash never separates them: `ct/index/meta` names the runs
-//! (oldest first, covering leaves `0..indexed_upto`), `ct/index/fence/<run><chunk>` holds the
-//! first hash of each block, 1,024 blocks per chunk. A run file no metadata names (a merge's
-//! output when the node stopped, runs merged away) is removed: the round after, or at open.
+//! batch, with the tree size, so a crash never separates them: `<keys>meta` names the runs
+//! (oldest first, covering leaves `0..indexed_upto`), `<keys>fence/<run><chunk>` holds the first
+//! hash of each block, 1,024 blocks per chunk, where `<keys>` is `ct/index/` for leaf hashes and
+//! `ct/entry-index/` for entry keys. A run file its metadata does not name (a merge's output
+//! when the node stopped, runs merged away) is removed: the round after, or at open. No
+//! keyspace's run-file prefix starts with another's, so one index never removes the other's.
 //!
-//! **Bloom filters.** A leaf hash is a SHA-256 output, uniformly random, so its own bytes serve as
-//! the filter's hash functions: bytes 0..8 (big-endian) pick one of the filter's segments, scaled
-//! to their count, so that segments follow hash order; bytes 8..16 and 16..24 (little-endian) are
-//! the two halves of double hashing, [`FILTER_HASHES`] bits within that segment. Because
-//! segments follow hash order and a run's records are written sorted, a filter is written one
-//! segment (at most 64 KiB) at a time as its records go by: a merge holds one segment of its
-//! output's filter in memory, not the whole filter, and the filter is written by the time the
-//! last block is. At [`FILTER_BITS_PER_RECORD`] bits per record (1.25 bytes, 3 % of the record
-//! on disk) about 0.8 % of absent hashes pass a run's filter.
+//! **Bloom filters.** An indexed hash is a SHA-256 output, uniformly random, so its own bytes
+//! serve as the filter's hash functions: bytes 0..8 (big-endian) pick one of the filter's
+//! segments, scaled to their count, so that segments follow hash order; bytes 8..16 and 16..24
+//! (little-endian) are the two halves of double hashing, [`FILTER_HASHES`] bits within that
+//! segment. Because segments follow hash order and a run's records are written sorted, a filter
+//! is written one segment (at most 64 KiB) at a time as its records go by: a merge holds one
+//! segment of its output's filter in memory, not the whole filter, and the filter is written by
+//! the time the last block is. At [`FILTER_BITS_PER_RECORD`] bits per record (1.25 bytes, 3 %
+//! of the record on disk) about 0.8 % of absent hashes pass a run's filter.
 //!
-//! Every run file has its filter; memory holds at most [`Shape::filter_bytes_max`] bytes of them
-//! ([`LEAF_INDEX_FILTER_BYTES_MAX`] by default: 1.25 bytes per entry, 119 MiB for every run of a
-//! log of 10^8 entries), besides the one segment a merge is writing. When the filters do not all
-//! fit, the largest runs keep theirs, each one if it still fits within what larger runs left
-//! (ties: the older run first): their blocks are the coldest on disk, while a small run's few
-//! blocks stay in the page cache. Which runs keep their filters is a function of the list of
-//! runs alone, recomputed whenever it changes (a new run, a merge swapped in, open), and a
-//! filter that comes back into the bound is read from its run's file; a run without its filter
-//! in memory is probed as it was before filters, so lookups stay correct whatever fits. While a
-//! merge's output replaces its sources, lookups still running on the view before hold the
-//! sources' filters a little longer: memory briefly holds both.
+//! Every run file has its filter; memory holds at most [`Shape::filter_bytes_max`] bytes of an
+//! index's filters (by default [`LEAF_INDEX_FILTER_BYTES_MAX`] for leaf hashes: 1.25 bytes per
+//! entry, 119 MiB for every run of a log of 10^8 entries; [`ENTRY_INDEX_FILTER_BYTES_MAX`] for
+//! entry keys), besides the one segment a merge is writing. When the filters do not all fit, the
+//! largest runs keep theirs, each one if it still fits within what larger runs left (ties: the
+//! older run first): their blocks are the coldest on disk, while a small run's few blocks stay
+//! in the page cache. Which runs keep their filters is a function of the list of runs alone,
+//! recomputed whenever it changes (a new run, a merge swapped in, open), and a filter that comes
+//! back into the bound is read from its run's file; a run without its filter in memory is probed
+//! as it was before filters, so lookups stay correct whatever fits. While a merge's output
+//! replaces its sources, lookups still running on the view before hold the sources' filters a
+//! little longer: memory briefly holds both.
 //!
 //! A filter is checked when it is read: at open every run's trailer (magic, geometry, and the
 //! file's length against the blocks it follows), and when a filter is loaded into memory its
 //! CRC. A run whose filter is missing or damaged is [`CtDbError::Corrupt`], as a block that
-//! cannot be read is. Runs written before filters existed (the database layout `tiles-2`, whose
-//! run files end with their blocks) get theirs from [`add_filters`] when the database opens, which
-//! reads each run's blocks once; the database marks its layout only after, so a crash part way
-//! through starts that again.
+//! cannot be read is. Leaf-index runs written before filters existed (the database layout
+//! `tiles-2`, whose run files end with their blocks) get theirs from [`add_filters`] when the
+//! database opens, which reads each run's blocks once; the database marks its layout only after,
+//! so a crash part way through starts that again. A database from before the entry-key index
+//! (`tiles-3`) builds it at open in bounded rounds ([`HashIndex::open`] with nothing read back,
+//! then [`HashIndex::add_round`] per chunk of entries), each round's metadata committed, so a
+//! crash resumes from the last run written.
 
 use std::cmp::Reverse;
 use std::collections::VecDeque;
@@ -72,11 +87,59 @@ use crate::ct_error::CtDbError;
 use crate::ct_files::DataFiles;
 use crate::disk::{Disk, WriteBatch};
 use crate::files::LogFile;
-use crate::limits::{FILTER_SEGMENT_WORDS_MAX, FRESH_RECORDS_MAX, LEAF_INDEX_FILTER_BYTES_MAX};
+use crate::limits::{
+    ENTRY_INDEX_FILTER_BYTES_MAX, FILTER_SEGMENT_WORDS_MAX, FRESH_RECORDS_MAX,
+    LEAF_INDEX_FILTER_BYTES_MAX,
+};
 
-const META_KEY: &[u8] = b"ct/index/meta";
-const FENCE_PREFIX: &[u8] = b"ct/index/fence/";
-const RUN_FILE_PREFIX: &str = "index-";
+/// Where one index lives: its keys on the disk, its run files, and what errors call it. Indexes
+/// of different keyspaces share nothing.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Keyspace {
+    /// What errors call the index ("leaf index").
+    name: &'static str,
+    /// Every key of the index starts with this: the meta, then the fences.
+    pub(crate) disk_prefix: &'static [u8],
+    /// Run files are named this and the run's number. No keyspace's starts with another's: the
+    /// index removes the files under its prefix that its meta does not name.
+    run_file_prefix: &'static str,
+    /// The bytes of Bloom filters kept in memory by default.
+    filter_bytes_max: usize,
+}
+
+/// The leaf-hash index (get-proof-by-hash): leaf hash → first sequence number. Its names are
+/// those of the stores written before there was another index, and stay so.
+pub(crate) const LEAF_HASHES: Keyspace = Keyspace {
+    name: "leaf index",
+    disk_prefix: b"ct/index/",
+    run_file_prefix: "index-",
+    filter_bytes_max: LEAF_INDEX_FILTER_BYTES_MAX,
+};
+
+/// The entry-key index (duplicate submissions): [`certus_ct::entry_key`] → first sequence number.
+pub(crate) const ENTRY_KEYS: Keyspace = Keyspace {
+    name: "entry index",
+    disk_prefix: b"ct/entry-index/",
+    run_file_prefix: "entry-index-",
+    filter_bytes_max: ENTRY_INDEX_FILTER_BYTES_MAX,
+};
+
+impl Keyspace {
+    fn meta_key(&self) -> Vec<u8> {
+        [self.disk_prefix, b"meta"].concat()
+    }
+
+    fn fence_key(&self, run: u64, chunk: u64) -> Vec<u8> {
+        let mut key = [self.disk_prefix, b"fence/"].concat();
+        key.extend_from_slice(&run.to_be_bytes());
+        key.extend_from_slice(&chunk.to_be_bytes());
+        key
+    }
+
+    fn run_file(&self, id: u64) -> String {
+        format!("{}{id:020}", self.run_file_prefix)
+    }
+}
 
 /// Records per block (10 KiB): one block read answers a lookup within a run.
 const BLOCK_RECORDS: usize = 256;
@@ -100,8 +163,8 @@ const FILTER_MAGIC: [u8; 4] = *b"lbf1";
 /// The magic, three u32 of geometry and the CRC-32.
 const FILTER_TRAILER_BYTES: usize = 20;
 
-/// The index's sizes: production uses [`Shape::default`]; tests make them small so that runs
-/// and merges happen within a few hundred leaves.
+/// An index's sizes: production uses [`Shape::default_for`] its keyspace; tests make them small so
+/// that runs and merges happen within a few hundred leaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Shape {
     pub(crate) fresh_records_max: usize,
@@ -112,14 +175,15 @@ pub(crate) struct Shape {
     pub(crate) filter_bytes_max: usize,
 }
 
-impl Default for Shape {
-    fn default() -> Self {
+impl Shape {
+    /// The sizes production gives the index of `keyspace`.
+    pub(crate) fn default_for(keyspace: &Keyspace) -> Shape {
         Shape {
             fresh_records_max: FRESH_RECORDS_MAX,
             merge_fan_in: MERGE_FAN_IN,
             merge_work_per_record: MERGE_WORK_PER_RECORD,
             block_records: BLOCK_RECORDS,
-            filter_bytes_max: LEAF_INDEX_FILTER_BYTES_MAX,
+            filter_bytes_max: keyspace.filter_bytes_max,
         }
     }
 }
@@ -157,6 +221,7 @@ struct Meta {
 /// A run as lookups use it: its meta, the first hash of each block, and where its filter is.
 #[derive(Debug)]
 struct Run {
+    keyspace: &'static Keyspace,
     meta: RunMeta,
     fences: Vec<Hash>,
     file: Arc<dyn LogFile>,
@@ -200,42 +265,47 @@ struct Cursor {
     records: VecDeque<(Hash, u64)>,
 }
 
-/// The writer's side of the index.
+/// The writer's side of an index.
 #[derive(Debug)]
-pub(crate) struct LeafIndex {
+pub(crate) struct HashIndex {
+    keyspace: &'static Keyspace,
     shape: Shape,
     meta: Meta,
     view: IndexView,
+    /// Leaves `0..covered` are indexed: `0..meta.indexed_upto` in the runs, the rest in memory.
+    covered: u64,
     fresh_records: usize,
     merge: Option<Merge>,
     /// Run files merged away in the last round, removed in the next.
     retired: Vec<u64>,
 }
 
-impl LeafIndex {
-    /// Loads the index of a tree of `tree_size` leaves; `leaf_hashes(from, to)` reads the
-    /// tree's leaf hashes `from..to` (from the tiles) for the records not yet in a run.
+impl HashIndex {
+    /// Loads the runs of the index of `keyspace` in a tree of `tree_size` leaves, and removes the
+    /// run files its meta does not name. The index covers what its runs cover; the caller reads
+    /// back the rest with [`HashIndex::read_back`] (or adds it in rounds).
     pub(crate) fn open(
         disk: &dyn Disk,
         files: &DataFiles,
-        tree_size: u64,
+        keyspace: &'static Keyspace,
         shape: Shape,
-        leaf_hashes: impl Fn(u64, u64) -> Result<Vec<Hash>, CtDbError>,
-    ) -> Result<LeafIndex, CtDbError> {
-        let meta = read_meta(disk)?;
+        tree_size: u64,
+    ) -> Result<HashIndex, CtDbError> {
+        let meta = read_meta(disk, keyspace)?;
         if meta.indexed_upto > tree_size {
             return Err(CtDbError::Corrupt(format!(
-                "the leaf index covers {} leaves of a tree of {tree_size}",
-                meta.indexed_upto
+                "the {} covers {} leaves of a tree of {tree_size}",
+                keyspace.name, meta.indexed_upto
             )));
         }
         let mut runs = Vec::with_capacity(meta.runs.len());
         for run in &meta.runs {
-            let file = files.get(&run_file(run.id))?;
+            let file = files.get(&keyspace.run_file(run.id))?;
             runs.push(ViewRun {
                 run: Arc::new(Run {
-                    fences: read_fences(disk, run)?,
-                    filter: StoredFilter::read(&*file, run)?,
+                    keyspace,
+                    fences: read_fences(disk, keyspace, run)?,
+                    filter: StoredFilter::read(keyspace, &*file, run)?,
                     meta: run.clone(),
                     file,
                     block_records: shape.block_records,
@@ -243,39 +313,25 @@ impl LeafIndex {
                 filter: None,
             });
         }
-        for name in files.named(RUN_FILE_PREFIX)? {
-            if !meta.runs.iter().any(|run| run_file(run.id) == name) {
+        for name in files.named(keyspace.run_file_prefix)? {
+            if !meta
+                .runs
+                .iter()
+                .any(|run| keyspace.run_file(run.id) == name)
+            {
                 files.remove(&name)?;
             }
         }
-        let mut fresh_records = Vec::new();
-        let mut next = meta.indexed_upto;
-        while next < tree_size {
-            let end = tree_size.min(next + shape.fresh_records_max.max(1) as u64);
-            let hashes = leaf_hashes(next, end)?;
-            if hashes.len() as u64 != end - next {
-                return Err(CtDbError::Corrupt(format!(
-                    "leaf hashes {next}..{end} are missing"
-                )));
-            }
-            fresh_records.extend(hashes.into_iter().zip(next..end));
-            next = end;
-        }
-        let fresh_count = fresh_records.len();
-        fresh_records.sort_unstable();
-        let view = IndexView {
-            runs,
-            fresh: if fresh_records.is_empty() {
-                Vec::new()
-            } else {
-                vec![Arc::new(fresh_records)]
-            },
-        };
-        let mut index = LeafIndex {
+        let mut index = HashIndex {
+            keyspace,
             shape,
+            covered: meta.indexed_upto,
             meta,
-            view,
-            fresh_records: fresh_count,
+            view: IndexView {
+                runs,
+                fresh: Vec::new(),
+            },
+            fresh_records: 0,
             merge: None,
             retired: Vec::new(),
         };
@@ -283,20 +339,70 @@ impl LeafIndex {
         Ok(index)
     }
 
+    /// Leaves `0..covered()` are indexed.
+    pub(crate) fn covered(&self) -> u64 {
+        self.covered
+    }
+
+    /// Puts in memory, without writing anything, the records of leaves `covered()..to`, which
+    /// were indexed before but are not in a run: `records(from, to)` reads those of leaves
+    /// `from..to` (at most [`Shape::fresh_records_max`] leaves at a time) from what they derive
+    /// from.
+    pub(crate) fn read_back(
+        &mut self,
+        to: u64,
+        records: impl Fn(u64, u64) -> Result<Vec<(Hash, u64)>, CtDbError>,
+    ) -> Result<(), CtDbError> {
+        let mut fresh = Vec::new();
+        let mut next = self.covered;
+        while next < to {
+            let end = to.min(next + self.shape.fresh_records_max.max(1) as u64);
+            let read = records(next, end)?;
+            if let Some((_, sequence)) = read
+                .iter()
+                .find(|(_, sequence)| !(next..end).contains(sequence))
+            {
+                return Err(CtDbError::Corrupt(format!(
+                    "the {} read back leaf {sequence} for leaves {next}..{end}",
+                    self.keyspace.name
+                )));
+            }
+            fresh.extend(read);
+            next = end;
+        }
+        self.covered = self.covered.max(to);
+        if !fresh.is_empty() {
+            fresh.sort_unstable();
+            self.fresh_records += fresh.len();
+            self.view.fresh.push(Arc::new(fresh));
+        }
+        Ok(())
+    }
+
     /// What lookups read now.
     pub(crate) fn view(&self) -> IndexView {
         self.view.clone()
     }
 
-    /// Adds one round's records (leaf hash, sequence number) and puts into `batch` what the
-    /// round writes: a run when enough records collected, a step of a merge, and the meta. The
-    /// index changes in memory at once: if the batch is not written, reopen.
+    /// Adds one round: the index covers leaves `0..upto` after it, and `records` (hash,
+    /// sequence number) are those of leaves `covered()..upto`. Puts into `batch` what the round
+    /// writes: a run when enough records collected, a step of a merge, and the meta. The index
+    /// changes in memory at once: if the batch is not written, reopen.
     pub(crate) fn add_round(
         &mut self,
         files: &DataFiles,
         batch: &mut WriteBatch,
+        upto: u64,
         mut records: Vec<(Hash, u64)>,
     ) -> Result<(), CtDbError> {
+        assert!(upto >= self.covered, "a round does not go back");
+        assert!(
+            records
+                .iter()
+                .all(|(_, sequence)| (self.covered..upto).contains(sequence)),
+            "a round's records are of the leaves it adds"
+        );
+        self.covered = upto;
         let added = records.len();
         if !records.is_empty() {
             records.sort_unstable();
@@ -307,7 +413,7 @@ impl LeafIndex {
         // in this round stay until the next one, for lookups that took the view before this
         // round published its own.
         for id in std::mem::take(&mut self.retired) {
-            files.remove(&run_file(id))?;
+            files.remove(&self.keyspace.run_file(id))?;
         }
         self.merge_step(
             files,
@@ -319,7 +425,7 @@ impl LeafIndex {
         }
         self.place_filters()?;
         batch.put(
-            META_KEY,
+            self.keyspace.meta_key(),
             postcard::to_stdvec(&self.meta).expect("plain data encodes"),
         );
         Ok(())
@@ -344,20 +450,22 @@ impl LeafIndex {
         };
         self.meta.next_id += 1;
         let fences: Vec<Hash> = records.chunks(per_block).map(|block| block[0].0).collect();
-        let file = files.get(&run_file(run.id))?;
+        let file = files.get(&self.keyspace.run_file(run.id))?;
         file.set_len(0)?;
         file.write_at(0, &encode_block(&records))?;
-        let mut filter = FilterWriter::new(run.records, run.blocks_end());
+        let mut filter = FilterWriter::new(self.keyspace, run.records, run.blocks_end());
         for (hash, _) in &records {
             filter.insert(&*file, hash)?;
         }
         let filter = filter.finish(&*file)?;
         file.sync_data()?;
-        put_fences(batch, run.id, &fences);
-        self.meta.indexed_upto += records.len() as u64;
+        put_fences(batch, self.keyspace, run.id, &fences);
+        // Every record in memory is in the run now: the runs cover what the index does.
+        self.meta.indexed_upto = self.covered;
         self.meta.runs.push(run.clone());
         self.view.runs.push(ViewRun {
             run: Arc::new(Run {
+                keyspace: self.keyspace,
                 meta: run,
                 fences,
                 file,
@@ -397,7 +505,7 @@ impl LeafIndex {
             self.meta.next_id += 1;
             // Until it is swapped in, the output is named by no metadata: if the node stops, it
             // is removed at open.
-            let file = files.get(&run_file(output.id))?;
+            let file = files.get(&self.keyspace.run_file(output.id))?;
             file.set_len(0)?;
             let records_total: u64 = tail.iter().map(|run| run.records).sum();
             let first = self.view.runs.len() - fan_in;
@@ -418,7 +526,11 @@ impl LeafIndex {
                 blocks_written: 0,
                 fences: Vec::new(),
                 // The filter goes after the blocks, whose length the sources fix.
-                filter: FilterWriter::new(records_total, records_total * RECORD_BYTES as u64),
+                filter: FilterWriter::new(
+                    self.keyspace,
+                    records_total,
+                    records_total * RECORD_BYTES as u64,
+                ),
             });
         }
         let merge = self.merge.as_mut().expect("started above");
@@ -458,7 +570,7 @@ impl LeafIndex {
             );
             let filter = merge.filter.finish(&*merge.file)?;
             merge.file.sync_data()?;
-            put_fences(batch, merge.output.id, &merge.fences);
+            put_fences(batch, self.keyspace, merge.output.id, &merge.fences);
             // Runs written from memory since the merge began follow its sources: the output
             // takes the sources' place, in sequence order.
             let first = self
@@ -478,6 +590,7 @@ impl LeafIndex {
                 first..end,
                 [ViewRun {
                     run: Arc::new(Run {
+                        keyspace: self.keyspace,
                         meta: merge.output.clone(),
                         fences: merge.fences,
                         file: merge.file,
@@ -491,7 +604,7 @@ impl LeafIndex {
             // in the next round.
             for source in &merge.sources {
                 for chunk in 0..source.blocks().div_ceil(FENCES_PER_CHUNK as u64) {
-                    batch.delete(numbered(FENCE_PREFIX, source.id, chunk));
+                    batch.delete(self.keyspace.fence_key(source.id, chunk));
                 }
             }
             self.retired.extend(merge.sources.iter().map(|run| run.id));
@@ -549,22 +662,23 @@ fn filters_kept(runs: &[(u64, u64)], bytes_max: u64) -> Vec<bool> {
 pub(crate) fn add_filters(
     disk: &dyn Disk,
     files: &DataFiles,
+    keyspace: &'static Keyspace,
     shape: Shape,
 ) -> Result<(), CtDbError> {
-    let meta = read_meta(disk)?;
+    let meta = read_meta(disk, keyspace)?;
     for run in &meta.runs {
-        let file = files.get(&run_file(run.id))?;
+        let file = files.get(&keyspace.run_file(run.id))?;
         let size = file.size()?;
         if size < run.blocks_end() {
             return Err(CtDbError::Corrupt(format!(
-                "leaf index run {} is {size} bytes, short of its {} records",
-                run.id, run.records
+                "{} run {} is {size} bytes, short of its {} records",
+                keyspace.name, run.id, run.records
             )));
         }
         file.set_len(run.blocks_end())?;
-        let mut filter = FilterWriter::new(run.records, run.blocks_end());
+        let mut filter = FilterWriter::new(keyspace, run.records, run.blocks_end());
         for block in 0..run.blocks() {
-            for (hash, _) in read_block(&*file, run, shape.block_records, block)? {
+            for (hash, _) in read_block(keyspace, &*file, run, shape.block_records, block)? {
                 filter.insert(&*file, &hash)?;
             }
         }
@@ -641,7 +755,13 @@ impl IndexView {
 impl Run {
     /// Block `block` of the run, read from its file.
     fn read_block(&self, block: u64) -> Result<Vec<(Hash, u64)>, CtDbError> {
-        read_block(&*self.file, &self.meta, self.block_records, block)
+        read_block(
+            self.keyspace,
+            &*self.file,
+            &self.meta,
+            self.block_records,
+            block,
+        )
     }
 
     /// The run's filter, read from its file and checked against its CRC.
@@ -657,7 +777,7 @@ impl Run {
         for segment in 0..u64::from(geometry.segments) {
             self.file
                 .read_at(start + segment * segment_bytes, &mut bytes)
-                .map_err(|error| filter_damaged(&self.meta, &error.to_string()))?;
+                .map_err(|error| filter_damaged(self.keyspace, &self.meta, &error.to_string()))?;
             hasher.update(&bytes);
             words.extend(
                 bytes
@@ -667,7 +787,11 @@ impl Run {
         }
         hasher.update(&geometry.encode());
         if hasher.finalize() != crc {
-            return Err(filter_damaged(&self.meta, "it does not match its checksum"));
+            return Err(filter_damaged(
+                self.keyspace,
+                &self.meta,
+                "it does not match its checksum",
+            ));
         }
         Ok(Filter { geometry, words })
     }
@@ -675,6 +799,7 @@ impl Run {
 
 /// Block `block` of `run`, read from its file.
 fn read_block(
+    keyspace: &Keyspace,
     file: &dyn LogFile,
     run: &RunMeta,
     block_records: usize,
@@ -684,8 +809,8 @@ fn read_block(
     let first = block * per_block;
     if first >= run.records {
         return Err(CtDbError::Corrupt(format!(
-            "leaf index run {} has no block {block}",
-            run.id
+            "{} run {} has no block {block}",
+            keyspace.name, run.id
         )));
     }
     let records = (run.records - first).min(per_block);
@@ -693,11 +818,11 @@ fn read_block(
     file.read_at(first * RECORD_BYTES as u64, &mut bytes)
         .map_err(|error| {
             CtDbError::Corrupt(format!(
-                "block {block} of leaf index run {}: {error}",
-                run.id
+                "block {block} of {} run {}: {error}",
+                keyspace.name, run.id
             ))
         })?;
-    decode_block(&bytes)
+    decode_block(keyspace, &bytes)
 }
 
 /// A filter's shape: segments of `segment_words` words, `hashes` bits set per record.
@@ -773,11 +898,16 @@ struct StoredFilter {
 
 impl StoredFilter {
     /// The trailer of `run`'s filter, checked against the file's length.
-    fn read(file: &dyn LogFile, run: &RunMeta) -> Result<StoredFilter, CtDbError> {
+    fn read(
+        keyspace: &Keyspace,
+        file: &dyn LogFile,
+        run: &RunMeta,
+    ) -> Result<StoredFilter, CtDbError> {
         let size = file.size()?;
         let trailer_start = run.blocks_end() + FILTER_TRAILER_BYTES as u64;
         if size < trailer_start {
             return Err(filter_damaged(
+                keyspace,
                 run,
                 &format!(
                     "it is missing (the file is {size} bytes, its blocks {})",
@@ -787,10 +917,11 @@ impl StoredFilter {
         }
         let mut trailer = [0u8; FILTER_TRAILER_BYTES];
         file.read_at(size - FILTER_TRAILER_BYTES as u64, &mut trailer)
-            .map_err(|error| filter_damaged(run, &error.to_string()))?;
+            .map_err(|error| filter_damaged(keyspace, run, &error.to_string()))?;
         let number = |at: usize| u32::from_be_bytes(trailer[at..at + 4].try_into().expect("4"));
         if trailer[..4] != FILTER_MAGIC {
             return Err(filter_damaged(
+                keyspace,
                 run,
                 "the file does not end in a filter trailer",
             ));
@@ -802,12 +933,14 @@ impl StoredFilter {
         };
         if geometry.segments == 0 || geometry.segment_words == 0 || geometry.hashes == 0 {
             return Err(filter_damaged(
+                keyspace,
                 run,
                 &format!("its trailer says {geometry:?}"),
             ));
         }
         if trailer_start + geometry.bytes() != size {
             return Err(filter_damaged(
+                keyspace,
                 run,
                 &format!(
                     "its trailer says {} bytes, the file holds {}",
@@ -823,8 +956,11 @@ impl StoredFilter {
     }
 }
 
-fn filter_damaged(run: &RunMeta, what: &str) -> CtDbError {
-    CtDbError::Corrupt(format!("the filter of leaf index run {}: {what}", run.id))
+fn filter_damaged(keyspace: &Keyspace, run: &RunMeta, what: &str) -> CtDbError {
+    CtDbError::Corrupt(format!(
+        "the filter of {} run {}: {what}",
+        keyspace.name, run.id
+    ))
 }
 
 /// A run's Bloom filter in memory.
@@ -849,6 +985,7 @@ impl Filter {
 /// written to the file when the records move past it.
 #[derive(Debug)]
 struct FilterWriter {
+    keyspace: &'static Keyspace,
     geometry: FilterGeometry,
     /// Where the filter starts in the file.
     start: u64,
@@ -860,9 +997,10 @@ struct FilterWriter {
 
 impl FilterWriter {
     /// The filter of a run of `records`, written from `start` on.
-    fn new(records: u64, start: u64) -> FilterWriter {
+    fn new(keyspace: &'static Keyspace, records: u64, start: u64) -> FilterWriter {
         let geometry = FilterGeometry::for_records(records);
         FilterWriter {
+            keyspace,
             geometry,
             start,
             segment: 0,
@@ -876,9 +1014,10 @@ impl FilterWriter {
         let segment = self.geometry.segment_of(hash);
         if segment < self.segment {
             // Records come from sorted runs; only damaged ones could be out of order.
-            return Err(CtDbError::Corrupt(
-                "leaf index records are out of hash order".into(),
-            ));
+            return Err(CtDbError::Corrupt(format!(
+                "{} records are out of hash order",
+                self.keyspace.name
+            )));
         }
         while self.segment < segment {
             self.write_segment(file)?;
@@ -942,45 +1081,41 @@ fn flush_block(merge: &mut Merge) -> Result<(), CtDbError> {
     Ok(())
 }
 
-fn run_file(id: u64) -> String {
-    format!("{RUN_FILE_PREFIX}{id:020}")
-}
-
-fn numbered(prefix: &[u8], id: u64, number: u64) -> Vec<u8> {
-    let mut key = prefix.to_vec();
-    key.extend_from_slice(&id.to_be_bytes());
-    key.extend_from_slice(&number.to_be_bytes());
-    key
-}
-
-fn read_meta(disk: &dyn Disk) -> Result<Meta, CtDbError> {
-    match disk.get(META_KEY)? {
+fn read_meta(disk: &dyn Disk, keyspace: &Keyspace) -> Result<Meta, CtDbError> {
+    match disk.get(&keyspace.meta_key())? {
         Some(bytes) => postcard::from_bytes(&bytes)
-            .map_err(|error| CtDbError::Corrupt(format!("the leaf index meta: {error}"))),
+            .map_err(|error| CtDbError::Corrupt(format!("the {} meta: {error}", keyspace.name))),
         None => Ok(Meta::default()),
     }
 }
 
-fn put_fences(batch: &mut WriteBatch, run: u64, fences: &[Hash]) {
+fn put_fences(batch: &mut WriteBatch, keyspace: &Keyspace, run: u64, fences: &[Hash]) {
     for (chunk, hashes) in fences.chunks(FENCES_PER_CHUNK).enumerate() {
-        batch.put(numbered(FENCE_PREFIX, run, chunk as u64), hashes.concat());
+        batch.put(keyspace.fence_key(run, chunk as u64), hashes.concat());
     }
 }
 
-fn read_fences(disk: &dyn Disk, run: &RunMeta) -> Result<Vec<Hash>, CtDbError> {
+fn read_fences(
+    disk: &dyn Disk,
+    keyspace: &Keyspace,
+    run: &RunMeta,
+) -> Result<Vec<Hash>, CtDbError> {
     let blocks = usize::try_from(run.blocks()).unwrap_or(usize::MAX);
     let mut fences = Vec::with_capacity(blocks);
     for chunk in 0..blocks.div_ceil(FENCES_PER_CHUNK) {
         let bytes = disk
-            .get(&numbered(FENCE_PREFIX, run.id, chunk as u64))?
+            .get(&keyspace.fence_key(run.id, chunk as u64))?
             .ok_or_else(|| {
                 CtDbError::Corrupt(format!(
-                    "fences {chunk} of leaf index run {} are missing",
-                    run.id
+                    "fences {chunk} of {} run {} are missing",
+                    keyspace.name, run.id
                 ))
             })?;
         if !bytes.len().is_multiple_of(32) {
-            return Err(CtDbError::Corrupt("leaf index fences are malformed".into()));
+            return Err(CtDbError::Corrupt(format!(
+                "{} fences are malformed",
+                keyspace.name
+            )));
         }
         fences.extend(
             bytes
@@ -990,7 +1125,8 @@ fn read_fences(disk: &dyn Disk, run: &RunMeta) -> Result<Vec<Hash>, CtDbError> {
     }
     if fences.len() != blocks {
         return Err(CtDbError::Corrupt(format!(
-            "leaf index run {} has {} fences for {blocks} blocks",
+            "{} run {} has {} fences for {blocks} blocks",
+            keyspace.name,
             run.id,
             fences.len()
         )));
@@ -1007,9 +1143,12 @@ fn encode_block(records: &[(Hash, u64)]) -> Vec<u8> {
     bytes
 }
 
-fn decode_block(bytes: &[u8]) -> Result<Vec<(Hash, u64)>, CtDbError> {
+fn decode_block(keyspace: &Keyspace, bytes: &[u8]) -> Result<Vec<(Hash, u64)>, CtDbError> {
     if bytes.is_empty() || !bytes.len().is_multiple_of(RECORD_BYTES) {
-        return Err(CtDbError::Corrupt("a leaf index block is malformed".into()));
+        return Err(CtDbError::Corrupt(format!(
+            "a block of the {} is malformed",
+            keyspace.name
+        )));
     }
     Ok(bytes
         .chunks_exact(RECORD_BYTES)
@@ -1024,13 +1163,46 @@ fn decode_block(bytes: &[u8]) -> Result<Vec<(Hash, u64)>, CtDbError> {
 /// Cuts every run file back to its blocks, as runs were before they carried filters (for tests
 /// of the layout before them).
 #[cfg(test)]
-pub(crate) fn remove_filters(disk: &dyn Disk, files: &DataFiles) -> Result<(), CtDbError> {
-    for run in read_meta(disk)?.runs {
-        let file = files.get(&run_file(run.id))?;
+pub(crate) fn remove_filters(
+    disk: &dyn Disk,
+    files: &DataFiles,
+    keyspace: &Keyspace,
+) -> Result<(), CtDbError> {
+    for run in read_meta(disk, keyspace)?.runs {
+        let file = files.get(&keyspace.run_file(run.id))?;
         file.set_len(run.blocks_end())?;
         file.sync_data()?;
     }
     Ok(())
+}
+
+/// Removes the index of `keyspace`, its keys and its run files, as a store from before it was
+/// (for tests of the layout before the entry-key index).
+#[cfg(test)]
+pub(crate) fn remove_index(
+    disk: &dyn Disk,
+    files: &DataFiles,
+    keyspace: &Keyspace,
+) -> Result<(), CtDbError> {
+    let mut batch = WriteBatch::new();
+    batch.delete(keyspace.meta_key());
+    for run in read_meta(disk, keyspace)?.runs {
+        for chunk in 0..run.blocks().div_ceil(FENCES_PER_CHUNK as u64) {
+            batch.delete(keyspace.fence_key(run.id, chunk));
+        }
+    }
+    disk.write(batch)?;
+    disk.flush()?;
+    for name in files.named(keyspace.run_file_prefix)? {
+        files.remove(&name)?;
+    }
+    Ok(())
+}
+
+/// The leaves the runs of `keyspace`'s index cover, as its stored meta says.
+#[cfg(test)]
+pub(crate) fn indexed_upto(disk: &dyn Disk, keyspace: &Keyspace) -> Result<u64, CtDbError> {
+    Ok(read_meta(disk, keyspace)?.indexed_upto)
 }
 
 #[cfg(test)]
@@ -1059,23 +1231,38 @@ mod tests {
         }
     }
 
-    /// An index on simulated storage, and the model it must answer as: every hash indexed, by
-    /// sequence number.
+    /// An index on simulated storage, and the model it must answer as: every leaf's hash by
+    /// sequence number (`None`: a leaf without a record).
     struct Harness {
+        keyspace: &'static Keyspace,
         disk: Arc<SimDisk>,
         sim: Arc<SimFiles>,
         files: DataFiles,
-        index: LeafIndex,
-        hashes: Vec<Hash>,
+        index: HashIndex,
+        hashes: Vec<Option<Hash>>,
     }
 
     impl Harness {
         fn new(shape: Shape) -> Harness {
-            let disk = Arc::new(SimDisk::new());
-            let sim = Arc::new(SimFiles::new());
+            Harness::on(
+                Arc::new(SimDisk::new()),
+                Arc::new(SimFiles::new()),
+                &LEAF_HASHES,
+                shape,
+            )
+        }
+
+        /// An empty index of `keyspace` on `disk` and `sim`, which other indexes may share.
+        fn on(
+            disk: Arc<SimDisk>,
+            sim: Arc<SimFiles>,
+            keyspace: &'static Keyspace,
+            shape: Shape,
+        ) -> Harness {
             let files = DataFiles::new(Arc::clone(&sim) as Arc<dyn Files>);
-            let index = LeafIndex::open(&*disk, &files, 0, shape, |_, _| Ok(Vec::new())).unwrap();
+            let index = HashIndex::open(&*disk, &files, keyspace, shape, 0).unwrap();
             Harness {
+                keyspace,
                 disk,
                 sim,
                 files,
@@ -1086,11 +1273,25 @@ mod tests {
 
         /// One round of `hashes`, its batch written as the database writes it.
         fn add_round(&mut self, hashes: &[Hash]) {
+            let hashes: Vec<Option<Hash>> = hashes.iter().copied().map(Some).collect();
+            self.add_leaves(&hashes);
+        }
+
+        /// One round of leaves, some of them without a record.
+        fn add_leaves(&mut self, hashes: &[Option<Hash>]) {
             let first = self.hashes.len() as u64;
-            let records = hashes.iter().copied().zip(first..).collect();
+            let records = (first..)
+                .zip(hashes)
+                .filter_map(|(sequence, hash)| Some(((*hash)?, sequence)))
+                .collect();
             let mut batch = WriteBatch::new();
             self.index
-                .add_round(&self.files, &mut batch, records)
+                .add_round(
+                    &self.files,
+                    &mut batch,
+                    first + hashes.len() as u64,
+                    records,
+                )
                 .unwrap();
             self.disk.write(batch).unwrap();
             self.disk.flush().unwrap();
@@ -1101,18 +1302,16 @@ mod tests {
         fn reopen(&mut self, shape: Shape) -> Result<(), CtDbError> {
             self.files = DataFiles::new(Arc::clone(&self.sim) as Arc<dyn Files>);
             let hashes = &self.hashes;
-            self.index = LeafIndex::open(
-                &*self.disk,
-                &self.files,
-                hashes.len() as u64,
-                shape,
-                |from, to| {
-                    Ok(
-                        hashes[usize::try_from(from).unwrap()..usize::try_from(to).unwrap()]
-                            .to_vec(),
-                    )
-                },
-            )?;
+            let size = hashes.len() as u64;
+            self.index = HashIndex::open(&*self.disk, &self.files, self.keyspace, shape, size)?;
+            self.index.read_back(size, |from, to| {
+                let (from, to) = (usize::try_from(from).unwrap(), usize::try_from(to).unwrap());
+                Ok((from as u64..)
+                    .zip(&hashes[from..to])
+                    .filter_map(|(sequence, hash)| Some(((*hash)?, sequence)))
+                    .collect())
+            })?;
+            assert_eq!(self.index.covered(), size);
             Ok(())
         }
 
@@ -1122,7 +1321,21 @@ mod tests {
 
         /// The file of run `run`, opened past the index's own handles.
         fn run_file(&self, run: &RunMeta) -> Arc<dyn LogFile> {
-            self.sim.open(&run_file(run.id)).unwrap()
+            self.sim.open(&self.keyspace.run_file(run.id)).unwrap()
+        }
+
+        /// Every leaf with a record is found at its first number.
+        fn check_present(&self) {
+            let view = self.index.view();
+            let mut first = BTreeMap::new();
+            for (sequence, hash) in self.hashes.iter().enumerate() {
+                if let Some(hash) = hash {
+                    first.entry(*hash).or_insert(sequence as u64);
+                }
+            }
+            for (hash, sequence) in first {
+                assert_eq!(view.lookup(&hash).unwrap(), Some(sequence));
+            }
         }
     }
 
@@ -1155,9 +1368,7 @@ mod tests {
             "{filtered} blocks read for {lookups} absent hashes in {runs} runs"
         );
         // Present hashes are all found, at their numbers.
-        for (sequence, hash) in harness.hashes.iter().enumerate() {
-            assert_eq!(view.lookup(hash).unwrap(), Some(sequence as u64));
-        }
+        harness.check_present();
         // The filters are what memory holds beside the fences: 10 bits a record, in words.
         let filter_bytes = view.filter_bytes();
         assert_eq!(filter_bytes, runs * 80);
@@ -1202,6 +1413,115 @@ mod tests {
     }
 
     #[test]
+    fn no_keyspace_reaches_into_another() {
+        // Files are matched by prefix, keys scanned by prefix: neither may start with another's.
+        let keyspaces = [&LEAF_HASHES, &ENTRY_KEYS];
+        for a in keyspaces {
+            for b in keyspaces.into_iter().filter(|&b| b != a) {
+                assert!(
+                    !a.run_file_prefix.starts_with(b.run_file_prefix),
+                    "{a:?} {b:?}"
+                );
+                assert!(!a.disk_prefix.starts_with(b.disk_prefix), "{a:?} {b:?}");
+            }
+        }
+        // The leaf index's names are those stores have always had.
+        assert_eq!(LEAF_HASHES.meta_key(), b"ct/index/meta");
+        assert_eq!(
+            LEAF_HASHES.fence_key(1, 2),
+            [
+                &b"ct/index/fence/"[..],
+                &1u64.to_be_bytes(),
+                &2u64.to_be_bytes()
+            ]
+            .concat()
+        );
+        assert_eq!(LEAF_HASHES.run_file(7), "index-00000000000000000007");
+
+        // Two indexes on one disk and one directory, given the same hashes at other numbers,
+        // through runs, merges (and their garbage) and reopening: each answers its own.
+        let shape = Shape {
+            fresh_records_max: 10,
+            merge_fan_in: 2,
+            merge_work_per_record: 1,
+            block_records: 3,
+            filter_bytes_max: usize::MAX,
+        };
+        let mut leaves = Harness::new(shape);
+        let mut keys = Harness::on(
+            Arc::clone(&leaves.disk),
+            Arc::clone(&leaves.sim),
+            &ENTRY_KEYS,
+            shape,
+        );
+        for round in 0..12u64 {
+            let hashes: Vec<Hash> = (round * 10..(round + 1) * 10).map(hash_of).collect();
+            leaves.add_round(&hashes);
+            // The entry keys' index gets them in reverse and a round later.
+            let mut reversed = hashes.clone();
+            reversed.reverse();
+            keys.add_leaves(&[None]);
+            keys.add_round(&reversed);
+            for harness in [&mut leaves, &mut keys] {
+                harness.check_present();
+                if round % 4 == 3 {
+                    harness.reopen(shape).unwrap();
+                    harness.check_present();
+                }
+            }
+        }
+        let named = |harness: &Harness| -> Vec<String> {
+            let mut names: Vec<String> = harness
+                .index
+                .meta
+                .runs
+                .iter()
+                .map(|run| harness.keyspace.run_file(run.id))
+                .collect();
+            names.sort();
+            names
+        };
+        let mut all = named(&leaves);
+        all.extend(named(&keys));
+        all.sort();
+        let mut listed = leaves.sim.list().unwrap();
+        listed.sort();
+        assert_eq!(listed, all, "every file is a run of one index's metadata");
+        assert_eq!(leaves.index.view().lookup(&hash_of(3)).unwrap(), Some(3));
+        assert_eq!(keys.index.view().lookup(&hash_of(3)).unwrap(), Some(7));
+    }
+
+    #[test]
+    fn an_index_covers_leaves_without_records() {
+        // Runs of 8 records; every other leaf has none.
+        let shape = unmerged(8, usize::MAX);
+        let mut harness = Harness::new(shape);
+        let leaves: Vec<Option<Hash>> = (0..100u64)
+            .map(|n| (n % 2 == 1).then(|| hash_of(n)))
+            .collect();
+        for round in leaves.chunks(7) {
+            harness.add_leaves(round);
+            let covered = harness.hashes.len() as u64;
+            assert_eq!(harness.index.covered(), covered);
+            // A run is written once 8 records collect, and covers every leaf added so far: at
+            // most 7 records (14 leaves) are past the runs.
+            let upto = harness.index.meta.indexed_upto;
+            assert!(covered - upto <= 14, "{upto} of {covered}");
+            assert_eq!(upto == covered, harness.index.fresh_records == 0);
+        }
+        let in_runs: u64 = harness.index.meta.runs.iter().map(|run| run.records).sum();
+        assert!(harness.index.meta.runs.len() >= 4);
+        harness.check_present();
+        for n in (0..100).step_by(2) {
+            assert_eq!(harness.index.view().lookup(&hash_of(n)).unwrap(), None);
+        }
+        // What is read back at open starts where the runs end, a leaf and not a record count.
+        harness.reopen(shape).unwrap();
+        harness.check_present();
+        assert_eq!(harness.index.fresh_records as u64, 50 - in_runs);
+    }
+
+    #[test]
     fn the_largest_runs_keep_their_filters_within_the_bound() {
         // (records, filter bytes), oldest first.
         let runs = [(10, 100), (80, 800), (10, 100), (640, 6_400), (80, 800)];
@@ -1229,18 +1549,13 @@ mod tests {
             size,
             run.blocks_end() + filter_bytes + FILTER_TRAILER_BYTES as u64
         );
-        let original = harness.sim.contents(&run_file(run.id)).unwrap();
+        let original = harness.sim.contents(&LEAF_HASHES.run_file(run.id)).unwrap();
         let restore = |harness: &mut Harness| {
             let file = harness.run_file(&run);
             file.set_len(0).unwrap();
             file.write_at(0, &original).unwrap();
             harness.reopen(unmerged(40, usize::MAX)).unwrap();
-            for (sequence, hash) in harness.hashes.iter().enumerate() {
-                assert_eq!(
-                    harness.index.view().lookup(hash).unwrap(),
-                    Some(sequence as u64)
-                );
-            }
+            harness.check_present();
         };
         let refused = |harness: &mut Harness, filter_bytes_max: usize, what: &str| match harness
             .reopen(unmerged(40, filter_bytes_max))
@@ -1261,10 +1576,7 @@ mod tests {
         .unwrap();
         refused(&mut harness, usize::MAX, "checksum");
         harness.reopen(unmerged(40, 0)).unwrap();
-        assert_eq!(
-            harness.index.view().lookup(&harness.hashes[50]).unwrap(),
-            Some(50)
-        );
+        assert_eq!(harness.index.view().lookup(&hash_of(50)).unwrap(), Some(50));
         restore(&mut harness);
 
         // A damaged trailer is caught at open whatever the bound.
@@ -1307,27 +1619,25 @@ mod tests {
             .meta
             .runs
             .iter()
-            .map(|run| harness.sim.contents(&run_file(run.id)).unwrap())
+            .map(|run| harness.sim.contents(&LEAF_HASHES.run_file(run.id)).unwrap())
             .collect();
-        remove_filters(&*harness.disk, &harness.files).unwrap();
+        remove_filters(&*harness.disk, &harness.files, &LEAF_HASHES).unwrap();
         assert!(matches!(harness.reopen(shape), Err(CtDbError::Corrupt(_))));
-        add_filters(&*harness.disk, &harness.files, shape).unwrap();
+        add_filters(&*harness.disk, &harness.files, &LEAF_HASHES, shape).unwrap();
         // The same files as written with their runs; and again, the same.
         for _ in 0..2 {
             for (run, bytes) in harness.index.meta.runs.iter().zip(&written) {
                 assert_eq!(
-                    harness.sim.contents(&run_file(run.id)).as_ref(),
+                    harness.sim.contents(&LEAF_HASHES.run_file(run.id)).as_ref(),
                     Some(bytes)
                 );
             }
-            add_filters(&*harness.disk, &harness.files, shape).unwrap();
+            add_filters(&*harness.disk, &harness.files, &LEAF_HASHES, shape).unwrap();
         }
         harness.reopen(shape).unwrap();
         let view = harness.index.view();
         assert!(view.runs.iter().all(|run| run.filter.is_some()));
-        for (sequence, hash) in harness.hashes.iter().enumerate() {
-            assert_eq!(view.lookup(hash).unwrap(), Some(sequence as u64));
-        }
+        harness.check_present();
     }
 
     proptest! {
@@ -1355,17 +1665,21 @@ mod tests {
                 match kind {
                     0..=3 => {
                         let first = harness.hashes.len() as u64;
-                        // Kind 0 repeats hashes from a small pool; the others are new.
-                        let hashes: Vec<Hash> = (first..first + amount)
+                        // Kind 0 repeats hashes from a small pool; kind 3 leaves every third
+                        // leaf without a record; the others are new.
+                        let hashes: Vec<Option<Hash>> = (first..first + amount)
                             .map(|sequence| match kind {
-                                0 => hash_of(sequence % 23),
-                                _ => hash_of(1_000_000 + sequence),
+                                0 => Some(hash_of(sequence % 23)),
+                                3 if sequence % 3 == 0 => None,
+                                _ => Some(hash_of(1_000_000 + sequence)),
                             })
                             .collect();
                         for (hash, sequence) in hashes.iter().zip(first..) {
-                            model.entry(*hash).or_insert(sequence);
+                            if let Some(hash) = hash {
+                                model.entry(*hash).or_insert(sequence);
+                            }
                         }
-                        harness.add_round(&hashes);
+                        harness.add_leaves(&hashes);
                     }
                     4 => harness.reopen(shape).unwrap(),
                     _ => {
@@ -1373,6 +1687,8 @@ mod tests {
                         harness.reopen(shape).unwrap();
                     }
                 }
+                prop_assert_eq!(harness.index.covered(), harness.hashes.len() as u64);
+                prop_assert!(harness.index.meta.indexed_upto <= harness.index.covered());
                 let view = harness.index.view();
                 prop_assert!(view.filter_bytes() <= shape.filter_bytes_max as u64);
                 for (hash, first) in &model {
