@@ -282,7 +282,8 @@ pub fn grpc_requests(data: &[u8]) {
             }
         }
         29 => call.write(
-            |request| log::set_config(request).map(CtCommand::Configure),
+            // The dedupe window, when given, is a second command; the first is what is checked.
+            |request| log::set_config(request).map(|(config, _)| CtCommand::Configure(config)),
             any,
         ),
         30 => call.write(|request| Ok(log::set_frozen(request)), any),
