@@ -1025,6 +1025,7 @@ fn grpc_seeds(pki: &TestPki) -> Vec<(String, Vec<u8>)> {
             node_group: facts.node_group.clone(),
             worker: "worker-2".into(),
             max: 2,
+            wait_ms: 0,
         }
         .encode_to_vec()
     });

@@ -118,6 +118,7 @@ async fn dequeue(
             node_group: node_group.to_owned(),
             worker: worker.to_owned(),
             max,
+            wait_ms: 0,
         })
         .await
         .expect("Pipelines/Dequeue")
@@ -206,6 +207,7 @@ async fn watch(
             node_group: node_group.to_owned(),
             after_seq,
             include_progress: false,
+            positions: false,
         })
         .await
         .expect("Pipelines/WatchCompletions")
@@ -777,6 +779,7 @@ async fn bad_input_gets_the_right_code_and_changes_nothing() {
                     node_group: "g".to_owned(),
                     worker: "w".to_owned(),
                     max,
+                    wait_ms: 0,
                 })
                 .await,
             "out-of-range",
@@ -789,6 +792,7 @@ async fn bad_input_gets_the_right_code_and_changes_nothing() {
                 node_group: "g".to_owned(),
                 worker: String::new(),
                 max: 1,
+                wait_ms: 0,
             })
             .await,
         "invalid-argument",
@@ -1057,6 +1061,7 @@ async fn bad_input_gets_the_right_code_and_changes_nothing() {
                 node_group: "g".to_owned(),
                 after_seq: Some(1_000_000),
                 include_progress: false,
+                positions: false,
             })
             .await,
         "out-of-range",
@@ -1068,6 +1073,7 @@ async fn bad_input_gets_the_right_code_and_changes_nothing() {
                 node_group: "bad group".to_owned(),
                 after_seq: None,
                 include_progress: false,
+                positions: false,
             })
             .await,
         "invalid-argument",
