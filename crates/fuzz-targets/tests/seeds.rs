@@ -1118,5 +1118,35 @@ fn grpc_seeds(pki: &TestPki) -> Vec<(String, Vec<u8>)> {
         }
         .encode_to_vec()
     });
+    add("enqueue-batch", 32, &|| {
+        let item = |external_id: &str| v1::EnqueueRequest {
+            owner: "owner-1".into(),
+            external_id: external_id.into(),
+            route: Some(v1::enqueue_request::Route::Pipeline(facts.pipeline.clone())),
+            queue: v1::QueueType::In.into(),
+            state: "{\"n\":1}".into(),
+            event: String::new(),
+            metadata: None,
+        };
+        v1::EnqueueBatchRequest {
+            items: vec![item("batch-1"), item(""), item("batch-1")],
+        }
+        .encode_to_vec()
+    });
+    add("complete-batch", 33, &|| {
+        let item = |token: u64| v1::CompleteTransactionRequest {
+            transaction_id: facts.transaction,
+            claim_token: token,
+            status: v1::TxStatus::Success.into(),
+            state: String::new(),
+        };
+        v1::CompleteBatchRequest {
+            items: vec![
+                item(facts.transaction_token),
+                item(facts.transaction_token + 1),
+            ],
+        }
+        .encode_to_vec()
+    });
     seeds
 }
