@@ -484,7 +484,7 @@ mod tests {
         );
         let keyed = EnqueueRequest {
             external_id: "order-1".to_owned(),
-            ..request
+            ..request.clone()
         };
         let enqueue = client.enqueue(keyed).await;
         assert_attempts(enqueue, 3, "an enqueue with an external id is retried");
@@ -494,5 +494,29 @@ mod tests {
             .complete_transaction(1, 2, TxStatus::Success, None)
             .await;
         assert_attempts(complete, 3, "a complete is retried");
+        let batch = client.enqueue_batch(vec![request.clone()]).await;
+        assert_attempts(
+            batch,
+            1,
+            "a batch with an item without external id is not repeated",
+        );
+        let keyed = EnqueueRequest {
+            external_id: "order-2".to_owned(),
+            ..request
+        };
+        let batch = client.enqueue_batch(vec![keyed]).await;
+        assert_attempts(
+            batch,
+            3,
+            "a batch whose items all have external ids is retried",
+        );
+        let waiting = client
+            .dequeue_wait("g", "w", 1, Duration::from_millis(10))
+            .await;
+        assert_attempts(waiting, 1, "a waiting dequeue");
+        let completions = client
+            .complete_batch(vec![CompleteTransactionRequest::default()])
+            .await;
+        assert_attempts(completions, 3, "a complete batch is retried");
     }
 }
