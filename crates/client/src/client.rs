@@ -1,7 +1,7 @@
 //! The client: the [`Client`] type and how it is built. Its methods live with their service, one
 //! module each; every one of them goes through the call machinery in `call` (the retry loop,
 //! budgets, numbered writes), which sends where `routing` says (channels, the preferred node,
-//! leader discovery).
+//! leader discovery). A worker's `Work` stream is a handle of its own, `work`.
 
 use std::sync::{Arc, Mutex};
 
@@ -17,6 +17,9 @@ mod log;
 mod pipelines;
 mod routing;
 mod sessions;
+mod work;
+
+pub use work::WorkStream;
 
 /// A client of one Certus cluster.
 ///

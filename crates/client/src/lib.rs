@@ -88,10 +88,12 @@
 //! # Transaction pipelines
 //!
 //! The `certus.v1.Pipelines` methods serve producers ([`Client::enqueue`],
-//! [`Client::get_state`] to long-poll for the result or progress, [`Client::cancel_transaction`],
-//! [`Client::watch_completions`] for a stream of a node group's completions), workers
-//! ([`Client::dequeue`], [`Client::complete_transaction`], [`Client::requeue_transaction`],
-//! [`Client::report_progress`], [`Client::sleep_transaction`]) and operators (pipeline
+//! [`Client::enqueue_batch`], [`Client::get_state`] to long-poll for the result or progress,
+//! [`Client::cancel_transaction`], [`Client::watch_completions`] for a stream of a node group's
+//! completions), workers ([`Client::dequeue`], [`Client::dequeue_wait`] to long-poll for work,
+//! [`Client::complete_transaction`], [`Client::complete_batch`],
+//! [`Client::requeue_transaction`], [`Client::report_progress`], [`Client::sleep_transaction`],
+//! and [`Client::work`], a stream that pushes claims as work is queued) and operators (pipeline
 //! definitions, switches, [`Client::list_in_play`], [`Client::list_stuck`],
 //! [`Client::pipelines_status`], notices and the configuration). Replies with transactions can
 //! be large; the client accepts up to [`PIPELINE_REPLY_BYTES_MAX`].
@@ -113,7 +115,7 @@ mod limits;
 mod numbering;
 
 pub use auth::{BearerToken, ClientTls};
-pub use client::Client;
+pub use client::{Client, WorkStream};
 pub use config::ClientConfig;
 pub use endpoint::parse_endpoint;
 pub use error::{ClientError, ERROR_REASON_KEY};
@@ -126,13 +128,14 @@ pub use certus_proto::health::health_check_response::ServingStatus;
 pub use certus_proto::v1::complete_request;
 /// The `Pipelines` messages.
 pub use certus_proto::v1::{
-    AcknowledgeNoticesReply, CancelOutcome, CancelReply, CompleteTransactionReply,
-    DefinePipelineReply, DeletePipelineReply, DequeueReply, EnqueueReply, EnqueueRequest,
-    GetStateReply, GetStateRequest, ListNoticesReply, ListPipelinesReply, ListTransactionsReply,
-    NodeGroupCounts, Notice, NotificationKind, PendingWebhook, Pipeline, PipelineConfig,
-    PipelineNotification, PipelinesStatus, ProgressReply, QueueType, RequeueReply, RequeueRequest,
-    SetSwitchReply, SleepReply, SleepRequest, StatusCount, Transaction, TxMetadata, TxStatus,
-    WaitOutcome,
+    AcknowledgeNoticesReply, CancelOutcome, CancelReply, CompleteBatchReply, CompleteItemResult,
+    CompleteTransactionReply, CompleteTransactionRequest, DefinePipelineReply, DeletePipelineReply,
+    DequeueReply, EnqueueBatchReply, EnqueueItemResult, EnqueueReply, EnqueueRequest,
+    GetStateReply, GetStateRequest, ItemError, ListNoticesReply, ListPipelinesReply,
+    ListTransactionsReply, NodeGroupCounts, Notice, NotificationKind, PendingWebhook, Pipeline,
+    PipelineConfig, PipelineNotification, PipelinesStatus, ProgressReply, QueueType, RequeueReply,
+    RequeueRequest, SetSwitchReply, SleepReply, SleepRequest, StatusCount, Transaction, TxMetadata,
+    TxStatus, WaitOutcome, WorkEvent, WorkStepResult,
 };
 pub use certus_proto::v1::{
     AcquireReply, AddChainReply, Challenge, CheckFenceReply, ClaimReply, DeleteChallengeReply,
@@ -144,4 +147,7 @@ pub use certus_proto::v1::{
     TriggerSnapshotReply,
 };
 /// Routes, wake times and notice kinds of the `Pipelines` messages.
-pub use certus_proto::v1::{enqueue_request, notice, requeue_request, sleep_request};
+pub use certus_proto::v1::{
+    complete_item_result, enqueue_item_result, enqueue_request, notice, requeue_request,
+    sleep_request, work_event, work_step_result,
+};

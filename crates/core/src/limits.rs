@@ -117,6 +117,11 @@ pub const PIPELINE_EXTERNAL_IDS_MAX: usize = 1_000_000;
 pub const PIPELINE_EXTERNAL_ID_WINDOW_MS_MAX: u64 = 30 * 24 * 60 * 60 * 1000;
 /// Most transactions one `Dequeue` hands out.
 pub const PIPELINE_DEQUEUE_BATCH_MAX: u32 = 100;
+/// Most transactions one `EnqueueBatch` creates: one Raft entry carries them all, and a request
+/// is bounded in bytes too, so this bounds the work of one command when items are small.
+pub const PIPELINE_ENQUEUE_BATCH_MAX: usize = 256;
+/// Most transactions one `CompleteBatch` finishes (one Raft entry, like an enqueue batch).
+pub const PIPELINE_COMPLETE_BATCH_MAX: usize = 256;
 /// Longest a transaction may run between two signs of life (its dequeue or a progress report)
 /// before the reaper takes it back: one day.
 pub const PIPELINE_RUNNING_TIMEOUT_MS_MAX: u64 = 24 * 60 * 60 * 1000;

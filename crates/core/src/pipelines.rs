@@ -75,14 +75,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::claims::{self, DAY_MS, Held, Hold, InvalidConfig, OutOfRange, Place, Sweep, Work};
 use crate::limits::{
-    LIST_PAGE_MAX, PIPELINE_DEQUEUE_BATCH_MAX, PIPELINE_EXTERNAL_ID_BYTES_MAX,
-    PIPELINE_EXTERNAL_ID_WINDOW_MS_MAX, PIPELINE_EXTERNAL_IDS_MAX, PIPELINE_JSON_BYTES_MAX,
-    PIPELINE_NAME_BYTES_MAX, PIPELINE_OWNER_BYTES_MAX, PIPELINE_RUNNING_TIMEOUT_MS_MAX,
-    PIPELINE_SLEEP_MS_MAX, PIPELINE_SWITCH_SLEEPERS_MAX, PIPELINE_SWITCHES_MAX,
-    PIPELINE_TICK_BATCH_MAX, PIPELINE_TRANSACTIONS_MAX, PIPELINE_URL_FAILURE_LIMIT_MAX,
-    PIPELINE_URL_FAILURE_WINDOW_MS_MAX, PIPELINE_URL_PAUSE_MS_MAX, PIPELINE_WEBHOOK_ATTEMPTS_MAX,
-    PIPELINE_WEBHOOK_BACKOFF_MS_MAX, PIPELINE_WEBHOOK_BATCH_MAX, PIPELINE_WEBHOOK_URL_BYTES_MAX,
-    PIPELINES_MAX,
+    LIST_PAGE_MAX, PIPELINE_COMPLETE_BATCH_MAX, PIPELINE_DEQUEUE_BATCH_MAX,
+    PIPELINE_ENQUEUE_BATCH_MAX, PIPELINE_EXTERNAL_ID_BYTES_MAX, PIPELINE_EXTERNAL_ID_WINDOW_MS_MAX,
+    PIPELINE_EXTERNAL_IDS_MAX, PIPELINE_JSON_BYTES_MAX, PIPELINE_NAME_BYTES_MAX,
+    PIPELINE_OWNER_BYTES_MAX, PIPELINE_RUNNING_TIMEOUT_MS_MAX, PIPELINE_SLEEP_MS_MAX,
+    PIPELINE_SWITCH_SLEEPERS_MAX, PIPELINE_SWITCHES_MAX, PIPELINE_TICK_BATCH_MAX,
+    PIPELINE_TRANSACTIONS_MAX, PIPELINE_URL_FAILURE_LIMIT_MAX, PIPELINE_URL_FAILURE_WINDOW_MS_MAX,
+    PIPELINE_URL_PAUSE_MS_MAX, PIPELINE_WEBHOOK_ATTEMPTS_MAX, PIPELINE_WEBHOOK_BACKOFF_MS_MAX,
+    PIPELINE_WEBHOOK_BATCH_MAX, PIPELINE_WEBHOOK_URL_BYTES_MAX, PIPELINES_MAX,
 };
 use crate::sessions::WorkerId;
 use crate::text::{TextError, TextKind, check, is_name_byte, is_visible_byte, validated_text};
@@ -736,7 +736,24 @@ pub struct NewTransaction {
     pub metadata: TxMetadata,
 }
 
+/// One completion of a [`PipelineCommand::CompleteBatch`]: what a
+/// [`PipelineCommand::Complete`] carries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxCompletion {
+    /// The transaction.
+    pub transaction: TransactionId,
+    /// The claim's token.
+    pub token: u64,
+    /// A terminal status.
+    pub status: TxStatus,
+    /// Its final state; none: keep the current one.
+    pub state: Option<JsonDocument>,
+}
+
 /// The pipeline commands.
+///
+/// Persisted in the Raft log: new variants go at the end, so entries already written decode
+/// as before.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PipelineCommand {
     /// Define a pipeline, or move it to another node group (transactions already queued stay
@@ -855,6 +872,16 @@ pub enum PipelineCommand {
     },
     /// Replace the configuration.
     Configure(PipelineConfig),
+    /// Create transactions and queue them, each as its own `Enqueue` would, in order, in one
+    /// log entry: 1 to [`PIPELINE_ENQUEUE_BATCH_MAX`] of them. Atomic per item, not per batch:
+    /// each gets its own answer in [`PipelineReply::Batch`] (an item refused changes nothing;
+    /// the others take effect). An external id repeated within the batch answers the first
+    /// item's transaction as a duplicate.
+    EnqueueBatch(Vec<NewTransaction>),
+    /// Finish running transactions, each as its own `Complete` would, in order, in one log
+    /// entry: 1 to [`PIPELINE_COMPLETE_BATCH_MAX`] of them. Atomic per item: a stale token fails
+    /// its item only.
+    CompleteBatch(Vec<TxCompletion>),
 }
 
 /// What happened to a cancelled transaction.
@@ -965,6 +992,10 @@ pub enum PipelineReply {
     },
     /// The configuration changed.
     Configured,
+    /// A batch's answers, one per item in the batch's order: each the reply its own command
+    /// would have had ([`PipelineReply::Enqueued`], [`PipelineReply::Completed`], or the reply
+    /// a retried token replays), or why that item was refused (it changed nothing).
+    Batch(Vec<Result<PipelineReply, PipelineError>>),
 }
 
 /// What a tick did to the pipelines. Each step touches at most [`PIPELINE_TICK_BATCH_MAX`]
@@ -1335,6 +1366,41 @@ impl Pipelines {
                 config.validate()?;
                 self.config = config;
                 Ok(PipelineReply::Configured)
+            }
+            PipelineCommand::EnqueueBatch(items) => {
+                claims::within(
+                    "items",
+                    items.len() as u64,
+                    1,
+                    PIPELINE_ENQUEUE_BATCH_MAX as u64,
+                )?;
+                let answers = items
+                    .into_iter()
+                    .map(|new| self.enqueue(new, now_ms, log_index))
+                    .collect();
+                Ok(PipelineReply::Batch(answers))
+            }
+            PipelineCommand::CompleteBatch(items) => {
+                claims::within(
+                    "items",
+                    items.len() as u64,
+                    1,
+                    PIPELINE_COMPLETE_BATCH_MAX as u64,
+                )?;
+                let answers = items
+                    .into_iter()
+                    .map(|item| {
+                        self.complete(
+                            item.transaction,
+                            item.token,
+                            item.status,
+                            item.state,
+                            now_ms,
+                            log_index,
+                        )
+                    })
+                    .collect();
+                Ok(PipelineReply::Batch(answers))
             }
         }
     }

@@ -16,15 +16,18 @@
 //! take exactly what is due; every finished transaction with a webhook keeps one event id across
 //! all attempts and is delivered, cancelled by a long-poll or reported to the administrator; a
 //! refused (or retried, or otherwise no-op) command leaves exactly the bytes a tick at the same
-//! stamp would have; and a snapshot restores an equal state.
+//! stamp would have; and a snapshot restores an equal state. Producers also enqueue in batches
+//! and workers complete in batches: each item is answered as its own command would have been,
+//! in order, so the model checks a batch item by item.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use certus_core::limits::LIST_PAGE_MAX;
 use certus_core::pipelines::{
     CancelOutcome, ExternalId, JsonDocument, NewTransaction, NodeGroup, NoticeId, NoticeKind,
-    Owner, PipelineName, QueueType, Route, SwitchName, Transaction, TransactionId, TxMetadata,
-    TxStatus, Webhook, WebhookEventId, WebhookKind, WebhookOutcome, WebhookSettlement, WebhookUrl,
+    Owner, PipelineName, QueueType, Route, SwitchName, Transaction, TransactionId, TxCompletion,
+    TxMetadata, TxStatus, Webhook, WebhookEventId, WebhookKind, WebhookOutcome, WebhookSettlement,
+    WebhookUrl,
 };
 use certus_core::{
     Command, PipelineCommand, PipelineConfig, PipelineError, PipelineReply, Reason, Response,
@@ -91,6 +94,16 @@ enum Action {
         pick: Index,
         status: TxStatus,
         stale: bool,
+    },
+    /// Several `Enqueue`s (each an [`Action::Enqueue`]) in one command.
+    EnqueueBatch {
+        items: Vec<Action>,
+    },
+    /// Several completions by one worker in one command: which claim, with what status, and
+    /// whether with a stale token.
+    CompleteBatch {
+        worker: usize,
+        items: Vec<(Index, TxStatus, bool)>,
     },
     /// Send the worker's last accepted step again (its answer was lost).
     Retry {
@@ -195,24 +208,47 @@ fn config() -> impl Strategy<Value = PipelineConfig> {
         )
 }
 
-fn action() -> impl Strategy<Value = Action> {
-    let worker = 0..WORKERS;
-    let status = prop_oneof![
+fn status() -> impl Strategy<Value = TxStatus> {
+    prop_oneof![
         8 => prop::sample::select(TERMINAL.to_vec()),
         1 => prop::sample::select(vec![TxStatus::Queued, TxStatus::Running, TxStatus::Sleeping]),
-    ];
-    prop_oneof![
-        8 => (
-            prop::option::weighted(0.5, 0u8..4),
-            target(),
-            queue_type(),
-            prop::option::weighted(0.4, 0usize..2),
-            any::<bool>(),
-            any::<bool>(),
+    ]
+}
+
+fn enqueue() -> impl Strategy<Value = Action> {
+    (
+        prop::option::weighted(0.5, 0u8..4),
+        target(),
+        queue_type(),
+        prop::option::weighted(0.4, 0usize..2),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(external_id, target, queue, webhook, progress_reports, cancel_on_longpoll)| {
+                Action::Enqueue {
+                    external_id,
+                    target,
+                    queue,
+                    webhook,
+                    progress_reports,
+                    cancel_on_longpoll,
+                }
+            },
         )
-            .prop_map(|(external_id, target, queue, webhook, progress_reports, cancel_on_longpoll)| {
-                Action::Enqueue { external_id, target, queue, webhook, progress_reports, cancel_on_longpoll }
-            }),
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    let worker = 0..WORKERS;
+    let status = status();
+    prop_oneof![
+        8 => enqueue(),
+        2 => prop::collection::vec(enqueue(), 1..6).prop_map(|items| Action::EnqueueBatch { items }),
+        2 => (
+            worker.clone(),
+            prop::collection::vec((any::<Index>(), self::status(), prop::bool::weighted(0.15)), 1..6),
+        )
+            .prop_map(|(worker, items)| Action::CompleteBatch { worker, items }),
         6 => (worker.clone(), prop_oneof![4 => 0usize..2, 1 => Just(2usize)], 1u32..4)
             .prop_map(|(worker, group, max)| Action::Dequeue { worker, group, max }),
         8 => (worker.clone(), any::<Index>(), status, prop::bool::weighted(0.1))
@@ -473,6 +509,33 @@ impl Model {
                     state: Some(json(r#"{"done":true}"#)),
                 }
             }
+            Action::EnqueueBatch { items } => PipelineCommand::EnqueueBatch(
+                items
+                    .iter()
+                    .map(|item| match self.resolve(item, state) {
+                        Some(PipelineCommand::Enqueue(new)) => new,
+                        other => unreachable!("an enqueue resolves to one: {other:?}"),
+                    })
+                    .collect(),
+            ),
+            Action::CompleteBatch { worker, items } => {
+                let completions: Vec<TxCompletion> = items
+                    .iter()
+                    .filter_map(|(pick, status, stale)| {
+                        let (transaction, token) = self.pick_held(*worker, pick)?;
+                        Some(TxCompletion {
+                            transaction,
+                            token: if *stale { token - 1 } else { token },
+                            status: *status,
+                            state: Some(json(r#"{"done":true}"#)),
+                        })
+                    })
+                    .collect();
+                if completions.is_empty() {
+                    return None;
+                }
+                PipelineCommand::CompleteBatch(completions)
+            }
             Action::Retry { worker } => self.last_step[*worker].as_ref()?.0.clone(),
             Action::Requeue {
                 worker,
@@ -580,6 +643,26 @@ impl Model {
     ) -> Result<bool, TestCaseError> {
         let clock_ms = self.clock_ms;
         match command {
+            PipelineCommand::EnqueueBatch(items) => {
+                let items: Vec<PipelineCommand> = items
+                    .iter()
+                    .cloned()
+                    .map(PipelineCommand::Enqueue)
+                    .collect();
+                self.observe_batch(&items, reply, worker, before, stamp, after)
+            }
+            PipelineCommand::CompleteBatch(items) => {
+                let items: Vec<PipelineCommand> = items
+                    .iter()
+                    .map(|item| PipelineCommand::Complete {
+                        transaction: item.transaction,
+                        token: item.token,
+                        status: item.status,
+                        state: item.state.clone(),
+                    })
+                    .collect();
+                self.observe_batch(&items, reply, worker, before, stamp, after)
+            }
             PipelineCommand::Enqueue(new) => {
                 if let Some(external_id) = &new.external_id
                     && let Some(&(id, expires_at_ms)) = self.external_ids.get(external_id)
@@ -1117,6 +1200,31 @@ impl Model {
         }
     }
 
+    /// A batch is answered item by item, each as its own command would have been in its place:
+    /// the model observes the items in order. The batch changed nothing if no item did.
+    fn observe_batch(
+        &mut self,
+        items: &[PipelineCommand],
+        reply: &Result<PipelineReply, PipelineError>,
+        worker: Option<usize>,
+        before: &State,
+        stamp: Stamp,
+        after: &State,
+    ) -> Result<bool, TestCaseError> {
+        let Ok(PipelineReply::Batch(answers)) = reply else {
+            prop_assert!(false, "a batch answered {:?}", reply);
+            unreachable!();
+        };
+        prop_assert_eq!(answers.len(), items.len(), "one answer per item");
+        let mut no_op = true;
+        for (item, answer) in items.iter().zip(answers) {
+            // Evaluated for every item: the model moves along with each.
+            let item_no_op = self.observe(item, answer, worker, before, stamp, after)?;
+            no_op &= item_no_op;
+        }
+        Ok(no_op)
+    }
+
     fn wake(&mut self, id: TransactionId) {
         let tx = &self.txs[&id];
         let Place::Sleeping { queue, .. } = tx.place else {
@@ -1398,6 +1506,7 @@ fn worker_of(action: &Action) -> Option<usize> {
     match action {
         Action::Dequeue { worker, .. }
         | Action::Complete { worker, .. }
+        | Action::CompleteBatch { worker, .. }
         | Action::Retry { worker }
         | Action::Requeue { worker, .. }
         | Action::Progress { worker, .. }

@@ -63,6 +63,8 @@ pub const KINDS: &[&str] = &[
     "Log/SetConfig",
     "Log/SetFrozen",
     "Log/StartMirror",
+    "Pipelines/EnqueueBatch",
+    "Pipelines/CompleteBatch",
 ];
 
 /// What the prepared state holds, for seeds that name it.
@@ -287,7 +289,15 @@ pub fn grpc_requests(data: &[u8]) {
             any,
         ),
         30 => call.write(|request| Ok(log::set_frozen(request)), any),
-        _ => call.write(log::start_mirror, any),
+        31 => call.write(log::start_mirror, any),
+        32 => call.write(
+            pipelines::batches::enqueue_batch,
+            pipelines::batches::enqueued_batch,
+        ),
+        _ => call.write(
+            pipelines::batches::complete_batch,
+            pipelines::batches::completed_batch,
+        ),
     }
 }
 

@@ -1025,6 +1025,7 @@ fn grpc_seeds(pki: &TestPki) -> Vec<(String, Vec<u8>)> {
             node_group: facts.node_group.clone(),
             worker: "worker-2".into(),
             max: 2,
+            wait_ms: 0,
         }
         .encode_to_vec()
     });
@@ -1114,6 +1115,36 @@ fn grpc_seeds(pki: &TestPki) -> Vec<(String, Vec<u8>)> {
         v1::StartMirrorRequest {
             source_url: "https://ct.example.com/log/".into(),
             source_public_key: signer.public_key_der().to_vec(),
+        }
+        .encode_to_vec()
+    });
+    add("enqueue-batch", 32, &|| {
+        let item = |external_id: &str| v1::EnqueueRequest {
+            owner: "owner-1".into(),
+            external_id: external_id.into(),
+            route: Some(v1::enqueue_request::Route::Pipeline(facts.pipeline.clone())),
+            queue: v1::QueueType::In.into(),
+            state: "{\"n\":1}".into(),
+            event: String::new(),
+            metadata: None,
+        };
+        v1::EnqueueBatchRequest {
+            items: vec![item("batch-1"), item(""), item("batch-1")],
+        }
+        .encode_to_vec()
+    });
+    add("complete-batch", 33, &|| {
+        let item = |token: u64| v1::CompleteTransactionRequest {
+            transaction_id: facts.transaction,
+            claim_token: token,
+            status: v1::TxStatus::Success.into(),
+            state: String::new(),
+        };
+        v1::CompleteBatchRequest {
+            items: vec![
+                item(facts.transaction_token),
+                item(facts.transaction_token + 1),
+            ],
         }
         .encode_to_vec()
     });

@@ -53,6 +53,24 @@ pub const PIPELINE_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Notifications a completion stream reads from the state at a time: what it buffers at most
 /// while the client takes them (gRPC flow control holds the rest back in the state).
 pub const PIPELINE_STREAM_PAGE_MAX: usize = 256;
+/// The longest a `Dequeue` long-poll holds a request, in milliseconds (longer is refused, so a
+/// client learns the bound instead of returning early without knowing why).
+pub const PIPELINE_DEQUEUE_WAIT_MS_MAX: u64 = 60_000;
+/// A completion stream asked for positions sends one at most this often while it skips
+/// notifications of other node groups (a busy cluster would otherwise send one per entry).
+pub const PIPELINE_STREAM_POSITION_INTERVAL_MIN: Duration = Duration::from_millis(100);
+/// A completion stream asked for positions sends one after this long without sending anything,
+/// so an idle client knows the stream is alive and where it stands.
+pub const PIPELINE_STREAM_HEARTBEAT: Duration = Duration::from_secs(5);
+/// The most credit a `Work` stream's worker may hold unused: transactions the node may push
+/// before the worker grants more.
+pub const PIPELINE_WORK_CREDIT_MAX: u32 = 1024;
+/// Steps one `Work` stream has proposed and not yet answered; past it the node reads no more
+/// of the worker's messages until one is answered (HTTP/2 flow control holds the worker back).
+pub const PIPELINE_WORK_STEPS_IN_FLIGHT_MAX: usize = 64;
+/// Events (claims, step results) a `Work` stream holds for a worker that does not read them;
+/// past it the stream claims nothing more and answers nothing more until the worker reads.
+pub const PIPELINE_WORK_EVENTS_QUEUED_MAX: usize = 64;
 /// Node groups a pipelines status lists at most.
 pub const PIPELINE_STATUS_GROUPS_MAX: usize = 1000;
 /// Webhook deliveries taken per round, all sent at once.

@@ -118,6 +118,7 @@ async fn dequeue(
             node_group: node_group.to_owned(),
             worker: worker.to_owned(),
             max,
+            wait_ms: 0,
         })
         .await
         .expect("Pipelines/Dequeue")
@@ -206,6 +207,7 @@ async fn watch(
             node_group: node_group.to_owned(),
             after_seq,
             include_progress: false,
+            positions: false,
         })
         .await
         .expect("Pipelines/WatchCompletions")
@@ -777,6 +779,7 @@ async fn bad_input_gets_the_right_code_and_changes_nothing() {
                     node_group: "g".to_owned(),
                     worker: "w".to_owned(),
                     max,
+                    wait_ms: 0,
                 })
                 .await,
             "out-of-range",
@@ -789,6 +792,7 @@ async fn bad_input_gets_the_right_code_and_changes_nothing() {
                 node_group: "g".to_owned(),
                 worker: String::new(),
                 max: 1,
+                wait_ms: 0,
             })
             .await,
         "invalid-argument",
@@ -1057,6 +1061,7 @@ async fn bad_input_gets_the_right_code_and_changes_nothing() {
                 node_group: "g".to_owned(),
                 after_seq: Some(1_000_000),
                 include_progress: false,
+                positions: false,
             })
             .await,
         "out-of-range",
@@ -1068,6 +1073,7 @@ async fn bad_input_gets_the_right_code_and_changes_nothing() {
                 node_group: "bad group".to_owned(),
                 after_seq: None,
                 include_progress: false,
+                positions: false,
             })
             .await,
         "invalid-argument",
@@ -1598,5 +1604,571 @@ async fn finished_transactions_are_archived_and_exported_in_order_from_a_cursor(
         "out-of-range",
         "after.archived_at_ms",
     );
+    shutdown(nodes).await;
+}
+
+/// The item error of a batch item or a Work step, checked for its code and reason.
+fn item_refused(error: Option<&v1::ItemError>, code: Code, reason: &str) {
+    let error = error.unwrap_or_else(|| panic!("expected {code:?} {reason}, got a result"));
+    assert_eq!(
+        (Code::from_i32(error.code), error.reason.as_str()),
+        (code, reason),
+        "{error:?}"
+    );
+}
+
+/// The transaction each item of an `EnqueueBatch` answered with (`None`: the item's error).
+fn enqueue_items(reply: &v1::EnqueueBatchReply) -> Vec<Result<&v1::EnqueueReply, &v1::ItemError>> {
+    use v1::enqueue_item_result::Result as Item;
+    reply
+        .items
+        .iter()
+        .map(
+            |item| match item.result.as_ref().expect("every item is answered") {
+                Item::Enqueued(reply) => Ok(reply),
+                Item::Error(error) => Err(error),
+            },
+        )
+        .collect()
+}
+
+fn complete_items(
+    reply: &v1::CompleteBatchReply,
+) -> Vec<Result<&v1::CompleteTransactionReply, &v1::ItemError>> {
+    use v1::complete_item_result::Result as Item;
+    reply
+        .items
+        .iter()
+        .map(
+            |item| match item.result.as_ref().expect("every item is answered") {
+                Item::Completed(reply) => Ok(reply),
+                Item::Error(error) => Err(error),
+            },
+        )
+        .collect()
+}
+
+fn completion(
+    tx: &v1::Transaction,
+    token: u64,
+    status: TxStatus,
+) -> v1::CompleteTransactionRequest {
+    v1::CompleteTransactionRequest {
+        transaction_id: tx.id,
+        claim_token: token,
+        status: status.into(),
+        state: String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_answered_item_by_item_and_refused_whole_only_when_malformed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut operator = client(&configs[leader]).await;
+    let mut producer = client(&configs[follower]).await;
+    let mut worker = client(&configs[other]).await;
+    operator
+        .define_pipeline(v1::DefinePipelineRequest {
+            name: "billing".to_owned(),
+            node_group: "b".to_owned(),
+        })
+        .await
+        .expect("Pipelines/DefinePipeline");
+
+    // Each item is its own enqueue: an unknown pipeline fails its item only, and an external id
+    // repeated within the batch answers the first item's transaction.
+    let keyed = v1::EnqueueRequest {
+        external_id: "order-7".to_owned(),
+        ..enqueue_request(Route::Pipeline("billing".to_owned()), QueueType::In, "1")
+    };
+    let reply = producer
+        .enqueue_batch(v1::EnqueueBatchRequest {
+            items: vec![
+                keyed.clone(),
+                enqueue_request(Route::Pipeline("nowhere".to_owned()), QueueType::In, "2"),
+                keyed,
+                enqueue_request(group("b"), QueueType::Admin, "3"),
+            ],
+        })
+        .await
+        .expect("Pipelines/EnqueueBatch")
+        .into_inner();
+    let items = enqueue_items(&reply);
+    assert_eq!(items.len(), 4, "{reply:?}");
+    let first = items[0].expect("the first item is enqueued");
+    assert!(!first.duplicate);
+    item_refused(items[1].err(), Code::NotFound, "unknown-pipeline");
+    let repeat = items[2].expect("the repeat answers the first");
+    assert_eq!(
+        (repeat.transaction_id, repeat.duplicate),
+        (first.transaction_id, true)
+    );
+    let direct = items[3].expect("the last item is enqueued");
+    assert_ne!(direct.transaction_id, first.transaction_id);
+    assert_eq!(depths(&mut operator, "b").await, [1, 0, 1, 0, 0]);
+
+    // Refused whole, before Raft, with nothing enqueued: no item, too many, one malformed.
+    let before = status(&mut operator).await.transactions;
+    for (items, reason, field) in [
+        (Vec::new(), "out-of-range", "items"),
+        (
+            vec![enqueue_request(group("b"), QueueType::In, "{}"); 257],
+            "out-of-range",
+            "items",
+        ),
+        (
+            vec![
+                enqueue_request(group("b"), QueueType::In, "{}"),
+                enqueue_request(group("b"), QueueType::In, "{not json"),
+            ],
+            "invalid-argument",
+            "items[1].state",
+        ),
+    ] {
+        invalid(
+            producer
+                .enqueue_batch(v1::EnqueueBatchRequest { items })
+                .await,
+            reason,
+            field,
+        );
+    }
+    assert_eq!(status(&mut operator).await.transactions, before);
+
+    // A stale token fails its item, not the batch; a repeat answers the same.
+    let running = dequeue(&mut worker, "b", "w-1", 2).await;
+    assert_eq!(running.len(), 2);
+    let token = running[0].claim_token;
+    let batch = v1::CompleteBatchRequest {
+        items: vec![
+            completion(&running[0], token, TxStatus::Success),
+            completion(&running[1], token + 1, TxStatus::Success),
+            v1::CompleteTransactionRequest {
+                transaction_id: 999_999,
+                ..completion(&running[0], token, TxStatus::Failed)
+            },
+        ],
+    };
+    let reply = worker
+        .complete_batch(batch.clone())
+        .await
+        .expect("Pipelines/CompleteBatch")
+        .into_inner();
+    let items = complete_items(&reply);
+    let done = items[0].expect("the current token completes");
+    assert_eq!(
+        (done.transaction_id, done.status()),
+        (running[0].id, TxStatus::Success)
+    );
+    item_refused(items[1].err(), Code::FailedPrecondition, "stale-claim");
+    item_refused(items[2].err(), Code::NotFound, "unknown-transaction");
+    assert_eq!(
+        transaction(&mut producer, running[0].id).await.status(),
+        TxStatus::Success
+    );
+    assert_eq!(
+        transaction(&mut producer, running[1].id).await.status(),
+        TxStatus::Running
+    );
+    let again = worker
+        .complete_batch(batch)
+        .await
+        .expect("Pipelines/CompleteBatch again")
+        .into_inner();
+    assert_eq!(again, reply, "a repeated batch is answered the same");
+    invalid(
+        worker
+            .complete_batch(v1::CompleteBatchRequest {
+                items: vec![completion(&running[1], token, TxStatus::Running)],
+            })
+            .await,
+        "not-terminal",
+        "",
+    );
+    assert_eq!(
+        transaction(&mut producer, running[1].id).await.status(),
+        TxStatus::Running
+    );
+    shutdown(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_dequeue_takes_work_enqueued_after_it_started_or_ends_empty() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, mut nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut producer = client(&configs[leader]).await;
+    let waiter = client(&configs[follower]).await;
+    let mut on_other = client(&configs[other]).await;
+    let waiting = |wait_ms: u64, node_group: &str| v1::DequeueRequest {
+        node_group: node_group.to_owned(),
+        worker: "w-1".to_owned(),
+        max: 10,
+        wait_ms,
+    };
+
+    // Nothing queued: empty at the deadline, not before.
+    let started = Instant::now();
+    let reply = waiter
+        .clone()
+        .dequeue(waiting(400, "idle"))
+        .await
+        .expect("Pipelines/Dequeue")
+        .into_inner();
+    let waited = started.elapsed();
+    assert!(reply.transactions.is_empty(), "{reply:?}");
+    assert!(
+        waited >= Duration::from_millis(400),
+        "answered after {waited:?}"
+    );
+
+    // A wait past the bound is refused before anything happens.
+    invalid(
+        on_other.dequeue(waiting(60_001, "idle")).await,
+        "out-of-range",
+        "wait_ms",
+    );
+
+    // A waiting dequeue returns the transaction enqueued after it started, long before its
+    // deadline.
+    let mut polling = waiter.clone();
+    let started = Instant::now();
+    let poll = tokio::spawn(async move { polling.dequeue(waiting(30_000, "lp")).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !poll.is_finished(),
+        "the dequeue waits while nothing is queued"
+    );
+    let id = enqueue(
+        &mut producer,
+        enqueue_request(group("lp"), QueueType::In, "{}"),
+    )
+    .await;
+    let taken = tokio::time::timeout(PATIENCE, poll)
+        .await
+        .expect("the dequeue answers")
+        .expect("the polling task")
+        .expect("Pipelines/Dequeue")
+        .into_inner();
+    assert_eq!(ids(&taken.transactions), [id]);
+    assert_eq!(taken.transactions[0].worker, "w-1");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(depths(&mut on_other, "lp").await, [0, 0, 0, 1, 0]);
+
+    // Stopping the node ends a waiting dequeue with node-stopping.
+    let mut polling = waiter.clone();
+    let poll = tokio::spawn(async move { polling.dequeue(waiting(60_000, "lp")).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!poll.is_finished());
+    nodes.remove(follower).shutdown().await;
+    let cut = tokio::time::timeout(PATIENCE, poll)
+        .await
+        .expect("the dequeue ends")
+        .expect("the polling task");
+    refused(cut, Code::Unavailable, "node-stopping");
+    shutdown(nodes).await;
+}
+
+fn ids(transactions: &[v1::Transaction]) -> Vec<u64> {
+    transactions.iter().map(|tx| tx.id).collect()
+}
+
+/// A worker's side of a raw `Work` stream: what it sends, and what the node pushed.
+struct RawWorker {
+    send: tokio::sync::mpsc::Sender<v1::WorkRequest>,
+    events: Streaming<v1::WorkEvent>,
+}
+
+impl RawWorker {
+    /// Opens a Work stream on `client` whose first message is `first`.
+    async fn open(
+        client: &mut PipelinesClient<Channel>,
+        first: v1::WorkRequest,
+    ) -> Result<RawWorker, Status> {
+        let (send, receive) = tokio::sync::mpsc::channel(16);
+        send.send(first).await.expect("queued");
+        let outbound = futures_util::stream::unfold(receive, |mut receive| async move {
+            receive.recv().await.map(|request| (request, receive))
+        });
+        let events = client.work(outbound).await?.into_inner();
+        Ok(RawWorker { send, events })
+    }
+
+    async fn send(&self, kind: v1::work_request::Kind) {
+        self.send
+            .send(v1::WorkRequest { kind: Some(kind) })
+            .await
+            .expect("the stream takes messages");
+    }
+
+    async fn grant(&self, credit: u32) {
+        self.send(v1::work_request::Kind::Credit(credit)).await;
+    }
+
+    async fn step(&self, step_id: u64, kind: v1::work_step::Kind) {
+        self.send(v1::work_request::Kind::Step(v1::WorkStep {
+            step_id,
+            kind: Some(kind),
+        }))
+        .await;
+    }
+
+    /// The next event within `within`, `None` if there is none by then.
+    async fn event_within(&mut self, within: Duration) -> Option<v1::work_event::Kind> {
+        let event = tokio::time::timeout(within, self.events.message())
+            .await
+            .ok()?;
+        Some(
+            event
+                .expect("the stream is healthy")
+                .expect("the stream goes on")
+                .kind
+                .expect("an event names its kind"),
+        )
+    }
+
+    async fn claim(&mut self) -> v1::Transaction {
+        match self.event_within(PATIENCE).await {
+            Some(v1::work_event::Kind::Claim(tx)) => tx,
+            other => panic!("expected a claim, got {other:?}"),
+        }
+    }
+
+    async fn result(&mut self) -> v1::WorkStepResult {
+        match self.event_within(PATIENCE).await {
+            Some(v1::work_event::Kind::Step(result)) => result,
+            other => panic!("expected a step result, got {other:?}"),
+        }
+    }
+}
+
+fn start(node_group: &str, credit: u32) -> v1::WorkRequest {
+    v1::WorkRequest {
+        kind: Some(v1::work_request::Kind::Start(v1::WorkStart {
+            node_group: node_group.to_owned(),
+            worker: "stream-1".to_owned(),
+            credit,
+        })),
+    }
+}
+
+fn complete_step(tx: &v1::Transaction) -> v1::work_step::Kind {
+    v1::work_step::Kind::Complete(completion(tx, tx.claim_token, TxStatus::Success))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_work_stream_pushes_claims_within_its_credit_and_answers_steps() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut producer = client(&configs[leader]).await;
+    let mut on_follower = client(&configs[follower]).await;
+    let mut on_other = client(&configs[other]).await;
+    let quiet = Duration::from_millis(500);
+
+    // A stream must start with `start`.
+    refused(
+        RawWorker::open(
+            &mut on_follower,
+            v1::WorkRequest {
+                kind: Some(v1::work_request::Kind::Credit(1)),
+            },
+        )
+        .await
+        .map(|worker| Response::new(worker.events)),
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+
+    // Credit 1: the stream waits for work, then pushes one claim and no more.
+    let mut worker = RawWorker::open(&mut on_follower, start("ws", 1))
+        .await
+        .expect("Pipelines/Work");
+    assert!(
+        worker.event_within(quiet).await.is_none(),
+        "nothing is queued yet"
+    );
+    let mut queued = Vec::new();
+    for n in 0..3 {
+        let request = enqueue_request(group("ws"), QueueType::In, &n.to_string());
+        queued.push(enqueue(&mut producer, request).await);
+    }
+    let first = worker.claim().await;
+    assert_eq!((first.id, first.worker.as_str()), (queued[0], "stream-1"));
+    assert_eq!(first.status(), TxStatus::Running);
+    assert!(
+        worker.event_within(quiet).await.is_none(),
+        "one credit, one claim"
+    );
+    assert_eq!(depths(&mut on_other, "ws").await, [0, 0, 2, 1, 0]);
+
+    // A step is answered with its id; completing gives no credit back by itself.
+    worker.step(7, complete_step(&first)).await;
+    let result = worker.result().await;
+    assert_eq!(result.step_id, 7);
+    let Some(v1::work_step_result::Result::Complete(done)) = result.result else {
+        panic!("a completion: {result:?}");
+    };
+    assert_eq!(
+        (done.transaction_id, done.status()),
+        (first.id, TxStatus::Success)
+    );
+    assert!(worker.event_within(quiet).await.is_none(), "no credit left");
+
+    // One more credit, one more claim.
+    worker.grant(1).await;
+    let second = worker.claim().await;
+    assert_eq!(second.id, queued[1]);
+    // A stale token and a malformed step fail their steps only; the stream goes on.
+    let mut stale = second.clone();
+    stale.claim_token += 1;
+    worker.step(8, complete_step(&stale)).await;
+    let result = worker.result().await;
+    assert_eq!(result.step_id, 8);
+    let Some(v1::work_step_result::Result::Error(error)) = &result.result else {
+        panic!("a refusal: {result:?}");
+    };
+    item_refused(Some(error), Code::FailedPrecondition, "stale-claim");
+    let mut nameless = second.clone();
+    nameless.id = 0;
+    worker.step(9, complete_step(&nameless)).await;
+    let result = worker.result().await;
+    let Some(v1::work_step_result::Result::Error(error)) = &result.result else {
+        panic!("a refusal: {result:?}");
+    };
+    assert_eq!(result.step_id, 9);
+    item_refused(Some(error), Code::InvalidArgument, "invalid-argument");
+    worker
+        .step(
+            10,
+            v1::work_step::Kind::Progress(v1::ProgressRequest {
+                transaction_id: second.id,
+                claim_token: second.claim_token,
+                report: r#"{"half":true}"#.to_owned(),
+            }),
+        )
+        .await;
+    let result = worker.result().await;
+    assert!(
+        matches!(
+            result.result,
+            Some(v1::work_step_result::Result::Progress(_))
+        ),
+        "{result:?}"
+    );
+    assert_eq!(
+        transaction(&mut producer, second.id).await.status(),
+        TxStatus::Running
+    );
+
+    // Credit past the bound ends the stream with out-of-range.
+    worker.grant(2000).await;
+    let ended = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match worker.events.message().await {
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("the stream ends");
+    refused(
+        ended.map(Response::new),
+        Code::InvalidArgument,
+        "out-of-range",
+    );
+
+    // A new stream (on another node) goes on with what is queued; the broken stream's claim
+    // stays running until its steps arrive or the reaper takes it back.
+    let mut again = RawWorker::open(&mut on_other, start("ws", 5))
+        .await
+        .expect("Pipelines/Work");
+    let third = again.claim().await;
+    assert_eq!(third.id, queued[2]);
+    assert_eq!(
+        transaction(&mut producer, second.id).await.status(),
+        TxStatus::Running
+    );
+    shutdown(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_completion_stream_reports_its_position_past_other_groups() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, _) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut on_follower = client(&configs[follower]).await;
+    let start_seq = status(&mut on_leader).await.last_notification_seq;
+    let mut stream = on_follower
+        .watch_completions(v1::WatchCompletionsRequest {
+            node_group: "mine".to_owned(),
+            after_seq: None,
+            include_progress: false,
+            positions: true,
+        })
+        .await
+        .expect("Pipelines/WatchCompletions")
+        .into_inner();
+    // The stream says where it starts.
+    let opening = next(&mut stream).await;
+    assert_eq!(opening.kind(), NotificationKind::Position);
+    assert_eq!(opening.seq, start_seq);
+
+    // Completions of another group are not sent, but the position moves past them.
+    for _ in 0..3 {
+        let id = enqueue(
+            &mut on_leader,
+            enqueue_request(group("theirs"), QueueType::In, "{}"),
+        )
+        .await;
+        let tx = dequeue(&mut on_leader, "theirs", "w", 1).await.remove(0);
+        assert_eq!(tx.id, id);
+        complete(&mut on_leader, &tx, TxStatus::Success, "")
+            .await
+            .expect("complete");
+    }
+    let theirs_seq = status(&mut on_leader).await.last_notification_seq;
+    assert!(theirs_seq >= start_seq + 3, "{start_seq} → {theirs_seq}");
+    let mut position = opening.seq;
+    while position < theirs_seq {
+        let item = next(&mut stream).await;
+        assert_eq!(
+            item.kind(),
+            NotificationKind::Position,
+            "only positions: {item:?}"
+        );
+        assert!(
+            item.seq > position,
+            "positions grow: {} after {position}",
+            item.seq
+        );
+        position = item.seq;
+    }
+    assert_eq!(position, theirs_seq);
+
+    // A completion of its own group comes as before, numbered after the position.
+    let id = enqueue(
+        &mut on_leader,
+        enqueue_request(group("mine"), QueueType::In, "{}"),
+    )
+    .await;
+    let tx = dequeue(&mut on_leader, "mine", "w", 1).await.remove(0);
+    complete(&mut on_leader, &tx, TxStatus::Failed, "")
+        .await
+        .expect("complete");
+    let item = next(&mut stream).await;
+    assert_eq!(
+        (item.kind(), item.transaction_id, item.status()),
+        (NotificationKind::Completed, id, TxStatus::Failed)
+    );
+    assert_eq!(item.seq, theirs_seq + 1);
     shutdown(nodes).await;
 }

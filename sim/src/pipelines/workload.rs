@@ -799,6 +799,7 @@ async fn work(index: u32, context: Context) {
                 node_group: group.to_owned(),
                 worker: worker.clone(),
                 max: u32::try_from(rng.between(1, 2)).unwrap_or(1),
+                wait_ms: 0,
             })
             .await
             .map(|reply| reply.into_inner().transactions);

@@ -368,6 +368,7 @@ async fn cycle(
             node_group: node_group.to_owned(),
             worker: worker.to_owned(),
             max: 1,
+            wait_ms: 0,
         })
         .await
         .map_err(|status| format!("dequeue: {}", status.message()))?

@@ -3,28 +3,31 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use certus_proto::v1::pipelines_client::PipelinesClient;
 use certus_proto::v1::{
     AcknowledgeNoticesReply, AcknowledgeNoticesRequest, ArchiveCursor, ArchivedTransaction,
-    CancelReply, CancelRequest, CompleteTransactionReply, CompleteTransactionRequest,
-    DefinePipelineReply, DefinePipelineRequest, DeletePipelineReply, DeletePipelineRequest,
-    DequeueReply, DequeueRequest, EnqueueReply, EnqueueRequest, ExportArchiveRequest,
-    GetPipelineConfigRequest, GetStateReply, GetStateRequest, GetSwitchReply, GetSwitchRequest,
-    ListInPlayRequest, ListNoticesReply, ListNoticesRequest, ListPipelinesReply,
-    ListPipelinesRequest, ListStuckRequest, ListTransactionsReply, PipelineConfig,
-    PipelineNotification, PipelinesStatus, PipelinesStatusRequest, ProgressReply, ProgressRequest,
-    RequeueReply, RequeueRequest, SetPipelineConfigRequest, SetSwitchReply, SetSwitchRequest,
-    SleepReply, SleepRequest, TxStatus, WatchCompletionsRequest,
+    CancelReply, CancelRequest, CompleteBatchReply, CompleteBatchRequest, CompleteTransactionReply,
+    CompleteTransactionRequest, DefinePipelineReply, DefinePipelineRequest, DeletePipelineReply,
+    DeletePipelineRequest, DequeueReply, DequeueRequest, EnqueueBatchReply, EnqueueBatchRequest,
+    EnqueueReply, EnqueueRequest, ExportArchiveRequest, GetPipelineConfigRequest, GetStateReply,
+    GetStateRequest, GetSwitchReply, GetSwitchRequest, ListInPlayRequest, ListNoticesReply,
+    ListNoticesRequest, ListPipelinesReply, ListPipelinesRequest, ListStuckRequest,
+    ListTransactionsReply, PipelineConfig, PipelineNotification, PipelinesStatus,
+    PipelinesStatusRequest, ProgressReply, ProgressRequest, RequeueReply, RequeueRequest,
+    SetPipelineConfigRequest, SetSwitchReply, SetSwitchRequest, SleepReply, SleepRequest, TxStatus,
+    WatchCompletionsRequest,
 };
 use tonic::codec::Streaming;
 
 use super::call::rpcs;
 use crate::auth::NodeChannel;
-use crate::limits::PIPELINE_REPLY_BYTES_MAX;
+use crate::limits::{DEQUEUE_WAIT_MAX, PIPELINE_REPLY_BYTES_MAX};
 use crate::{Client, ClientError};
 
 /// A Pipelines stub on `channel` that accepts the largest replies the node sends.
-fn pipelines(channel: NodeChannel) -> PipelinesClient<NodeChannel> {
+pub(super) fn pipelines(channel: NodeChannel) -> PipelinesClient<NodeChannel> {
     PipelinesClient::new(channel).max_decoding_message_size(PIPELINE_REPLY_BYTES_MAX)
 }
 
@@ -39,6 +42,8 @@ rpcs! { pipelines =>
         watch_completions(WatchCompletionsRequest) -> Streaming<PipelineNotification>;
     "Pipelines/Dequeue": dequeue(DequeueRequest) -> DequeueReply;
     "Pipelines/Complete": complete(CompleteTransactionRequest) -> CompleteTransactionReply;
+    "Pipelines/EnqueueBatch": enqueue_batch(EnqueueBatchRequest) -> EnqueueBatchReply;
+    "Pipelines/CompleteBatch": complete_batch(CompleteBatchRequest) -> CompleteBatchReply;
     "Pipelines/Requeue": requeue(RequeueRequest) -> RequeueReply;
     "Pipelines/Progress": progress(ProgressRequest) -> ProgressReply;
     "Pipelines/Sleep": sleep(SleepRequest) -> SleepReply;
@@ -120,6 +125,29 @@ impl Client {
         self.write_with(budget, request).await
     }
 
+    /// Producer call: creates and queues up to 256 transactions in one Raft entry, each as
+    /// [`Client::enqueue`] would, answered item by item in order (`enqueued`, or an `error`
+    /// with the code and reason `enqueue` would have been refused with). Atomic per item: a
+    /// refused item changes nothing and the others are enqueued. A malformed item, no item or
+    /// more than 256 refuse the whole call (`invalid-argument`, `out-of-range`).
+    ///
+    /// # Retries
+    ///
+    /// Numbered in the client session (the default), retried like any call. Unnumbered, it is
+    /// retried like any call only when every item has an external id (a repeat answers the
+    /// first transactions as duplicates); otherwise only after `no-leader`.
+    pub async fn enqueue_batch(
+        &self,
+        items: Vec<EnqueueRequest>,
+    ) -> Result<EnqueueBatchReply, ClientError> {
+        let budget = if items.iter().all(|item| !item.external_id.is_empty()) {
+            self.budget()
+        } else {
+            self.budget().unproposed_only()
+        };
+        self.write_with(budget, EnqueueBatchRequest { items }).await
+    }
+
     /// Producer call: the transaction the request names, after waiting up to its `wait_ms`
     /// (the node cuts it to 60 s) for the transaction to finish or report progress; see
     /// `GetStateRequest` for `after_seq` and `mark_replied`. Refused with `unknown-transaction`
@@ -163,6 +191,26 @@ impl Client {
             node_group: node_group.unwrap_or_default().to_owned(),
             after_seq,
             include_progress,
+            positions: false,
+        })
+        .await
+    }
+
+    /// [`Client::watch_completions`] with `POSITION` items: where the stream stands (the
+    /// latest notification number it has read, of any node group) when it skipped
+    /// notifications it does not send, at most every 100 ms, and every 5 s while idle. A
+    /// watcher of one node group has caught up with a number once an item's `seq` reaches it.
+    pub async fn watch_completions_with_positions(
+        &self,
+        node_group: Option<&str>,
+        after_seq: Option<u64>,
+        include_progress: bool,
+    ) -> Result<Streaming<PipelineNotification>, ClientError> {
+        self.call(WatchCompletionsRequest {
+            node_group: node_group.unwrap_or_default().to_owned(),
+            after_seq,
+            include_progress,
+            positions: true,
         })
         .await
     }
@@ -184,9 +232,44 @@ impl Client {
             node_group: node_group.into(),
             worker: worker.into(),
             max,
+            wait_ms: 0,
         };
         self.write_with(self.budget().unproposed_only(), request)
             .await
+    }
+
+    /// Worker call: [`Client::dequeue`] that waits up to `wait` (at most 60 s) for work when
+    /// none is queued: it answers as soon as transactions are queued in `node_group` (up to
+    /// `max`), or empty when the wait is over. The node does not poll while it waits, and
+    /// neither does this call: when another worker took the work first, it asks again for the
+    /// time left.
+    ///
+    /// Retried as [`Client::dequeue`] is; each attempt may take `wait` longer.
+    pub async fn dequeue_wait(
+        &self,
+        node_group: impl Into<String>,
+        worker: impl Into<String>,
+        max: u32,
+        wait: Duration,
+    ) -> Result<DequeueReply, ClientError> {
+        let (node_group, worker) = (node_group.into(), worker.into());
+        let until = Instant::now() + wait.min(DEQUEUE_WAIT_MAX);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let request = DequeueRequest {
+                node_group: node_group.clone(),
+                worker: worker.clone(),
+                max,
+                wait_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+            };
+            let budget = self.budget().unproposed_only().waiting(left);
+            let reply = self.write_with(budget, request).await?;
+            // A numbered dequeue is proposed once, so it comes back empty early when another
+            // worker took the work first.
+            if !reply.transactions.is_empty() || Instant::now() >= until {
+                return Ok(reply);
+            }
+        }
     }
 
     /// Worker call: finishes transaction `id`, claimed with `token`, with a terminal `status`
@@ -208,6 +291,18 @@ impl Client {
             state: state.unwrap_or_default(),
         })
         .await
+    }
+
+    /// Worker call: finishes up to 256 transactions in one Raft entry, each as
+    /// [`Client::complete_transaction`] would, answered item by item in order (`completed`, or
+    /// an `error` such as `stale-claim` for that item alone). Safe to repeat: an item repeated
+    /// with its token gets the same answer. A malformed item, no item or more than 256 refuse
+    /// the whole call.
+    pub async fn complete_batch(
+        &self,
+        items: Vec<CompleteTransactionRequest>,
+    ) -> Result<CompleteBatchReply, ClientError> {
+        self.write(CompleteBatchRequest { items }).await
     }
 
     /// Worker call: hands a running transaction on to a queue (see `RequeueRequest`). Safe to
@@ -389,7 +484,7 @@ mod tests {
         );
         let keyed = EnqueueRequest {
             external_id: "order-1".to_owned(),
-            ..request
+            ..request.clone()
         };
         let enqueue = client.enqueue(keyed).await;
         assert_attempts(enqueue, 3, "an enqueue with an external id is retried");
@@ -399,5 +494,29 @@ mod tests {
             .complete_transaction(1, 2, TxStatus::Success, None)
             .await;
         assert_attempts(complete, 3, "a complete is retried");
+        let batch = client.enqueue_batch(vec![request.clone()]).await;
+        assert_attempts(
+            batch,
+            1,
+            "a batch with an item without external id is not repeated",
+        );
+        let keyed = EnqueueRequest {
+            external_id: "order-2".to_owned(),
+            ..request
+        };
+        let batch = client.enqueue_batch(vec![keyed]).await;
+        assert_attempts(
+            batch,
+            3,
+            "a batch whose items all have external ids is retried",
+        );
+        let waiting = client
+            .dequeue_wait("g", "w", 1, Duration::from_millis(10))
+            .await;
+        assert_attempts(waiting, 1, "a waiting dequeue");
+        let completions = client
+            .complete_batch(vec![CompleteTransactionRequest::default()])
+            .await;
+        assert_attempts(completions, 3, "a complete batch is retried");
     }
 }

@@ -2229,3 +2229,192 @@ mod archive_export_properties {
         }
     }
 }
+
+fn batch_answers(reply: PipelineReply) -> Vec<Result<PipelineReply, PipelineError>> {
+    match reply {
+        PipelineReply::Batch(answers) => answers,
+        other => panic!("a batch answered {other:?}"),
+    }
+}
+
+fn enqueued(transaction: TransactionId, duplicate: bool) -> Result<PipelineReply, PipelineError> {
+    Ok(PipelineReply::Enqueued {
+        transaction,
+        duplicate,
+    })
+}
+
+#[test]
+fn an_enqueue_batch_answers_each_item_as_its_own_enqueue_in_one_command() {
+    let mut m = Machine::new();
+    let keyed = NewTransaction {
+        external_id: Some(external("order-1")),
+        ..new_tx()
+    };
+    let unknown = NewTransaction {
+        route: Route::Pipeline(pipeline("nowhere")),
+        ..new_tx()
+    };
+    let direct = NewTransaction {
+        route: Route::NodeGroup(group("g")),
+        queue: QueueType::Admin,
+        ..new_tx()
+    };
+    let answers = batch_answers(m.ok(PipelineCommand::EnqueueBatch(vec![
+        keyed.clone(),
+        unknown,
+        keyed,
+        direct,
+    ])));
+    // One command at one log index: ids from the index on, one more per transaction made.
+    let index = m.index;
+    let (first, second) = (TransactionId(index), TransactionId(index + 1));
+    assert_eq!(answers.len(), 4);
+    assert_eq!(answers[0], enqueued(first, false));
+    assert_eq!(
+        answers[1],
+        Err(PipelineError::UnknownPipeline {
+            name: pipeline("nowhere")
+        })
+    );
+    // The external id taken by the first item answers the repeat within the same batch.
+    assert_eq!(answers[2], enqueued(first, true));
+    assert_eq!(answers[3], enqueued(second, false));
+    assert_eq!(
+        m.table.len(),
+        2,
+        "the refused item and the duplicate made nothing"
+    );
+    assert_eq!(m.queue("g", QueueType::In), [first]);
+    assert_eq!(m.queue("g", QueueType::Admin), [second]);
+    // The next command's ids stay above the batch's.
+    let later = m.enqueue(QueueType::In);
+    assert!(later > second, "{later} after {second}");
+}
+
+#[test]
+fn an_enqueue_batch_fills_the_table_up_to_its_bound_and_refuses_the_rest_item_by_item() {
+    let mut m = Machine::new();
+    m.configure(|c| c.transactions_max = 2);
+    let answers = batch_answers(m.ok(PipelineCommand::EnqueueBatch(vec![new_tx(); 3])));
+    assert!(answers[0].is_ok() && answers[1].is_ok(), "{answers:?}");
+    assert!(
+        matches!(answers[2], Err(PipelineError::TooMany { max: 2, .. })),
+        "{answers:?}"
+    );
+    assert_eq!(m.table.len(), 2);
+}
+
+#[test]
+fn a_batch_of_no_items_or_too_many_is_refused_whole_and_changes_nothing() {
+    let mut m = Machine::new();
+    for len in [0, PIPELINE_ENQUEUE_BATCH_MAX + 1] {
+        let error = m.refused(PipelineCommand::EnqueueBatch(vec![new_tx(); len]));
+        assert_eq!(
+            error,
+            PipelineError::OutOfRange {
+                field: "items".to_owned(),
+                got: len as u64,
+                min: 1,
+                max: PIPELINE_ENQUEUE_BATCH_MAX as u64,
+            }
+        );
+    }
+    let full = m.ok(PipelineCommand::EnqueueBatch(vec![
+        new_tx();
+        PIPELINE_ENQUEUE_BATCH_MAX
+    ]));
+    assert_eq!(batch_answers(full).len(), PIPELINE_ENQUEUE_BATCH_MAX);
+    let running = m.dequeue("g", 1);
+    let completion = TxCompletion {
+        transaction: running[0].id,
+        token: running[0].claim().unwrap().token,
+        status: TxStatus::Success,
+        state: None,
+    };
+    for len in [0, PIPELINE_COMPLETE_BATCH_MAX + 1] {
+        let error = m.refused(PipelineCommand::CompleteBatch(vec![
+            completion.clone();
+            len
+        ]));
+        assert!(
+            matches!(&error, PipelineError::OutOfRange { field, got, .. }
+                if field == "items" && *got == len as u64),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn a_complete_batch_fails_a_stale_token_only_for_its_item() {
+    let mut m = Machine::new();
+    let ids: Vec<TransactionId> = (0..4).map(|_| m.enqueue(QueueType::In)).collect();
+    let token = m.dequeue("g", 4)[0].claim().unwrap().token;
+    let item = |id: TransactionId, token: u64, status: TxStatus| TxCompletion {
+        transaction: id,
+        token,
+        status,
+        state: Some(json(r#"{"done":true}"#)),
+    };
+    let answers = batch_answers(m.ok(PipelineCommand::CompleteBatch(vec![
+        item(ids[0], token, TxStatus::Success),
+        item(ids[1], token + 1, TxStatus::Success),
+        item(ids[2], token, TxStatus::Running),
+        item(TransactionId(9_999), token, TxStatus::Failed),
+        item(ids[3], token, TxStatus::Failed),
+    ])));
+    assert_eq!(
+        answers[0],
+        Ok(PipelineReply::Completed {
+            transaction: ids[0],
+            status: TxStatus::Success
+        })
+    );
+    assert!(
+        matches!(answers[1], Err(PipelineError::StaleClaim { token: t, .. }) if t == token + 1),
+        "{answers:?}"
+    );
+    assert_eq!(
+        answers[2],
+        Err(PipelineError::NotTerminal {
+            status: TxStatus::Running
+        })
+    );
+    assert_eq!(
+        answers[3],
+        Err(PipelineError::UnknownTransaction {
+            transaction: TransactionId(9_999)
+        })
+    );
+    assert!(answers[4].is_ok(), "{answers:?}");
+    let statuses: Vec<TxStatus> = ids.iter().map(|&id| m.tx(id).status()).collect();
+    assert_eq!(
+        statuses,
+        [
+            TxStatus::Success,
+            TxStatus::Running,
+            TxStatus::Running,
+            TxStatus::Failed
+        ]
+    );
+    // Both completions are numbered for the streams, in item order.
+    let page = m.table.notifications().after(0, None, 10);
+    let notified: Vec<TransactionId> = page.notifications.iter().map(|n| n.transaction).collect();
+    assert_eq!(notified, [ids[0], ids[3]]);
+    // Sent again (a lost answer), a finished item replays its answer and changes nothing;
+    // the items that failed can succeed now.
+    let before = m.table.clone();
+    let again = batch_answers(m.ok(PipelineCommand::CompleteBatch(vec![item(
+        ids[0],
+        token,
+        TxStatus::Failed,
+    )])));
+    assert_eq!(again[0], answers[0]);
+    assert_eq!(m.table, before, "a replayed completion changed the table");
+    let rest = batch_answers(m.ok(PipelineCommand::CompleteBatch(vec![
+        item(ids[1], token, TxStatus::Success),
+        item(ids[2], token, TxStatus::Aborted),
+    ])));
+    assert!(rest.iter().all(Result::is_ok), "{rest:?}");
+    assert_eq!(m.tx(ids[2]).status(), TxStatus::Aborted);
+}

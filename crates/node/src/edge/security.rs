@@ -163,10 +163,14 @@ pub fn method_permission(path: &str) -> Option<Permission> {
             | "Status" | "ListNotices" | "ExportArchive" | "GetConfig",
         ) => P::Read,
         // GetState marks a transaction as replied to and may cancel its webhook: the producer's.
-        ("certus.v1.Pipelines", "Enqueue" | "GetState" | "Cancel" | "SetSwitch") => P::Write,
-        ("certus.v1.Pipelines", "Dequeue" | "Complete" | "Requeue" | "Progress" | "Sleep") => {
-            P::Work
-        }
+        (
+            "certus.v1.Pipelines",
+            "Enqueue" | "EnqueueBatch" | "GetState" | "Cancel" | "SetSwitch",
+        ) => P::Write,
+        (
+            "certus.v1.Pipelines",
+            "Dequeue" | "Complete" | "CompleteBatch" | "Work" | "Requeue" | "Progress" | "Sleep",
+        ) => P::Work,
         (
             "certus.v1.Pipelines",
             "DefinePipeline" | "DeletePipeline" | "AcknowledgeNotices" | "SetConfig",
@@ -476,6 +480,8 @@ mod tests {
             "/certus.v1.Sessions/Complete",
             "/certus.v1.Pipelines/Dequeue",
             "/certus.v1.Pipelines/Complete",
+            "/certus.v1.Pipelines/CompleteBatch",
+            "/certus.v1.Pipelines/Work",
         ] {
             assert!(worker.may(method_permission(path).expect(path)), "{path}");
         }
@@ -483,6 +489,7 @@ mod tests {
             "/certus.v1.Admin/ChangeMembership",
             "/certus.v1.Raft/AppendEntries",
             "/certus.v1.Pipelines/Enqueue",
+            "/certus.v1.Pipelines/EnqueueBatch",
         ] {
             assert!(!worker.may(method_permission(path).expect(path)), "{path}");
         }

@@ -521,6 +521,7 @@ fn notification_kind(kind: i32) -> String {
         Ok(NotificationKind::Progress) => "progress".to_owned(),
         Ok(NotificationKind::Completed) => "completed".to_owned(),
         Ok(NotificationKind::Missed) => "missed".to_owned(),
+        Ok(NotificationKind::Position) => "position".to_owned(),
         Ok(NotificationKind::Unspecified) | Err(_) => format!("kind-{kind}"),
     }
 }
@@ -555,6 +556,7 @@ pub(super) fn notification_line(notification: &PipelineNotification) -> String {
             "[{seq}] missed: notifications up to here were dropped before they could be sent; \
              re-read the transactions you watch"
         ),
+        Ok(NotificationKind::Position) => format!("[{seq}] position: read up to here"),
         Ok(NotificationKind::Unspecified) | Err(_) => format!(
             "[{seq}] transaction {id} ({group}): {}",
             notification_kind(notification.kind)

@@ -5,9 +5,11 @@
 //! malformed request gets `INVALID_ARGUMENT` naming the field. Every rule of the transaction
 //! table itself is the state machine's (`certus_core::pipelines`), and its refusals map to
 //! statuses in [`crate::errors::pipeline_status`]. The records the replies carry are
-//! [`wire`]'s.
+//! [`wire`]'s; the batches are [`batches`], the worker stream's messages [`work`].
 
+pub mod batches;
 pub mod wire;
+pub mod work;
 
 use std::time::Duration;
 
@@ -16,7 +18,8 @@ use certus_core::limits::{
 };
 use certus_core::pipelines::{
     ArchiveCursor, CancelOutcome, ExternalId, JsonDocument, NewTransaction, NodeGroup, NoticeId,
-    Owner, PipelineName, Route, SwitchName, TransactionId, TxMetadata, TxStatus, WebhookUrl,
+    Owner, PipelineName, Route, SwitchName, TransactionId, TxCompletion, TxMetadata, TxStatus,
+    WebhookUrl,
 };
 use certus_core::{PipelineCommand, PipelineError, PipelineReads, PipelineReply, State, WorkerId};
 use certus_proto::v1;
@@ -26,7 +29,7 @@ use crate::convert::{
     Query, in_range, invalid, optional, out_of_range, page_limit, required, unexpected,
 };
 use crate::errors::{pipeline_status, status};
-use crate::limits::{PIPELINE_STATUS_GROUPS_MAX, PIPELINE_WAIT_MAX};
+use crate::limits::{PIPELINE_DEQUEUE_WAIT_MS_MAX, PIPELINE_STATUS_GROUPS_MAX, PIPELINE_WAIT_MAX};
 use wire::{
     config_from_proto, config_to_proto, group_counts, notice_to_proto, pipeline_to_proto,
     queue_from_proto, queue_to_proto, status_from_proto, status_to_proto, transaction_page,
@@ -115,6 +118,11 @@ pub fn list_pipelines(
 
 /// `Enqueue`.
 pub fn enqueue(request: v1::EnqueueRequest) -> Result<PipelineCommand, Status> {
+    new_transaction(request).map(PipelineCommand::Enqueue)
+}
+
+/// The transaction an `Enqueue` (or an item of an `EnqueueBatch`) makes.
+fn new_transaction(request: v1::EnqueueRequest) -> Result<NewTransaction, Status> {
     let route = match request.route {
         Some(v1::enqueue_request::Route::Pipeline(name)) => {
             Route::Pipeline(required(name, "pipeline", PipelineName::new)?)
@@ -126,7 +134,7 @@ pub fn enqueue(request: v1::EnqueueRequest) -> Result<PipelineCommand, Status> {
             return Err(invalid("route", "missing: name a pipeline or a node_group"));
         }
     };
-    Ok(PipelineCommand::Enqueue(NewTransaction {
+    Ok(NewTransaction {
         owner: required(request.owner, "owner", Owner::new)?,
         external_id: optional(request.external_id, "external_id", ExternalId::new)?,
         route,
@@ -134,7 +142,7 @@ pub fn enqueue(request: v1::EnqueueRequest) -> Result<PipelineCommand, Status> {
         state: required(request.state, "state", JsonDocument::new)?,
         event: optional(request.event, "event", JsonDocument::new)?,
         metadata: metadata_from_proto(request.metadata)?,
-    }))
+    })
 }
 
 /// `Enqueue`'s reply.
@@ -320,6 +328,8 @@ pub struct Watch {
     pub include_progress: bool,
     /// Send what follows this notification; none: from now ([`resume_point`]).
     pub after_seq: Option<u64>,
+    /// Whether `POSITION` items are sent.
+    pub positions: bool,
 }
 
 /// `WatchCompletions`.
@@ -328,13 +338,31 @@ pub fn watch_completions(request: v1::WatchCompletionsRequest) -> Result<Watch, 
         node_group: optional(request.node_group, "node_group", NodeGroup::new)?,
         include_progress: request.include_progress,
         after_seq: request.after_seq,
+        positions: request.positions,
     })
 }
 
 // ---- the worker calls ---------------------------------------------------------------------
 
-/// `Dequeue`.
+/// `Dequeue`, without its wait (the fuzz target proposes it as is).
 pub fn dequeue(request: v1::DequeueRequest) -> Result<PipelineCommand, Status> {
+    dequeue_waiting(request).map(|dequeue| dequeue.command)
+}
+
+/// A `Dequeue`: the command, the node group whose queues it takes from, and how long to wait
+/// for work when none is queued (zero: answer at once).
+#[derive(Debug)]
+pub struct Dequeue {
+    /// The `Dequeue` command.
+    pub command: PipelineCommand,
+    /// Its node group, whose queues a waiting dequeue watches.
+    pub node_group: NodeGroup,
+    /// How long to wait for work.
+    pub wait: Duration,
+}
+
+/// `Dequeue` with its wait, at most [`PIPELINE_DEQUEUE_WAIT_MS_MAX`].
+pub fn dequeue_waiting(request: v1::DequeueRequest) -> Result<Dequeue, Status> {
     let node_group = required(request.node_group, "node_group", NodeGroup::new)?;
     let worker = required(request.worker, "worker", WorkerId::new)?;
     in_range::<PipelineCommand>(
@@ -343,11 +371,21 @@ pub fn dequeue(request: v1::DequeueRequest) -> Result<PipelineCommand, Status> {
         1,
         PIPELINE_DEQUEUE_BATCH_MAX.into(),
     )?;
-    Ok(PipelineCommand::Dequeue {
+    in_range::<PipelineCommand>("wait_ms", request.wait_ms, 0, PIPELINE_DEQUEUE_WAIT_MS_MAX)?;
+    Ok(Dequeue {
+        command: dequeue_command(node_group.clone(), worker, request.max),
+        node_group,
+        wait: Duration::from_millis(request.wait_ms),
+    })
+}
+
+/// The `Dequeue` command for `worker` of up to `max` (already checked) of `node_group`.
+pub fn dequeue_command(node_group: NodeGroup, worker: WorkerId, max: u32) -> PipelineCommand {
+    PipelineCommand::Dequeue {
         node_group,
         worker,
-        max: request.max,
-    })
+        max,
+    }
 }
 
 /// `Dequeue`'s reply.
@@ -362,11 +400,22 @@ pub fn dequeued(reply: PipelineReply) -> Result<v1::DequeueReply, Status> {
 
 /// `Complete`.
 pub fn complete(request: v1::CompleteTransactionRequest) -> Result<PipelineCommand, Status> {
+    let completion = completion(request)?;
+    Ok(PipelineCommand::Complete {
+        transaction: completion.transaction,
+        token: completion.token,
+        status: completion.status,
+        state: completion.state,
+    })
+}
+
+/// What a `Complete` (or an item of a `CompleteBatch`) asks for.
+fn completion(request: v1::CompleteTransactionRequest) -> Result<TxCompletion, Status> {
     let status = status_from_proto(request.status)?;
     if !status.is_terminal() {
         return Err(pipeline_status(&PipelineError::NotTerminal { status }));
     }
-    Ok(PipelineCommand::Complete {
+    Ok(TxCompletion {
         transaction: transaction_id(request.transaction_id)?,
         token: claim_token(request.claim_token)?,
         status,

@@ -1,21 +1,69 @@
-//! The `GetState` long-poll: waits for news of one transaction — a notification of it, its end,
-//! or a gap in the record — without polling. It sleeps on the applied-index watch, looks at the
-//! local applied state when something was applied, and answers from a linearizable read; it
-//! ends when the node stops, so a shutdown never waits for a client.
+//! The long-polls, which wait without polling: they sleep on the applied-index watch, look at
+//! the local applied state when something was applied, and end when the node stops, so a
+//! shutdown never waits for a client.
+//!
+//! - `GetState` waits for news of one transaction — a notification of it, its end, or a gap in
+//!   the record — and answers from a linearizable read.
+//! - `Dequeue` with a wait looks for queued work of its node group in the local state (a count,
+//!   cheap) and proposes the dequeue only when some is there; when another worker took it
+//!   first, it waits on.
 
 use certus_core::limits::LIST_PAGE_MAX;
-use certus_core::pipelines::TransactionId;
-use certus_core::{PipelineError, PipelineReads};
+use certus_core::pipelines::{NodeGroup, TransactionId};
+use certus_core::{ClientRequest, PipelineError, PipelineReads};
 use certus_proto::v1;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::Status;
 
 use crate::convert::pipelines::wire::{transaction_to_proto, webhook_to_proto};
-use crate::convert::pipelines::{GetState, resume_point};
+use crate::convert::pipelines::{Dequeue, GetState, dequeued, resume_point};
 use crate::errors::{pipeline_status, stopping};
 use crate::raft::applied::{AppliedWatch, Wake};
 use crate::raft::replica::Replica;
+
+/// Answers a `Dequeue` with a wait: what it took once work was queued in its node group, or
+/// nothing at the end of the wait.
+///
+/// A numbered request (`client`) is proposed at most once — its number would answer a second
+/// proposal with the first one's answer — so when another worker took the work first it
+/// answers empty before the end of its wait; an unnumbered one waits on.
+pub(super) async fn dequeue(
+    replica: &Replica,
+    stop: watch::Receiver<bool>,
+    client: Option<ClientRequest>,
+    request: Dequeue,
+) -> Result<v1::DequeueReply, Status> {
+    let deadline = Instant::now() + request.wait;
+    let mut applied = AppliedWatch::new(replica, stop);
+    loop {
+        // Anything applied after this look wakes the wait below.
+        applied.mark();
+        if queued_work(replica, &request.node_group) {
+            let reply = dequeued(replica.propose(client, request.command.clone()).await?)?;
+            if !reply.transactions.is_empty() || client.is_some() {
+                return Ok(reply);
+            }
+        }
+        if Instant::now() >= deadline {
+            return Ok(v1::DequeueReply::default());
+        }
+        match applied.wait(Some(deadline)).await {
+            Wake::Applied | Wake::Deadline => {}
+            Wake::Stopping => return Err(stopping()),
+        }
+    }
+}
+
+/// Whether this node's applied state has transactions queued in `node_group`: a look at a
+/// count, so a waiting worker costs nothing until work may be there. The state may be a little
+/// behind the leader's; the entry that queues work wakes the waiter when it is applied here.
+pub(super) fn queued_work(replica: &Replica, node_group: &NodeGroup) -> bool {
+    replica.reader.read(|applied| {
+        let counts = applied.state.pipelines().group_counts(node_group);
+        counts.queued.iter().any(|&queued| queued > 0)
+    })
+}
 
 /// Answers `request` once there is news of its transaction or its wait is over: the
 /// transaction's id and the reply (before any `MarkReplied`).

@@ -2,13 +2,15 @@
 //!
 //! Each call is wiring: its conversions (and the checks before anything is proposed) are
 //! [`crate::convert::pipelines`]; writes go through the replica (forwarded to the leader), reads
-//! pass the read barrier. Waiting does not poll: the `GetState` long-poll is `long_poll.rs`, the
-//! `WatchCompletions` and `ExportArchive` streams are `streams.rs`.
+//! pass the read barrier. Waiting does not poll: the `GetState` and `Dequeue` long-polls are
+//! `long_poll.rs`, the `WatchCompletions` and `ExportArchive` streams are `streams.rs`, the
+//! worker stream `Work` is `work.rs`.
 
 mod long_poll;
 mod streams;
 #[cfg(test)]
 mod tests;
+mod work;
 
 use std::sync::Arc;
 
@@ -19,6 +21,7 @@ use tonic::{Request, Response, Status};
 
 use crate::convert::clients::client_request;
 use crate::convert::pipelines as convert;
+use crate::convert::pipelines::batches;
 use crate::raft::replica::Replica;
 
 /// `certus.v1.Pipelines` for one node.
@@ -101,6 +104,15 @@ impl Pipelines for PipelinesService {
             .await
     }
 
+    async fn enqueue_batch(
+        &self,
+        request: Request<v1::EnqueueBatchRequest>,
+    ) -> Result<Response<v1::EnqueueBatchReply>, Status> {
+        self.replica
+            .serve_write(request, batches::enqueue_batch, batches::enqueued_batch)
+            .await
+    }
+
     type WatchCompletionsStream = streams::NotificationStream;
 
     async fn watch_completions(
@@ -117,9 +129,38 @@ impl Pipelines for PipelinesService {
         &self,
         request: Request<v1::DequeueRequest>,
     ) -> Result<Response<v1::DequeueReply>, Status> {
+        let client = client_request(request.metadata())?;
+        let request = convert::dequeue_waiting(request.into_inner())?;
+        if request.wait.is_zero() {
+            let reply = self.replica.propose(client, request.command).await?;
+            return Ok(Response::new(convert::dequeued(reply)?));
+        }
+        let reply = long_poll::dequeue(&self.replica, self.stop.clone(), client, request).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn complete_batch(
+        &self,
+        request: Request<v1::CompleteBatchRequest>,
+    ) -> Result<Response<v1::CompleteBatchReply>, Status> {
         self.replica
-            .serve_write(request, convert::dequeue, convert::dequeued)
+            .serve_write(request, batches::complete_batch, batches::completed_batch)
             .await
+    }
+
+    type WorkStream = work::WorkStream;
+
+    async fn work(
+        &self,
+        request: Request<tonic::Streaming<v1::WorkRequest>>,
+    ) -> Result<Response<Self::WorkStream>, Status> {
+        let stream = work::work(
+            Arc::clone(&self.replica),
+            self.stop.clone(),
+            request.into_inner(),
+        )
+        .await?;
+        Ok(Response::new(stream))
     }
 
     async fn complete(

@@ -1,8 +1,9 @@
 //! The pipelines' server streams: `WatchCompletions` (notifications as they are applied, read
-//! from the local applied state after the applied-index watch wakes, never by polling) and
-//! `ExportArchive` (the archive in pages, each a linearizable read). Each holds at most one page
-//! it has read but not sent; gRPC flow control holds the rest back in the state. Both end when
-//! the node stops.
+//! from the local applied state after the applied-index watch wakes, never by polling; with
+//! positions, where it stands when it skipped notifications of other groups, and a heartbeat
+//! when idle, on timers rather than polls) and `ExportArchive` (the archive in pages, each a
+//! linearizable read). Each holds at most one page it has read but not sent; gRPC flow control
+//! holds the rest back in the state. Both end when the node stops.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -14,12 +15,16 @@ use certus_proto::v1;
 use futures_util::Stream;
 use prost::Message as _;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tonic::Status;
 
 use crate::convert::pipelines::wire::{notification_to_proto, transaction_to_proto};
 use crate::convert::pipelines::{Export, Watch, archive_cursor, check_cursor, resume_point};
 use crate::errors::stopping;
-use crate::limits::{PIPELINE_LIST_REPLY_BYTES_MAX, PIPELINE_STREAM_PAGE_MAX};
+use crate::limits::{
+    PIPELINE_LIST_REPLY_BYTES_MAX, PIPELINE_STREAM_HEARTBEAT, PIPELINE_STREAM_PAGE_MAX,
+    PIPELINE_STREAM_POSITION_INTERVAL_MIN,
+};
 use crate::raft::applied::{AppliedWatch, Wake};
 use crate::raft::replica::Replica;
 
@@ -52,6 +57,11 @@ pub(super) async fn completions(
         cursor,
         buffer: VecDeque::new(),
         ended: false,
+        positions: request.positions.then(|| Positions {
+            told: None,
+            last_sent_at: Instant::now(),
+            last_position_at: None,
+        }),
     };
     Ok(Box::pin(futures_util::stream::unfold(feed, Feed::next)))
 }
@@ -68,6 +78,46 @@ struct Feed {
     buffer: VecDeque<v1::PipelineNotification>,
     /// The stream has sent its last item.
     ended: bool,
+    /// When the client asked for positions: what it was told and when.
+    positions: Option<Positions>,
+}
+
+/// What a stream with positions has told its client, and when: enough to send a position when
+/// the client cannot work it out from the items, and a heartbeat when idle.
+struct Positions {
+    /// The `seq` of the last item sent (a notification, a marker or a position).
+    told: Option<u64>,
+    /// When the last item was sent (or the stream started).
+    last_sent_at: Instant,
+    /// When the last position was sent.
+    last_position_at: Option<Instant>,
+}
+
+impl Positions {
+    /// Notes an item sent.
+    fn sent(&mut self, seq: u64, now: Instant) {
+        self.told = Some(seq);
+        self.last_sent_at = now;
+    }
+
+    /// Whether to send a position at `cursor` now; if not, until when to wait for one (no
+    /// deadline is ever in the past).
+    fn due(&self, cursor: u64, now: Instant) -> Result<(), Instant> {
+        let heartbeat_at = self.last_sent_at + PIPELINE_STREAM_HEARTBEAT;
+        if now >= heartbeat_at {
+            return Ok(());
+        }
+        if self.told == Some(cursor) {
+            return Err(heartbeat_at);
+        }
+        // The stream read past notifications it did not send: say so, but not on every entry.
+        match self.last_position_at {
+            Some(at) if now < at + PIPELINE_STREAM_POSITION_INTERVAL_MIN => {
+                Err((at + PIPELINE_STREAM_POSITION_INTERVAL_MIN).min(heartbeat_at))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Feed {
@@ -77,6 +127,9 @@ impl Feed {
         }
         loop {
             if let Some(item) = self.buffer.pop_front() {
+                if let Some(positions) = &mut self.positions {
+                    positions.sent(item.seq, Instant::now());
+                }
                 return Some((Ok(item), self));
             }
             self.applied.mark();
@@ -93,7 +146,19 @@ impl Feed {
             if !self.buffer.is_empty() {
                 continue;
             }
-            match self.applied.wait(None).await {
+            let mut deadline = None;
+            if let Some(positions) = &mut self.positions {
+                let now = Instant::now();
+                match positions.due(self.cursor, now) {
+                    Ok(()) => {
+                        positions.last_position_at = Some(now);
+                        self.buffer.push_back(position(self.cursor));
+                        continue;
+                    }
+                    Err(at) => deadline = Some(at),
+                }
+            }
+            match self.applied.wait(deadline).await {
                 Wake::Applied | Wake::Deadline => {}
                 Wake::Stopping => {
                     self.ended = true;
@@ -101,6 +166,15 @@ impl Feed {
                 }
             }
         }
+    }
+}
+
+/// A `POSITION` item: the stream has read every notification up to `cursor`.
+fn position(cursor: u64) -> v1::PipelineNotification {
+    v1::PipelineNotification {
+        seq: cursor,
+        kind: v1::NotificationKind::Position.into(),
+        ..v1::PipelineNotification::default()
     }
 }
 

@@ -1,5 +1,5 @@
 //! The pure pieces of the pipelines service against a state machine driven directly: stream
-//! pages, long-poll looks, list and export pages, export cursors.
+//! pages, long-poll looks, list and export pages, export cursors, a Work stream's credit.
 
 use certus_core::limits::PIPELINE_NOTIFICATIONS_MAX;
 use certus_core::pipelines::{
@@ -18,7 +18,10 @@ use super::long_poll::{Look, look};
 use super::streams::{export_page, stream_page};
 use crate::convert::pipelines::check_cursor;
 use crate::convert::pipelines::wire::transaction_page;
-use crate::limits::{PIPELINE_LIST_REPLY_BYTES_MAX, PIPELINE_STREAM_PAGE_MAX};
+use crate::convert::pipelines::work::grant;
+use crate::limits::{
+    PIPELINE_LIST_REPLY_BYTES_MAX, PIPELINE_STREAM_PAGE_MAX, PIPELINE_WORK_CREDIT_MAX,
+};
 
 /// A state machine driven directly, one command per log entry.
 struct Machine {
@@ -344,5 +347,24 @@ fn an_export_cursor_must_lie_before_the_cluster_clock() {
             "{}",
             refused.message()
         );
+    }
+}
+
+#[test]
+fn a_work_streams_credit_grows_by_grants_up_to_its_bound() {
+    assert_eq!(grant(0, 1).unwrap(), 1);
+    assert_eq!(
+        grant(PIPELINE_WORK_CREDIT_MAX - 24, 24).unwrap(),
+        PIPELINE_WORK_CREDIT_MAX
+    );
+    for (credit, more) in [
+        (0, 0),
+        (PIPELINE_WORK_CREDIT_MAX, 1),
+        (PIPELINE_WORK_CREDIT_MAX - 24, 25),
+        (0, u32::MAX),
+    ] {
+        let refused = grant(credit, more).unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument, "{credit} + {more}");
+        assert!(refused.message().starts_with("credit"), "{refused:?}");
     }
 }
