@@ -6,6 +6,8 @@
 
 mod support;
 
+use certus_core::ct::CtCommand;
+use certus_core::{Command, Response};
 use certus_ct::chain::{AcceptedRoots, ChainLimits, check_pre_chain};
 use certus_ct::merkle::{leaf_hash, verify_consistency, verify_inclusion};
 use certus_ct::structures::json::{
@@ -13,8 +15,6 @@ use certus_ct::structures::json::{
 };
 use certus_ct::structures::{SignedTreeHead, leaf_input};
 use certus_ct::{Hash, LogEntry};
-use certus_core::ct::CtCommand;
-use certus_core::{Command, Response};
 use certus_node::NodeConfig;
 
 use support::{
@@ -225,7 +225,12 @@ async fn a_resubmission_the_state_forgot_gets_its_first_sct_from_the_local_index
                 applied.state.ct_first_held_sequence(),
             )
         });
-        assert_eq!(remembered, (0, 3), "node {} still holds entries", node.replica().id);
+        assert_eq!(
+            remembered,
+            (0, 3),
+            "node {} still holds entries",
+            node.replica().id
+        );
     }
 
     tokio::task::spawn_blocking(move || {
@@ -239,7 +244,9 @@ async fn a_resubmission_the_state_forgot_gets_its_first_sct_from_the_local_index
                 let entry = LogEntry::X509 {
                     certificate: leaf.clone(),
                 };
-                verifier.verify_sct(&again, &entry).expect("the SCT verifies");
+                verifier
+                    .verify_sct(&again, &entry)
+                    .expect("the SCT verifies");
             }
         }
         // Nothing was logged twice.

@@ -431,6 +431,7 @@ fn print_status(out: &Output, status: &LogStatus) {
         "next_sequence": status.next_sequence,
         "unsequenced": status.unsequenced,
         "held": status.held,
+        "dedupe_forgotten_below": status.dedupe_forgotten_below,
         "local_tree_size": status.local_tree_size,
         "local_contiguous_size": status.local_contiguous_size,
         "config": status.config.as_ref().map(config_json),
@@ -468,6 +469,13 @@ fn print_status(out: &Output, status: &LogStatus) {
             },
         ]);
         rows.add_row(vec!["held entries".to_owned(), status.held.to_string()]);
+        rows.add_row(vec![
+            "dedupe".to_owned(),
+            format!(
+                "the state forgot entries below {}; older duplicates are found in local indexes",
+                status.dedupe_forgotten_below
+            ),
+        ]);
         if let Some(mirror) = &status.mirror {
             rows.add_row(vec!["mirror of".to_owned(), mirror.source_url.clone()]);
             rows.add_row(vec![

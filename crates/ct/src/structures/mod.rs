@@ -19,7 +19,8 @@ use crate::LogEntry;
 use tls::{DecodeError, EncodeError, TlsReader, TlsWriter, VectorBounds};
 
 pub use leaf::{
-    ExtraData, MerkleTreeLeaf, PrecertChainEntry, TimestampedEntry, entry_key_of_leaf_input, leaf_input,
+    ExtraData, MerkleTreeLeaf, PrecertChainEntry, TimestampedEntry, entry_key_of_leaf_input,
+    leaf_input,
 };
 pub use sct::{SignedCertificateTimestamp, decode_sct_list, encode_sct_list, sct_signature_input};
 pub use sth::{SignedTreeHead, sth_signature_input};

@@ -2,8 +2,8 @@
 //! (RFC 6962's structures): the signed tree head both ways, and an entry's dedupe key.
 
 use certus_core::ct::EntryKey;
-use certus_ct::structures::SignedTreeHead;
 use certus_ct::LogEntry;
+use certus_ct::structures::SignedTreeHead;
 
 /// The dedupe identity ([`certus_ct::entry_key`]) as the replicated state holds it.
 pub fn entry_key(entry: &LogEntry) -> EntryKey {
