@@ -82,8 +82,9 @@
 //! [`Client::acknowledge_session`] once the certificate is stored), operators
 //! ([`Client::kill_session`], [`Client::list_sessions`], [`Client::sessions_status`],
 //! [`Client::set_session_config`]) and workers, which claim a step from a stage's queue and
-//! finish it ([`Client::claim_sessions`], [`Client::extend_claim`],
-//! [`Client::complete_session`], [`Client::release_session`], [`Client::fail_session`]).
+//! finish it ([`Client::claim_sessions`], [`Client::claim_sessions_waiting`] to long-poll for
+//! work, [`Client::extend_claim`], [`Client::complete_session`],
+//! [`Client::complete_session_batch`], [`Client::release_session`], [`Client::fail_session`]).
 //!
 //! # Transaction pipelines
 //!
@@ -143,5 +144,7 @@ pub use certus_proto::v1::{
     SessionsStatus, SignedTreeHead, Stage, StageQueue, StatusReply, TestResult,
     TriggerSnapshotReply,
 };
+/// The session workers' batches: [`Client::complete_session_batch`]'s items and answers.
+pub use certus_proto::v1::{CompleteRequest, CompleteSessionBatchReply, SessionStepResult};
 /// Routes, wake times and notice kinds of the `Pipelines` messages.
 pub use certus_proto::v1::{enqueue_request, notice, requeue_request, sleep_request};

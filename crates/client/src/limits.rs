@@ -10,3 +10,7 @@ pub const PIPELINE_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
 /// The longest wait a long-poll asks for (the node cuts one to 60 s); it keeps the arithmetic
 /// on deadlines from overflowing.
 pub(crate) const LONG_POLL_WAIT_MAX: Duration = Duration::from_secs(3_600);
+
+/// The longest wait one long-poll `Sessions/Claim` asks the node for (the node refuses longer
+/// ones); a longer wait is made of several calls.
+pub(crate) const SESSION_CLAIM_WAIT_MAX: Duration = Duration::from_secs(60);

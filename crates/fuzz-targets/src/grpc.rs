@@ -63,6 +63,7 @@ pub const KINDS: &[&str] = &[
     "Log/SetConfig",
     "Log/SetFrozen",
     "Log/StartMirror",
+    "Sessions/CompleteBatch",
 ];
 
 /// What the prepared state holds, for seeds that name it.
@@ -286,7 +287,11 @@ pub fn grpc_requests(data: &[u8]) {
             any,
         ),
         30 => call.write(|request| Ok(log::set_frozen(request)), any),
-        _ => call.write(log::start_mirror, any),
+        31 => call.write(log::start_mirror, any),
+        _ => call.then_read(sessions::complete_batch, |reply, command| {
+            sessions::completed_batch(command, reply)?;
+            Ok(|_: &State, _: u64| Ok(()))
+        }),
     }
 }
 

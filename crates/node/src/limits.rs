@@ -48,6 +48,14 @@ pub const PIPELINE_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
 pub const PIPELINE_LIST_REPLY_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// The longest a sessions `Wait` holds a request.
 pub const SESSION_WAIT_MAX: Duration = Duration::from_secs(60);
+/// The longest a long-poll sessions `Claim` may ask to wait (`wait_ms`); a longer wait is
+/// refused (INVALID_ARGUMENT) rather than cut, so a worker learns its timeouts are wrong.
+pub const SESSION_CLAIM_WAIT_MS_MAX: u64 = 60_000;
+/// How long a waiting claim that came back empty — although this node's state showed a visible
+/// session — holds off before it proposes again: another worker was first and this node has not
+/// applied that yet, or the leader's clock is behind this node's. Without it a lagging follower
+/// or a skewed clock would turn the wait into a loop of empty Raft writes.
+pub const SESSION_CLAIM_RETRY_PAUSE: Duration = Duration::from_millis(10);
 /// The longest a `GetState` long-poll holds a request.
 pub const PIPELINE_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Notifications a completion stream reads from the state at a time: what it buffers at most

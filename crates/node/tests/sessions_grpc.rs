@@ -71,6 +71,7 @@ fn claim_request(stage: v1::Stage, worker: &str, visibility_ms: u64) -> v1::Clai
         worker: worker.to_owned(),
         visibility_ms,
         max: 10,
+        wait_ms: 0,
     }
 }
 
@@ -979,6 +980,309 @@ async fn killing_a_session_stops_it() {
         counts(&status(&mut on_leader).await),
         (queues((0, 0), (0, 0), (0, 0)), 0, 1, 1),
         "the killed session is archived, in no queue"
+    );
+    shutdown(nodes).await;
+}
+
+fn waiting_claim(stage: v1::Stage, worker: &str, max: u32, wait_ms: u64) -> v1::ClaimRequest {
+    v1::ClaimRequest {
+        max,
+        wait_ms,
+        ..claim_request(stage, worker, 30_000)
+    }
+}
+
+/// A three-node cluster whose leader ticks only once a minute: no apply wakes a waiting claim
+/// but the test's own writes, so what wakes it is what the test did (or a timer).
+async fn start_quiet_cluster(dir: &Path) -> (Vec<NodeConfig>, Vec<Node>) {
+    start_plain_cluster(dir, PATIENCE, |config| {
+        config.sessions.daemons = false;
+        config.tick_interval_ms = 60_000;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_claim_waits_for_work_and_answers_empty_at_its_deadline() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, mut nodes) = start_quiet_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut on_other = client(&configs[other]).await;
+
+    // Nothing to claim: the wait ends empty at its deadline, and proposes nothing.
+    let started = Instant::now();
+    let empty = claim(
+        &mut on_other,
+        waiting_claim(v1::Stage::MakeChallenge, "lp", 5, 700),
+    )
+    .await;
+    let waited = started.elapsed();
+    assert!(empty.is_empty(), "{empty:?}");
+    assert!(
+        waited >= Duration::from_millis(700) && waited < Duration::from_secs(5),
+        "answered at the deadline, not after {waited:?}"
+    );
+    assert_eq!(
+        counts(&status(&mut on_leader).await),
+        (queues((0, 0), (0, 0), (0, 0)), 0, 0, 0)
+    );
+
+    // A wait on a follower answers with a session created on another node after it began.
+    let mut worker = client(&configs[follower]).await;
+    let long_poll = tokio::spawn(async move {
+        let started = Instant::now();
+        let claimed = claim(
+            &mut worker,
+            waiting_claim(v1::Stage::MakeChallenge, "lp", 5, 30_000),
+        )
+        .await;
+        (claimed, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!long_poll.is_finished(), "the claim waits for work");
+    let names = ["long-poll.example.com"];
+    let created = on_other
+        .create(create_request(csr(&names), &names, ""))
+        .await
+        .expect("Sessions/Create")
+        .into_inner();
+    let created_at = Instant::now();
+    let (claimed, waited) = tokio::time::timeout(PATIENCE, long_poll)
+        .await
+        .expect("the long-poll answers")
+        .expect("the polling task");
+    let after_create = created_at.elapsed();
+    println!("the long-poll waited {waited:?}, answering {after_create:?} after the create");
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    assert_eq!(claimed[0].id, created.id);
+    assert_eq!(claimed[0].claimant, "lp");
+    assert!(claimed[0].claim_token > 0);
+    assert!(
+        waited >= Duration::from_millis(500) && after_create < Duration::from_secs(5),
+        "woken by the create, not the 30 s deadline: waited {waited:?}"
+    );
+
+    // A session released for later is claimed when it becomes visible: no apply wakes the
+    // waiting claim then (the leader ticks once a minute), its own timer does.
+    let released = on_other
+        .release(v1::ReleaseClaimRequest {
+            id: created.id,
+            claim_token: claimed[0].claim_token,
+            delay_ms: 1_500,
+            note: String::new(),
+        })
+        .await
+        .expect("Sessions/Release")
+        .into_inner();
+    assert_eq!(released.claim_token, 0);
+    let started = Instant::now();
+    let again = claim(
+        &mut on_other,
+        waiting_claim(v1::Stage::MakeChallenge, "lp-2", 5, 30_000),
+    )
+    .await;
+    let waited = started.elapsed();
+    println!("the released session was claimed after {waited:?}");
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].id, created.id);
+    assert!(
+        waited >= Duration::from_millis(1_000) && waited < Duration::from_secs(8),
+        "claimed when visible again, not at once nor at the deadline: {waited:?}"
+    );
+
+    // A wait past the bound is refused before anything waits.
+    let too_long = refused(
+        on_other
+            .claim(waiting_claim(v1::Stage::MakeChallenge, "lp", 5, 60_001))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    assert!(too_long.message().contains("wait_ms"), "{too_long:?}");
+    refused(
+        on_other
+            .claim(waiting_claim(v1::Stage::Done, "lp", 5, 1_000))
+            .await,
+        Code::InvalidArgument,
+        "not-queued",
+    );
+
+    // A node that stops ends its waiting claims: UNAVAILABLE, node-stopping.
+    let mut worker = client(&configs[follower]).await;
+    let long_poll = tokio::spawn(async move {
+        worker
+            .claim(waiting_claim(v1::Stage::Issue, "lp", 5, 60_000))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!long_poll.is_finished());
+    let stopping = nodes.remove(follower);
+    tokio::time::timeout(PATIENCE, stopping.shutdown())
+        .await
+        .expect("the node stops without waiting for its workers");
+    let cut = tokio::time::timeout(PATIENCE, long_poll)
+        .await
+        .expect("the long-poll ends")
+        .expect("the polling task");
+    refused(cut, Code::Unavailable, "node-stopping");
+    shutdown(nodes).await;
+}
+
+/// Complete requests for `sessions` (claimed in makechallenge), with the right outcome.
+fn make_challenges(session: &v1::Session) -> v1::CompleteRequest {
+    let names: Vec<&str> = session.names.iter().map(String::as_str).collect();
+    complete(session, session.claim_token, challenges(&names))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_completes_is_answered_item_by_item() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut worker = client(&configs[follower]).await;
+    let mut on_other = client(&configs[other]).await;
+    for name in ["a.batch.example", "b.batch.example", "c.batch.example"] {
+        on_other
+            .create(create_request(csr(&[name]), &[name], ""))
+            .await
+            .expect("Sessions/Create");
+    }
+    let claimed = claim(
+        &mut worker,
+        claim_request(v1::Stage::MakeChallenge, "batcher", 30_000),
+    )
+    .await;
+    assert_eq!(claimed.len(), 3, "{claimed:?}");
+    let (a, b, c) = (&claimed[0], &claimed[1], &claimed[2]);
+
+    // Refused whole, before Raft: no items, too many, an item malformed in itself.
+    refused(
+        worker
+            .complete_batch(v1::CompleteSessionBatchRequest { items: Vec::new() })
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    let too_many = refused(
+        worker
+            .complete_batch(v1::CompleteSessionBatchRequest {
+                items: vec![make_challenges(a); 101],
+            })
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    assert!(too_many.message().contains("101"), "{too_many:?}");
+    let malformed = refused(
+        worker
+            .complete_batch(v1::CompleteSessionBatchRequest {
+                items: vec![
+                    make_challenges(a),
+                    v1::CompleteRequest {
+                        outcome: None,
+                        ..make_challenges(b)
+                    },
+                ],
+            })
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    assert!(malformed.message().contains("items[1]"), "{malformed:?}");
+    assert_eq!(
+        counts(&status(&mut on_leader).await).0,
+        queues((0, 3), (0, 0), (0, 0)),
+        "the refused batches changed nothing"
+    );
+
+    // One write, answered item by item: a stale token and a wrong outcome fail their items only.
+    let batch = v1::CompleteSessionBatchRequest {
+        items: vec![
+            make_challenges(a),
+            v1::CompleteRequest {
+                claim_token: b.claim_token + 1_000,
+                ..make_challenges(b)
+            },
+            complete(
+                c,
+                c.claim_token,
+                Outcome::Issued(Issued {
+                    certificate: "-----BEGIN CERTIFICATE-----".to_owned(),
+                }),
+            ),
+        ],
+    };
+    let results = worker
+        .complete_batch(batch.clone())
+        .await
+        .expect("Sessions/CompleteBatch")
+        .into_inner()
+        .results;
+    let summary: Vec<(u64, &str, u32, v1::Stage)> = results
+        .iter()
+        .map(|result| {
+            let stage = v1::Stage::try_from(result.stage).expect("a stage");
+            (result.id, result.error.as_str(), result.code, stage)
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (a.id, "", 0, v1::Stage::TestChallenge),
+            (
+                b.id,
+                "stale-claim",
+                Code::FailedPrecondition as u32,
+                v1::Stage::Unspecified
+            ),
+            (
+                c.id,
+                "wrong-stage",
+                Code::FailedPrecondition as u32,
+                v1::Stage::Unspecified
+            ),
+        ]
+    );
+    assert!(results[0].live && results[0].message.is_empty());
+    assert!(results[1].message.contains("claim token"), "{results:?}");
+    assert_eq!(
+        stage(&get(&mut on_other, a.id).await),
+        v1::Stage::TestChallenge
+    );
+    for held in [b, c] {
+        assert_eq!(
+            get(&mut on_other, held.id).await,
+            *held,
+            "a failed item changed nothing"
+        );
+    }
+
+    // The same batch again: the applied item replays its answer; the others fail alike.
+    let again = on_other
+        .complete_batch(batch)
+        .await
+        .expect("Sessions/CompleteBatch again")
+        .into_inner()
+        .results;
+    assert_eq!(again, results);
+    // The failed items go through in a batch of their own.
+    let rest = worker
+        .complete_batch(v1::CompleteSessionBatchRequest {
+            items: vec![make_challenges(b), make_challenges(c)],
+        })
+        .await
+        .expect("Sessions/CompleteBatch")
+        .into_inner()
+        .results;
+    assert!(
+        rest.iter().all(|result| result.error.is_empty()),
+        "{rest:?}"
+    );
+    assert_eq!(
+        counts(&status(&mut on_leader).await).0,
+        queues((0, 0), (3, 0), (0, 0))
     );
     shutdown(nodes).await;
 }

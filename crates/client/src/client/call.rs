@@ -69,6 +69,16 @@ impl Budget {
         }
     }
 
+    /// The same budget for a call that waits at the node for up to `wait` first (a long-poll
+    /// write): each attempt, and the call, may take `wait` longer.
+    pub(super) fn waiting(self, wait: Duration) -> Budget {
+        Budget {
+            attempt_timeout: self.attempt_timeout.saturating_add(wait),
+            deadline: self.deadline.saturating_add(wait),
+            ..self
+        }
+    }
+
     /// The same budget for a write that must not be applied twice: retried only when the node
     /// answered that nothing was proposed.
     pub(super) fn unproposed_only(self) -> Budget {
