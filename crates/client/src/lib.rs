@@ -84,7 +84,9 @@
 //! [`Client::set_session_config`]) and workers, which claim a step from a stage's queue and
 //! finish it ([`Client::claim_sessions`], [`Client::claim_sessions_waiting`] to long-poll for
 //! work, [`Client::extend_claim`], [`Client::complete_session`],
-//! [`Client::complete_session_batch`], [`Client::release_session`], [`Client::fail_session`]).
+//! [`Client::complete_session_batch`], [`Client::release_session`], [`Client::fail_session`]),
+//! or open a stream that pushes them claimed sessions within the credit they grant
+//! ([`Client::session_worker`]).
 //!
 //! # Transaction pipelines
 //!
@@ -114,7 +116,7 @@ mod limits;
 mod numbering;
 
 pub use auth::{BearerToken, ClientTls};
-pub use client::Client;
+pub use client::{Client, Closing, SessionWorker, WorkEvent};
 pub use config::ClientConfig;
 pub use endpoint::parse_endpoint;
 pub use error::{ClientError, ERROR_REASON_KEY};
@@ -144,7 +146,11 @@ pub use certus_proto::v1::{
     SessionsStatus, SignedTreeHead, Stage, StageQueue, StatusReply, TestResult,
     TriggerSnapshotReply,
 };
-/// The session workers' batches: [`Client::complete_session_batch`]'s items and answers.
-pub use certus_proto::v1::{CompleteRequest, CompleteSessionBatchReply, SessionStepResult};
+/// The session workers' batches and streams: [`Client::complete_session_batch`]'s items and
+/// answers, and the steps a [`SessionWorker`] sends and the answers it gets.
+pub use certus_proto::v1::{
+    CompleteRequest, CompleteSessionBatchReply, ExtendRequest, FailRequest, ReleaseClaimRequest,
+    SessionStepAnswer, SessionStepResult,
+};
 /// Routes, wake times and notice kinds of the `Pipelines` messages.
 pub use certus_proto::v1::{enqueue_request, notice, requeue_request, sleep_request};

@@ -14,3 +14,6 @@ pub(crate) const LONG_POLL_WAIT_MAX: Duration = Duration::from_secs(3_600);
 /// The longest wait one long-poll `Sessions/Claim` asks the node for (the node refuses longer
 /// ones); a longer wait is made of several calls.
 pub(crate) const SESSION_CLAIM_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// Messages (credit, steps) a worker stream buffers before sending waits for the transport.
+pub(crate) const SESSION_WORKER_REQUESTS_BUFFERED_MAX: usize = 64;

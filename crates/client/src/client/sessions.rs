@@ -341,6 +341,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_waiting_claim_is_a_numbered_write_retried_like_any() {
+        let client = unreachable(2, true);
+        let claimed = client
+            .claim_sessions_waiting(
+                super::Stage::MakeChallenge,
+                "w",
+                30_000,
+                1,
+                Duration::from_millis(200),
+            )
+            .await;
+        assert_attempts(claimed, 2, "claim_sessions_waiting");
+    }
+
+    #[tokio::test]
     async fn a_wait_is_retried_within_its_own_deadline() {
         let client = unreachable(2, true);
         let wait = client

@@ -25,8 +25,8 @@ use tonic::Status;
 
 use crate::convert::leases::{challenge_token, key_authorization};
 use crate::convert::{Query, in_range, invalid, optional, page_limit, text, unexpected};
-use crate::errors::{session_refusal, session_status};
-use crate::limits::{SESSION_CLAIM_WAIT_MS_MAX, SESSION_WAIT_MAX};
+use crate::errors::{ERROR_REASON_KEY, session_refusal, session_status};
+use crate::limits::{SESSION_CLAIM_WAIT_MS_MAX, SESSION_WAIT_MAX, SESSION_WORK_CREDIT_MAX};
 
 // ---- the client calls ---------------------------------------------------------------------
 
@@ -380,6 +380,158 @@ pub fn fail(request: v1::FailRequest) -> Result<SessionCommand, Status> {
         token: request.claim_token,
         reason: Reason::new(request.reason).map_err(|error| invalid("reason", error))?,
     })
+}
+
+// ---- the worker stream --------------------------------------------------------------------
+
+/// A `Work` stream's first message, checked: what the stream claims, and for whom.
+#[derive(Debug, Clone)]
+pub struct WorkStart {
+    /// The queued stage it claims from.
+    pub stage: Stage,
+    /// Who claims.
+    pub worker: WorkerId,
+    /// How long each claim holds.
+    pub visibility_ms: u64,
+    /// The credit it starts with.
+    pub credit: u32,
+}
+
+impl WorkStart {
+    /// The claim that takes up to `max` sessions for the stream (`max` within the claim batch).
+    pub fn claim(&self, max: u32) -> SessionCommand {
+        SessionCommand::Claim {
+            stage: self.stage,
+            worker: self.worker.clone(),
+            visibility_ms: self.visibility_ms,
+            max: max.min(SESSION_CLAIM_BATCH_MAX),
+        }
+    }
+}
+
+/// `Work`'s first message, which must be `start`.
+pub fn work_start(request: v1::SessionWorkRequest) -> Result<WorkStart, Status> {
+    let Some(v1::session_work_request::Kind::Start(start)) = request.kind else {
+        return Err(invalid(
+            "start",
+            "the first message of a Work stream must be `start` (the stage, the worker, the \
+             visibility and the first credit)",
+        ));
+    };
+    visibility(start.visibility_ms)?;
+    let stage = stage_from_proto(start.stage)?;
+    if !stage.is_queued() {
+        return Err(session_status(&SessionError::NotQueued { stage }));
+    }
+    Ok(WorkStart {
+        stage,
+        worker: WorkerId::new(start.worker).map_err(|error| invalid("worker", error))?,
+        visibility_ms: start.visibility_ms,
+        credit: grant(0, start.credit)?,
+    })
+}
+
+/// The credit outstanding after a grant of `more` on top of `outstanding`, within
+/// [`SESSION_WORK_CREDIT_MAX`].
+pub fn grant(outstanding: u32, more: u32) -> Result<u32, Status> {
+    let total = u64::from(outstanding) + u64::from(more);
+    u32::try_from(total)
+        .ok()
+        .filter(|&total| total <= SESSION_WORK_CREDIT_MAX)
+        .ok_or_else(|| {
+            invalid(
+                "credit",
+                format!(
+                    "{more} more on top of {outstanding} outstanding is {total}; at most \
+                     {SESSION_WORK_CREDIT_MAX} may be outstanding (grant credit as work finishes)"
+                ),
+            )
+        })
+}
+
+/// What a worker sends after `start`.
+#[derive(Debug)]
+pub enum WorkMessage {
+    /// More credit.
+    Credit(u32),
+    /// A step, answered on the stream under its `step_id`.
+    Step {
+        /// The worker's number for the step.
+        step_id: u64,
+        /// The session it names.
+        session: SessionId,
+        /// The step's command, or why it is refused without being proposed.
+        command: Result<SessionCommand, Status>,
+    },
+}
+
+/// A message after `start`; a message that is neither credit nor a step ends the stream.
+pub fn work_message(request: v1::SessionWorkRequest) -> Result<WorkMessage, Status> {
+    use v1::session_work_request::Kind;
+    use v1::session_work_step::Step;
+    let step = match request.kind {
+        Some(Kind::Credit(credit)) => return Ok(WorkMessage::Credit(credit)),
+        Some(Kind::Step(step)) => step,
+        Some(Kind::Start(_)) => return Err(invalid("start", "a Work stream starts only once")),
+        None => return Err(invalid("kind", "missing: send credit or a step")),
+    };
+    let step_id = step.step_id;
+    let (session, command) = match step.step {
+        Some(Step::Complete(request)) => (request.id, complete(request)),
+        Some(Step::Extend(request)) => (request.id, extend(request)),
+        Some(Step::Release(request)) => (request.id, release(request)),
+        Some(Step::Fail(request)) => (request.id, fail(request)),
+        None => (
+            0,
+            Err(invalid(
+                "step",
+                "missing: send complete, extend, release or fail",
+            )),
+        ),
+    };
+    Ok(WorkMessage::Step {
+        step_id,
+        session: SessionId(session),
+        command,
+    })
+}
+
+/// A session pushed to a worker.
+pub fn claimed_event(session: &Session) -> v1::SessionWorkEvent {
+    v1::SessionWorkEvent {
+        kind: Some(v1::session_work_event::Kind::Claimed(session_to_proto(
+            session,
+        ))),
+    }
+}
+
+/// The answer to step `step_id`.
+pub fn answer_event(step_id: u64, result: v1::SessionStepResult) -> v1::SessionWorkEvent {
+    v1::SessionWorkEvent {
+        kind: Some(v1::session_work_event::Kind::Answer(
+            v1::SessionStepAnswer {
+                step_id,
+                result: Some(result),
+            },
+        )),
+    }
+}
+
+/// A step on `session` refused with `status` (malformed, or not proposed: no leader, say), as
+/// a step's result.
+pub fn refused_step(session: SessionId, status: &Status) -> v1::SessionStepResult {
+    v1::SessionStepResult {
+        id: session.0,
+        error: status
+            .metadata()
+            .get(ERROR_REASON_KEY)
+            .and_then(|reason| reason.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+        message: status.message().to_owned(),
+        code: status.code() as u32,
+        ..v1::SessionStepResult::default()
+    }
 }
 
 // ---- status and configuration -------------------------------------------------------------

@@ -157,7 +157,7 @@ pub fn method_permission(path: &str) -> Option<Permission> {
         ("certus.v1.Sessions", "Create" | "Acknowledge" | "Kill") => P::Write,
         (
             "certus.v1.Sessions",
-            "Claim" | "Extend" | "Complete" | "CompleteBatch" | "Release" | "Fail",
+            "Claim" | "Extend" | "Complete" | "CompleteBatch" | "Release" | "Fail" | "Work",
         ) => P::Work,
         ("certus.v1.Sessions", "SetConfig") => P::Admin,
         (
@@ -478,6 +478,7 @@ mod tests {
             "/certus.v1.Sessions/Claim",
             "/certus.v1.Sessions/Complete",
             "/certus.v1.Sessions/CompleteBatch",
+            "/certus.v1.Sessions/Work",
             "/certus.v1.Pipelines/Dequeue",
             "/certus.v1.Pipelines/Complete",
         ] {

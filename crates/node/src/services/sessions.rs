@@ -1,9 +1,11 @@
 //! `certus.v1.Sessions`: CA issuance sessions for clients, workers and operators. Each call is
 //! wiring (its conversions are [`crate::convert::sessions`]); `Wait` and a `Claim` with a wait
 //! (`long_poll.rs`) are long-polls on the applied-index watch, not timers, and end when the node
-//! stops.
+//! stops; so does the `Work` stream (`work.rs`), which pushes claims to a worker as sessions
+//! become claimable.
 
 mod long_poll;
+mod work;
 
 use std::sync::Arc;
 
@@ -225,6 +227,17 @@ impl Sessions for SessionsService {
         let command = convert::complete_batch(request.into_inner())?;
         let reply = self.replica.propose(client, command.clone()).await?;
         convert::completed_batch(&command, reply).map(Response::new)
+    }
+
+    type WorkStream = work::EventStream;
+
+    async fn work(
+        &self,
+        request: Request<tonic::Streaming<v1::SessionWorkRequest>>,
+    ) -> Result<Response<Self::WorkStream>, Status> {
+        let inbound = request.into_inner();
+        let events = work::open(Arc::clone(&self.replica), self.stop.clone(), inbound).await?;
+        Ok(Response::new(events))
     }
 
     async fn release(
