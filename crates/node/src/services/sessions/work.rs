@@ -96,7 +96,8 @@ async fn serve(
                         assert!(pushed <= credit, "a claim takes at most the credit outstanding");
                         credit -= pushed;
                         for session in &sessions {
-                            if events.send(Ok(convert::claimed_event(session))).await.is_err() {
+                            let event = Ok(convert::claimed_event(session));
+                            if !deliver(&events, &stop, event).await {
                                 return;
                             }
                         }
@@ -144,12 +145,23 @@ async fn serve(
             () = events.closed() => return,
         };
         let ends = event.is_err();
-        if events.send(event).await.is_err() || ends {
+        if !deliver(&events, &stop, event).await || ends {
             return;
         }
         if !reading && steps.is_empty() {
             return;
         }
+    }
+}
+
+/// Hands `event` to the worker's buffer, waiting while it is full; false when the worker is
+/// gone or the node stops meanwhile (a worker that stopped reading does not hold a shutdown up).
+async fn deliver(events: &mpsc::Sender<Event>, stop: &watch::Receiver<bool>, event: Event) -> bool {
+    tokio::select! {
+        // An event the buffer has room for goes out even when stopping: `node-stopping` itself.
+        biased;
+        sent = events.send(event) => sent.is_ok(),
+        () = stopped(stop.clone()) => false,
     }
 }
 
