@@ -5,6 +5,8 @@
 
 use std::sync::{Arc, Mutex};
 
+pub use session_worker::{Closing, SessionWorkEventKind, SessionWorker};
+
 use crate::numbering::Numbering;
 use crate::{ClientConfig, ClientError, parse_endpoint};
 
@@ -16,6 +18,7 @@ mod leases;
 mod log;
 mod pipelines;
 mod routing;
+mod session_worker;
 mod sessions;
 mod work;
 

@@ -82,8 +82,11 @@
 //! [`Client::acknowledge_session`] once the certificate is stored), operators
 //! ([`Client::kill_session`], [`Client::list_sessions`], [`Client::sessions_status`],
 //! [`Client::set_session_config`]) and workers, which claim a step from a stage's queue and
-//! finish it ([`Client::claim_sessions`], [`Client::extend_claim`],
-//! [`Client::complete_session`], [`Client::release_session`], [`Client::fail_session`]).
+//! finish it ([`Client::claim_sessions`], [`Client::claim_sessions_waiting`] to long-poll for
+//! work, [`Client::extend_claim`], [`Client::complete_session`],
+//! [`Client::complete_session_batch`], [`Client::release_session`], [`Client::fail_session`]),
+//! or open a stream that pushes them claimed sessions within the credit they grant
+//! ([`Client::session_worker`]).
 //!
 //! # Transaction pipelines
 //!
@@ -115,7 +118,7 @@ mod limits;
 mod numbering;
 
 pub use auth::{BearerToken, ClientTls};
-pub use client::{Client, WorkStream};
+pub use client::{Client, Closing, SessionWorkEventKind, SessionWorker, WorkStream};
 pub use config::ClientConfig;
 pub use endpoint::parse_endpoint;
 pub use error::{ClientError, ERROR_REASON_KEY};
@@ -145,6 +148,12 @@ pub use certus_proto::v1::{
     PutChallengeReply, ReleaseReply, RenewReply, Session, SessionChallenge, SessionConfig,
     SessionsStatus, SignedTreeHead, Stage, StageQueue, StatusReply, TestResult,
     TriggerSnapshotReply,
+};
+/// The session workers' batches and streams: [`Client::complete_session_batch`]'s items and
+/// answers, and the steps a [`SessionWorker`] sends and the answers it gets.
+pub use certus_proto::v1::{
+    CompleteRequest, CompleteSessionBatchReply, ExtendRequest, FailRequest, ReleaseClaimRequest,
+    SessionStepAnswer, SessionStepResult,
 };
 /// Routes, wake times and notice kinds of the `Pipelines` messages.
 pub use certus_proto::v1::{

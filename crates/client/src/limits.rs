@@ -18,3 +18,10 @@ pub(crate) const DEQUEUE_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Messages (credit, steps) a `Work` stream holds for the node before it reads them; past it,
 /// sending waits.
 pub(crate) const WORK_REQUESTS_QUEUED_MAX: usize = 64;
+
+/// The longest wait one long-poll `Sessions/Claim` asks the node for (the node refuses longer
+/// ones); a longer wait is made of several calls.
+pub(crate) const SESSION_CLAIM_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// Messages (credit, steps) a worker stream buffers before sending waits for the transport.
+pub(crate) const SESSION_WORKER_REQUESTS_BUFFERED_MAX: usize = 64;

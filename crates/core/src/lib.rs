@@ -57,10 +57,10 @@ pub use pipelines::{
     PipelineTickReport,
 };
 pub use sessions::{
-    Claim, Completion, DnsName, Ended, Ending, KillReason, NewChallenge, QueueStats, QueuedStage,
-    Reason, RequestKey, Session, SessionChallenge, SessionCommand, SessionConfig, SessionError,
-    SessionId, SessionPlace, SessionReply, SessionTickReport, Stage, StageClaim, StepOutcome,
-    TestResult, WorkerId,
+    Claim, CompleteItem, Completion, DnsName, Ended, Ending, KillReason, NewChallenge, QueueStats,
+    QueuedStage, Reason, RequestKey, Session, SessionChallenge, SessionCommand, SessionConfig,
+    SessionError, SessionId, SessionPlace, SessionReply, SessionTickReport, Stage, StageClaim,
+    StepOutcome, TestResult, WorkerId,
 };
 pub use snapshot::SnapshotError;
 pub use state::{InvariantViolation, State, apply};

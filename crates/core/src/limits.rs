@@ -81,6 +81,9 @@ pub const SESSION_CERT_BYTES_MAX: usize = 64 * 1024;
 pub const SESSION_NAMES_MAX: usize = 100;
 /// Most sessions one `Claim` hands out.
 pub const SESSION_CLAIM_BATCH_MAX: u32 = 100;
+/// Most completions one `CompleteBatch` carries: as many as one claim hands out, so a worker
+/// finishes a claimed batch in one command.
+pub const SESSION_COMPLETE_BATCH_MAX: usize = 100;
 /// Shortest claim visibility: a worker needs at least this long to do anything.
 pub const SESSION_VISIBILITY_MS_MIN: u64 = 1_000;
 /// Longest claim visibility, and longest `Extend`: one hour. A longer step extends its claim.

@@ -85,9 +85,10 @@ use crate::claims::{
 };
 use crate::limits::{
     DNS_LABEL_BYTES_MAX, DNS_NAME_BYTES_MAX, LIST_PAGE_MAX, REASON_BYTES_MAX,
-    REQUEST_KEY_BYTES_MAX, SESSION_CERT_BYTES_MAX, SESSION_CLAIM_BATCH_MAX, SESSION_CSR_BYTES_MAX,
-    SESSION_DELAY_MS_MAX, SESSION_NAMES_MAX, SESSION_TICK_BATCH_MAX, SESSION_VISIBILITY_MS_MAX,
-    SESSION_VISIBILITY_MS_MIN, SESSIONS_MAX, WORKER_ID_BYTES_MAX,
+    REQUEST_KEY_BYTES_MAX, SESSION_CERT_BYTES_MAX, SESSION_CLAIM_BATCH_MAX,
+    SESSION_COMPLETE_BATCH_MAX, SESSION_CSR_BYTES_MAX, SESSION_DELAY_MS_MAX, SESSION_NAMES_MAX,
+    SESSION_TICK_BATCH_MAX, SESSION_VISIBILITY_MS_MAX, SESSION_VISIBILITY_MS_MIN, SESSIONS_MAX,
+    WORKER_ID_BYTES_MAX,
 };
 use crate::text::{
     TextError, TextKind, check, check_printable, is_visible_byte, is_worker_byte, validated_text,
@@ -646,7 +647,22 @@ impl StepOutcome {
     }
 }
 
+/// One completion of a [`SessionCommand::CompleteBatch`]: what a lone
+/// [`SessionCommand::Complete`] carries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteItem {
+    /// The session.
+    pub session: SessionId,
+    /// The claim's token.
+    pub token: u64,
+    /// What the step produced.
+    pub outcome: StepOutcome,
+}
+
 /// The session commands.
+///
+/// The log and snapshots (client sessions keep answers) hold them encoded by variant position:
+/// a new variant goes at the end, so entries written before it still decode.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SessionCommand {
     /// Start a session in makechallenge. With a request key that names a stored session created
@@ -722,9 +738,18 @@ pub enum SessionCommand {
     },
     /// Replace the configuration.
     Configure(SessionConfig),
+    /// Several completions in one command, each applied as a lone `Complete` would be, in
+    /// order: an item that is refused (a stale token, the wrong stage, a bad outcome) changes
+    /// nothing and is answered with its refusal, and the others go on. Only a batch of 0 or more
+    /// than [`SESSION_COMPLETE_BATCH_MAX`] items is refused as a whole.
+    CompleteBatch {
+        /// The completions, 1 to [`SESSION_COMPLETE_BATCH_MAX`].
+        items: Vec<CompleteItem>,
+    },
 }
 
-/// What a successful session command returns.
+/// What a successful session command returns. Appended to at the end only, like
+/// [`SessionCommand`]: client sessions keep answers in snapshots.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SessionReply {
     /// The session exists.
@@ -776,6 +801,9 @@ pub enum SessionReply {
     },
     /// The configuration changed.
     Configured,
+    /// A batch's answers, one per item in the order sent: what a lone `Complete` of the item
+    /// would have answered at that point.
+    CompletedBatch(Vec<Result<SessionReply, SessionError>>),
 }
 
 /// What a tick did to the sessions. Each list is bounded by [`SESSION_TICK_BATCH_MAX`].
@@ -1052,7 +1080,28 @@ impl Sessions {
                 self.config = config;
                 Ok(SessionReply::Configured)
             }
+            SessionCommand::CompleteBatch { items } => self.complete_batch(items, now_ms),
         }
+    }
+
+    /// Each item as a lone `Complete`, in order; every item is checked before it changes
+    /// anything (as `complete` does), so a refused item leaves the table as it found it.
+    fn complete_batch(
+        &mut self,
+        items: Vec<CompleteItem>,
+        now_ms: u64,
+    ) -> Result<SessionReply, SessionError> {
+        claims::within(
+            "number of items",
+            items.len() as u64,
+            1,
+            SESSION_COMPLETE_BATCH_MAX as u64,
+        )?;
+        let replies = items
+            .into_iter()
+            .map(|item| self.complete(item.session, item.token, item.outcome, now_ms))
+            .collect();
+        Ok(SessionReply::CompletedBatch(replies))
     }
 
     fn create(
@@ -1427,6 +1476,16 @@ impl Sessions {
                 .filter(|&&(visible_at_ms, _)| visible_at_ms <= now_ms)
                 .map(|&(visible_at_ms, _)| now_ms - visible_at_ms),
         })
+    }
+
+    /// When the first session of a queued stage's queue is (or was) visible: the earliest
+    /// `visible_at_ms` there; none for an empty queue or a stage without one. Lets a waiting
+    /// worker tell "claimable now" from "claimable at" without scanning.
+    pub(crate) fn next_visible_ms(&self, stage: Stage) -> Option<u64> {
+        let slot = QueuedStage::of(stage)?.slot();
+        self.queues[slot]
+            .first()
+            .map(|&(visible_at_ms, _)| visible_at_ms)
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -368,6 +368,13 @@ impl State {
         self.sessions.queue_stats(stage, self.read_time(now_ms))
     }
 
+    /// When a session of the queued `stage` is claimable: the earliest `visible_at_ms` in its
+    /// queue (at or before `max(clock, now)`: claimable now), none when the queue is empty (or
+    /// `stage` has none). What a worker waiting for work looks at before it proposes a claim.
+    pub fn sessions_next_visible_ms(&self, stage: Stage) -> Option<u64> {
+        self.sessions.next_visible_ms(stage)
+    }
+
     /// Reads of the transaction pipelines: definitions, transactions, queues, statistics,
     /// webhooks, notices and notifications.
     pub fn pipelines(&self) -> PipelineReads<'_> {

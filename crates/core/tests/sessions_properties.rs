@@ -2,7 +2,8 @@
 //! workers claim, extend, complete (rightly and wrongly, with current and stale tokens), retry
 //! completions whose answers they "lost", release and fail them, an operator kills, clients
 //! acknowledge, the leader ticks and reconfigures, and replicas restart from snapshots, all while
-//! time moves (and the proposer's clock sometimes jumps back).
+//! time moves (and the proposer's clock sometimes jumps back). Workers also complete in batches
+//! (mixing current, stale and wrong completions, and naming a session twice).
 //!
 //! Checked after every command: the state's invariants; every session in exactly one place, as
 //! the reads report it; stages only ever advance makechallenge → testchallenge → issue → done,
@@ -10,15 +11,16 @@
 //! held by two claims at once, and only the latest claim's token is ever accepted; claims hand out
 //! the oldest visible sessions; a retried completion returns the identical reply; and a refused
 //! (or retried, or otherwise no-op) command leaves exactly the bytes a tick at the same stamp
-//! would have.
+//! would have; a batch of completions answers and changes exactly what its items would, sent one
+//! after another at the same stamp.
 
 use std::collections::BTreeMap;
 
 use certus_core::limits::LIST_PAGE_MAX;
 use certus_core::{
-    ChallengeToken, Command, DnsName, KeyAuthorization, NewChallenge, Reason, RequestKey, Response,
-    Session, SessionCommand, SessionConfig, SessionError, SessionId, SessionReply, Stage, Stamp,
-    State, StepOutcome, TestResult, WorkerId, apply,
+    ChallengeToken, Command, CompleteItem, DnsName, KeyAuthorization, NewChallenge, Reason,
+    RequestKey, Response, Session, SessionCommand, SessionConfig, SessionError, SessionId,
+    SessionReply, Stage, Stamp, State, StepOutcome, TestResult, WorkerId, apply,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -63,6 +65,11 @@ enum Action {
         worker: usize,
         pick: Index,
         kind: CompleteKind,
+    },
+    /// Several completions in one command.
+    CompleteBatch {
+        worker: usize,
+        items: Vec<(Index, CompleteKind)>,
     },
     /// Send the worker's last accepted completion again (its answer was lost).
     Retry {
@@ -140,8 +147,10 @@ fn action() -> impl Strategy<Value = Action> {
             .prop_map(|(worker, stage, visibility_ms, max)| Action::Claim { worker, stage, visibility_ms, max }),
         1 => (worker.clone(), any::<Index>(), visibility())
             .prop_map(|(worker, pick, visibility_ms)| Action::Extend { worker, pick, visibility_ms }),
-        10 => (worker.clone(), any::<Index>(), kind)
+        10 => (worker.clone(), any::<Index>(), kind.clone())
             .prop_map(|(worker, pick, kind)| Action::Complete { worker, pick, kind }),
+        3 => (worker.clone(), prop::collection::vec((any::<Index>(), kind), 1..6))
+            .prop_map(|(worker, items)| Action::CompleteBatch { worker, items }),
         2 => worker.clone().prop_map(|worker| Action::Retry { worker }),
         1 => (worker.clone(), any::<Index>(), prop_oneof![Just(0u64), 1u64..10_000], any::<bool>())
             .prop_map(|(worker, pick, delay_ms, note)| Action::Release { worker, pick, delay_ms, note }),
@@ -378,6 +387,37 @@ impl Model {
                     outcome: outcome_for(held, kind),
                 }
             }
+            Action::CompleteBatch { worker, items } => {
+                let items = items
+                    .iter()
+                    .filter_map(|(pick, kind)| {
+                        let SessionCommand::Complete {
+                            session,
+                            token,
+                            outcome,
+                        } = self.resolve(
+                            &Action::Complete {
+                                worker: *worker,
+                                pick: *pick,
+                                kind: kind.clone(),
+                            },
+                            state,
+                        )?
+                        else {
+                            unreachable!("a complete resolves to a complete")
+                        };
+                        Some(CompleteItem {
+                            session,
+                            token,
+                            outcome,
+                        })
+                    })
+                    .collect::<Vec<_>>();
+                if items.is_empty() {
+                    return None;
+                }
+                SessionCommand::CompleteBatch { items }
+            }
             Action::Retry { worker } => self.last_completion[*worker].as_ref()?.0.clone(),
             Action::Release {
                 worker,
@@ -606,6 +646,32 @@ proptest! {
                         model.deleted.push(*id);
                     }
                 }
+                (Some(SessionCommand::CompleteBatch { items }), Response::Session(reply)) => {
+                    // The same items one after another, at the same stamp, on the state before.
+                    let mut one_by_one = before.clone();
+                    let mut replies = Vec::new();
+                    for item in items {
+                        let single = SessionCommand::Complete {
+                            session: item.session,
+                            token: item.token,
+                            outcome: item.outcome,
+                        };
+                        let item_before = one_by_one.clone();
+                        let Response::Session(item_reply) =
+                            apply(&mut one_by_one, Command::Session(single.clone()), stamp)
+                        else {
+                            unreachable!("a session command gets a session answer")
+                        };
+                        let retry = item_before
+                            .session(item.session)
+                            .and_then(|s| s.last_completion.as_ref())
+                            .is_some_and(|completion| completion.token == item.token);
+                        model.observe(&single, &item_reply, retry, &action, &item_before, clock_ms)?;
+                        replies.push(item_reply);
+                    }
+                    prop_assert_eq!(reply, Ok(SessionReply::CompletedBatch(replies)));
+                    prop_assert_eq!(state.to_snapshot(), one_by_one.to_snapshot(), "the batch differs from its items");
+                }
                 (Some(command), Response::Session(reply)) => {
                     // A completion whose token is the session's last completion is a retry.
                     let retry = match &command {
@@ -693,6 +759,7 @@ impl Model {
             Action::Claim { worker, .. }
             | Action::Extend { worker, .. }
             | Action::Complete { worker, .. }
+            | Action::CompleteBatch { worker, .. }
             | Action::Retry { worker }
             | Action::Release { worker, .. }
             | Action::Fail { worker, .. } => Some(*worker),

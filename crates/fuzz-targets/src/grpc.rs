@@ -65,6 +65,7 @@ pub const KINDS: &[&str] = &[
     "Log/StartMirror",
     "Pipelines/EnqueueBatch",
     "Pipelines/CompleteBatch",
+    "Sessions/CompleteBatch",
 ];
 
 /// What the prepared state holds, for seeds that name it.
@@ -294,10 +295,14 @@ pub fn grpc_requests(data: &[u8]) {
             pipelines::batches::enqueue_batch,
             pipelines::batches::enqueued_batch,
         ),
-        _ => call.write(
+        33 => call.write(
             pipelines::batches::complete_batch,
             pipelines::batches::completed_batch,
         ),
+        _ => call.then_read(sessions::complete_batch, |reply, command| {
+            sessions::completed_batch(command, reply)?;
+            Ok(|_: &State, _: u64| Ok(()))
+        }),
     }
 }
 

@@ -892,6 +892,7 @@ fn grpc_seeds(pki: &TestPki) -> Vec<(String, Vec<u8>)> {
             worker: facts.worker.clone(),
             visibility_ms: 30_000,
             max: 4,
+            wait_ms: 0,
         }
         .encode_to_vec()
     });

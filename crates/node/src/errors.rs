@@ -144,7 +144,14 @@ pub fn pipeline_status(error: &PipelineError) -> Status {
 
 /// The status for a refused session command.
 pub fn session_status(error: &SessionError) -> Status {
-    let (code, reason) = match error {
+    let (code, reason) = session_refusal(error);
+    status(code, reason, error.to_string())
+}
+
+/// The code and `certus-error` reason a refused session command is answered with (also per
+/// item, where a batch or a stream answers steps one by one).
+pub fn session_refusal(error: &SessionError) -> (Code, &'static str) {
+    match error {
         SessionError::UnknownSession { .. } => (Code::NotFound, "unknown-session"),
         SessionError::WrongStage { .. } => (Code::FailedPrecondition, "wrong-stage"),
         SessionError::StaleClaim { .. } => (Code::FailedPrecondition, "stale-claim"),
@@ -159,8 +166,7 @@ pub fn session_status(error: &SessionError) -> Status {
         | SessionError::TooLarge { .. }
         | SessionError::OutOfRange { .. }
         | SessionError::BadNames(_) => (Code::InvalidArgument, "invalid-argument"),
-    };
-    status(code, reason, error.to_string())
+    }
 }
 
 /// The status for a refused CT command.

@@ -48,6 +48,25 @@ pub const PIPELINE_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
 pub const PIPELINE_LIST_REPLY_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// The longest a sessions `Wait` holds a request.
 pub const SESSION_WAIT_MAX: Duration = Duration::from_secs(60);
+/// The longest a long-poll sessions `Claim` may ask to wait (`wait_ms`); a longer wait is
+/// refused (INVALID_ARGUMENT) rather than cut, so a worker learns its timeouts are wrong.
+pub const SESSION_CLAIM_WAIT_MS_MAX: u64 = 60_000;
+/// How long a waiting claim that came back empty — although this node's state showed a visible
+/// session — holds off before it proposes again: another worker was first and this node has not
+/// applied that yet, or the leader's clock is behind this node's. Without it a lagging follower
+/// or a skewed clock would turn the wait into a loop of empty Raft writes.
+pub const SESSION_CLAIM_RETRY_PAUSE: Duration = Duration::from_millis(10);
+/// Most credit a session worker stream may have outstanding (sessions it may be pushed before it
+/// grants more): ten full claims. A grant past it ends the stream with INVALID_ARGUMENT.
+pub const SESSION_WORK_CREDIT_MAX: u32 = 1000;
+/// Steps of one worker stream being applied at once; past it the node reads no further
+/// messages until one is answered (HTTP/2 flow control holds the worker back).
+pub const SESSION_WORK_STEPS_IN_FLIGHT_MAX: usize = 256;
+/// Events (pushed sessions, step answers) a worker stream buffers for a worker that reads slowly;
+/// past it the stream waits for the worker.
+pub const SESSION_WORK_EVENTS_BUFFERED_MAX: usize = 64;
+/// How long a worker stream waits after a claim failed (no leader, say) before it claims again.
+pub const SESSION_WORK_CLAIM_ERROR_PAUSE: Duration = Duration::from_millis(200);
 /// The longest a `GetState` long-poll holds a request.
 pub const PIPELINE_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Notifications a completion stream reads from the state at a time: what it buffers at most

@@ -310,6 +310,7 @@ async fn input_past_a_limit_is_refused_before_anything_is_proposed() {
         worker: "worker-1".to_owned(),
         visibility_ms,
         max,
+        wait_ms: 0,
     };
     let answer = sessions
         .claim(claim(SESSION_CLAIM_BATCH_MAX + 1, 30_000))

@@ -71,6 +71,7 @@ fn claim_request(stage: v1::Stage, worker: &str, visibility_ms: u64) -> v1::Clai
         worker: worker.to_owned(),
         visibility_ms,
         max: 10,
+        wait_ms: 0,
     }
 }
 
@@ -980,5 +981,630 @@ async fn killing_a_session_stops_it() {
         (queues((0, 0), (0, 0), (0, 0)), 0, 1, 1),
         "the killed session is archived, in no queue"
     );
+    shutdown(nodes).await;
+}
+
+fn waiting_claim(stage: v1::Stage, worker: &str, max: u32, wait_ms: u64) -> v1::ClaimRequest {
+    v1::ClaimRequest {
+        max,
+        wait_ms,
+        ..claim_request(stage, worker, 30_000)
+    }
+}
+
+/// A three-node cluster whose leader ticks only once a minute: no apply wakes a waiting claim
+/// but the test's own writes, so what wakes it is what the test did (or a timer).
+async fn start_quiet_cluster(dir: &Path) -> (Vec<NodeConfig>, Vec<Node>) {
+    start_plain_cluster(dir, PATIENCE, |config| {
+        config.sessions.daemons = false;
+        config.tick_interval_ms = 60_000;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_claim_waits_for_work_and_answers_empty_at_its_deadline() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, mut nodes) = start_quiet_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut on_other = client(&configs[other]).await;
+
+    // Nothing to claim: the wait ends empty at its deadline, and proposes nothing.
+    let started = Instant::now();
+    let empty = claim(
+        &mut on_other,
+        waiting_claim(v1::Stage::MakeChallenge, "lp", 5, 700),
+    )
+    .await;
+    let waited = started.elapsed();
+    assert!(empty.is_empty(), "{empty:?}");
+    assert!(
+        waited >= Duration::from_millis(700) && waited < Duration::from_secs(5),
+        "answered at the deadline, not after {waited:?}"
+    );
+    assert_eq!(
+        counts(&status(&mut on_leader).await),
+        (queues((0, 0), (0, 0), (0, 0)), 0, 0, 0)
+    );
+
+    // A wait on a follower answers with a session created on another node after it began.
+    let mut worker = client(&configs[follower]).await;
+    let long_poll = tokio::spawn(async move {
+        let started = Instant::now();
+        let claimed = claim(
+            &mut worker,
+            waiting_claim(v1::Stage::MakeChallenge, "lp", 5, 30_000),
+        )
+        .await;
+        (claimed, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!long_poll.is_finished(), "the claim waits for work");
+    let names = ["long-poll.example.com"];
+    let created = on_other
+        .create(create_request(csr(&names), &names, ""))
+        .await
+        .expect("Sessions/Create")
+        .into_inner();
+    let created_at = Instant::now();
+    let (claimed, waited) = tokio::time::timeout(PATIENCE, long_poll)
+        .await
+        .expect("the long-poll answers")
+        .expect("the polling task");
+    let after_create = created_at.elapsed();
+    println!("the long-poll waited {waited:?}, answering {after_create:?} after the create");
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    assert_eq!(claimed[0].id, created.id);
+    assert_eq!(claimed[0].claimant, "lp");
+    assert!(claimed[0].claim_token > 0);
+    assert!(
+        waited >= Duration::from_millis(500) && after_create < Duration::from_secs(5),
+        "woken by the create, not the 30 s deadline: waited {waited:?}"
+    );
+
+    // A session released for later is claimed when it becomes visible: no apply wakes the
+    // waiting claim then (the leader ticks once a minute), its own timer does.
+    let released = on_other
+        .release(v1::ReleaseClaimRequest {
+            id: created.id,
+            claim_token: claimed[0].claim_token,
+            delay_ms: 1_500,
+            note: String::new(),
+        })
+        .await
+        .expect("Sessions/Release")
+        .into_inner();
+    assert_eq!(released.claim_token, 0);
+    let started = Instant::now();
+    let again = claim(
+        &mut on_other,
+        waiting_claim(v1::Stage::MakeChallenge, "lp-2", 5, 30_000),
+    )
+    .await;
+    let waited = started.elapsed();
+    println!("the released session was claimed after {waited:?}");
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].id, created.id);
+    assert!(
+        waited >= Duration::from_millis(1_000) && waited < Duration::from_secs(8),
+        "claimed when visible again, not at once nor at the deadline: {waited:?}"
+    );
+
+    // A wait past the bound is refused before anything waits.
+    let too_long = refused(
+        on_other
+            .claim(waiting_claim(v1::Stage::MakeChallenge, "lp", 5, 60_001))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    assert!(too_long.message().contains("wait_ms"), "{too_long:?}");
+    refused(
+        on_other
+            .claim(waiting_claim(v1::Stage::Done, "lp", 5, 1_000))
+            .await,
+        Code::InvalidArgument,
+        "not-queued",
+    );
+
+    // A node that stops ends its waiting claims: UNAVAILABLE, node-stopping.
+    let mut worker = client(&configs[follower]).await;
+    let long_poll = tokio::spawn(async move {
+        worker
+            .claim(waiting_claim(v1::Stage::Issue, "lp", 5, 60_000))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!long_poll.is_finished());
+    let stopping = nodes.remove(follower);
+    tokio::time::timeout(PATIENCE, stopping.shutdown())
+        .await
+        .expect("the node stops without waiting for its workers");
+    let cut = tokio::time::timeout(PATIENCE, long_poll)
+        .await
+        .expect("the long-poll ends")
+        .expect("the polling task");
+    refused(cut, Code::Unavailable, "node-stopping");
+    shutdown(nodes).await;
+}
+
+/// Complete requests for `sessions` (claimed in makechallenge), with the right outcome.
+fn make_challenges(session: &v1::Session) -> v1::CompleteRequest {
+    let names: Vec<&str> = session.names.iter().map(String::as_str).collect();
+    complete(session, session.claim_token, challenges(&names))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_completes_is_answered_item_by_item() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut worker = client(&configs[follower]).await;
+    let mut on_other = client(&configs[other]).await;
+    for name in ["a.batch.example", "b.batch.example", "c.batch.example"] {
+        on_other
+            .create(create_request(csr(&[name]), &[name], ""))
+            .await
+            .expect("Sessions/Create");
+    }
+    let claimed = claim(
+        &mut worker,
+        claim_request(v1::Stage::MakeChallenge, "batcher", 30_000),
+    )
+    .await;
+    assert_eq!(claimed.len(), 3, "{claimed:?}");
+    let (a, b, c) = (&claimed[0], &claimed[1], &claimed[2]);
+
+    // Refused whole, before Raft: no items, too many, an item malformed in itself.
+    refused(
+        worker
+            .complete_batch(v1::CompleteSessionBatchRequest { items: Vec::new() })
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    let too_many = refused(
+        worker
+            .complete_batch(v1::CompleteSessionBatchRequest {
+                items: vec![make_challenges(a); 101],
+            })
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    assert!(too_many.message().contains("101"), "{too_many:?}");
+    let malformed = refused(
+        worker
+            .complete_batch(v1::CompleteSessionBatchRequest {
+                items: vec![
+                    make_challenges(a),
+                    v1::CompleteRequest {
+                        outcome: None,
+                        ..make_challenges(b)
+                    },
+                ],
+            })
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    assert!(malformed.message().contains("items[1]"), "{malformed:?}");
+    assert_eq!(
+        counts(&status(&mut on_leader).await).0,
+        queues((0, 3), (0, 0), (0, 0)),
+        "the refused batches changed nothing"
+    );
+
+    // One write, answered item by item: a stale token and a wrong outcome fail their items only.
+    let batch = v1::CompleteSessionBatchRequest {
+        items: vec![
+            make_challenges(a),
+            v1::CompleteRequest {
+                claim_token: b.claim_token + 1_000,
+                ..make_challenges(b)
+            },
+            complete(
+                c,
+                c.claim_token,
+                Outcome::Issued(Issued {
+                    certificate: "-----BEGIN CERTIFICATE-----".to_owned(),
+                }),
+            ),
+        ],
+    };
+    let results = worker
+        .complete_batch(batch.clone())
+        .await
+        .expect("Sessions/CompleteBatch")
+        .into_inner()
+        .results;
+    let summary: Vec<(u64, &str, u32, v1::Stage)> = results
+        .iter()
+        .map(|result| {
+            let stage = v1::Stage::try_from(result.stage).expect("a stage");
+            (result.id, result.error.as_str(), result.code, stage)
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (a.id, "", 0, v1::Stage::TestChallenge),
+            (
+                b.id,
+                "stale-claim",
+                Code::FailedPrecondition as u32,
+                v1::Stage::Unspecified
+            ),
+            (
+                c.id,
+                "wrong-stage",
+                Code::FailedPrecondition as u32,
+                v1::Stage::Unspecified
+            ),
+        ]
+    );
+    assert!(results[0].live && results[0].message.is_empty());
+    assert!(results[1].message.contains("claim token"), "{results:?}");
+    assert_eq!(
+        stage(&get(&mut on_other, a.id).await),
+        v1::Stage::TestChallenge
+    );
+    for held in [b, c] {
+        assert_eq!(
+            get(&mut on_other, held.id).await,
+            *held,
+            "a failed item changed nothing"
+        );
+    }
+
+    // The same batch again: the applied item replays its answer; the others fail alike.
+    let again = on_other
+        .complete_batch(batch)
+        .await
+        .expect("Sessions/CompleteBatch again")
+        .into_inner()
+        .results;
+    assert_eq!(again, results);
+    // The failed items go through in a batch of their own.
+    let rest = worker
+        .complete_batch(v1::CompleteSessionBatchRequest {
+            items: vec![make_challenges(b), make_challenges(c)],
+        })
+        .await
+        .expect("Sessions/CompleteBatch")
+        .into_inner()
+        .results;
+    assert!(
+        rest.iter().all(|result| result.error.is_empty()),
+        "{rest:?}"
+    );
+    assert_eq!(
+        counts(&status(&mut on_leader).await).0,
+        queues((0, 0), (3, 0), (0, 0))
+    );
+    shutdown(nodes).await;
+}
+
+/// A worker's side of a `Work` stream, spoken through the raw stubs.
+struct WorkStream {
+    requests: tokio::sync::mpsc::Sender<v1::SessionWorkRequest>,
+    events: tonic::Streaming<v1::SessionWorkEvent>,
+}
+
+fn start_message(stage: v1::Stage, credit: u32) -> v1::SessionWorkRequest {
+    v1::SessionWorkRequest {
+        kind: Some(v1::session_work_request::Kind::Start(
+            v1::SessionWorkStart {
+                stage: stage.into(),
+                worker: "streamer".to_owned(),
+                visibility_ms: 30_000,
+                credit,
+            },
+        )),
+    }
+}
+
+/// Opens a `Work` stream whose first message is `first`.
+async fn open_work(
+    client: &mut SessionsClient<Channel>,
+    first: v1::SessionWorkRequest,
+) -> Result<WorkStream, Status> {
+    let (requests, receiver) = tokio::sync::mpsc::channel(16);
+    requests
+        .send(first)
+        .await
+        .expect("room for the first message");
+    let outbound = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|message| (message, receiver))
+    });
+    let events = client.work(outbound).await?.into_inner();
+    Ok(WorkStream { requests, events })
+}
+
+impl WorkStream {
+    async fn send(&self, kind: v1::session_work_request::Kind) {
+        self.requests
+            .send(v1::SessionWorkRequest { kind: Some(kind) })
+            .await
+            .expect("the stream is open");
+    }
+
+    async fn grant(&self, credit: u32) {
+        self.send(v1::session_work_request::Kind::Credit(credit))
+            .await;
+    }
+
+    async fn step(&self, step_id: u64, step: v1::session_work_step::Step) {
+        let step = v1::SessionWorkStep {
+            step_id,
+            step: Some(step),
+        };
+        self.send(v1::session_work_request::Kind::Step(step)).await;
+    }
+
+    /// The next event, within the test's patience.
+    async fn next(&mut self) -> Result<Option<v1::session_work_event::Kind>, Status> {
+        let message = tokio::time::timeout(PATIENCE, self.events.message())
+            .await
+            .expect("an event within the test's patience")?;
+        Ok(message.map(|event| event.kind.expect("an event of a known kind")))
+    }
+
+    /// The next event, which must be a pushed session.
+    async fn claimed(&mut self) -> v1::Session {
+        match self.next().await.expect("the stream is open") {
+            Some(v1::session_work_event::Kind::Claimed(session)) => session,
+            other => panic!("expected a pushed session, got {other:?}"),
+        }
+    }
+
+    /// That nothing is pushed for a while.
+    async fn nothing_for(&mut self, quiet: Duration) {
+        if let Ok(event) = tokio::time::timeout(quiet, self.events.message()).await {
+            panic!("expected nothing, got {event:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_work_stream_pushes_claims_within_its_credit_and_answers_steps() {
+    use v1::session_work_event::Kind as Event;
+    use v1::session_work_step::Step;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (configs, mut nodes) = start_cluster(dir.path()).await;
+    let (leader, follower, other) = roles(&nodes).await;
+    let mut on_leader = client(&configs[leader]).await;
+    let mut on_other = client(&configs[other]).await;
+    let mut worker = client(&configs[follower]).await;
+    let mut created = Vec::new();
+    for name in ["a.stream.example", "b.stream.example", "c.stream.example"] {
+        let session = on_other
+            .create(create_request(csr(&[name]), &[name], ""))
+            .await
+            .expect("Sessions/Create")
+            .into_inner();
+        created.push(session.id);
+    }
+
+    // Bad starts are the call's refusal.
+    refused(
+        open_work(&mut worker, start_message(v1::Stage::Done, 1))
+            .await
+            .map(|stream| Response::new(stream.events)),
+        Code::InvalidArgument,
+        "not-queued",
+    );
+    let credit_first = v1::SessionWorkRequest {
+        kind: Some(v1::session_work_request::Kind::Credit(1)),
+    };
+    refused(
+        open_work(&mut worker, credit_first)
+            .await
+            .map(|stream| Response::new(stream.events)),
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+    refused(
+        open_work(&mut worker, start_message(v1::Stage::MakeChallenge, 1_001))
+            .await
+            .map(|stream| Response::new(stream.events)),
+        Code::InvalidArgument,
+        "invalid-argument",
+    );
+
+    // Two credits: two sessions pushed, oldest first, and no third.
+    let mut stream = open_work(&mut worker, start_message(v1::Stage::MakeChallenge, 2))
+        .await
+        .expect("Sessions/Work");
+    let first = stream.claimed().await;
+    let second = stream.claimed().await;
+    assert_eq!([first.id, second.id], created[..2]);
+    assert_eq!(first.claimant, "streamer");
+    assert!(first.claim_token > 0 && first.claim_deadline_ms > 0);
+    stream.nothing_for(Duration::from_millis(500)).await;
+    assert_eq!(
+        counts(&status(&mut on_leader).await).0,
+        queues((1, 2), (0, 0), (0, 0)),
+        "the third waits: no credit for it"
+    );
+
+    // More credit: the third at once, and a session created later as soon as it is applied.
+    stream.grant(5).await;
+    let third = stream.claimed().await;
+    assert_eq!(third.id, created[2]);
+    stream.nothing_for(Duration::from_millis(300)).await;
+    let name = "d.stream.example";
+    let late = on_other
+        .create(create_request(csr(&[name]), &[name], ""))
+        .await
+        .expect("Sessions/Create")
+        .into_inner();
+    let created_at = Instant::now();
+    let fourth = stream.claimed().await;
+    assert_eq!(fourth.id, late.id);
+    println!("pushed {:?} after its create", created_at.elapsed());
+    assert!(created_at.elapsed() < Duration::from_secs(5));
+
+    // Steps, each answered under its id: a complete, an extend, a release, a fail, a stale
+    // complete and a malformed step.
+    stream
+        .step(7, Step::Complete(make_challenges(&first)))
+        .await;
+    stream
+        .step(
+            8,
+            Step::Extend(v1::ExtendRequest {
+                id: second.id,
+                claim_token: second.claim_token,
+                visibility_ms: 60_000,
+            }),
+        )
+        .await;
+    stream
+        .step(
+            9,
+            Step::Release(v1::ReleaseClaimRequest {
+                id: third.id,
+                claim_token: third.claim_token,
+                delay_ms: 60_000,
+                note: "upstream busy".to_owned(),
+            }),
+        )
+        .await;
+    stream
+        .step(
+            10,
+            Step::Fail(v1::FailRequest {
+                id: fourth.id,
+                claim_token: fourth.claim_token,
+                reason: "CAA forbids it".to_owned(),
+            }),
+        )
+        .await;
+    stream
+        .step(
+            11,
+            Step::Complete(v1::CompleteRequest {
+                claim_token: second.claim_token + 1_000,
+                ..make_challenges(&second)
+            }),
+        )
+        .await;
+    stream
+        .step(
+            12,
+            Step::Release(v1::ReleaseClaimRequest {
+                id: second.id,
+                claim_token: second.claim_token,
+                delay_ms: u64::MAX,
+                note: String::new(),
+            }),
+        )
+        .await;
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 6 {
+        match stream.next().await.expect("the stream is open") {
+            Some(Event::Answer(answer)) => {
+                let result = answer.result.expect("a result");
+                assert!(answers.insert(answer.step_id, result).is_none());
+            }
+            other => panic!("expected answers, got {other:?}"),
+        }
+    }
+    let brief = |step_id: u64| {
+        let result = &answers[&step_id];
+        (result.id, result.error.as_str(), result.code)
+    };
+    assert_eq!(brief(7), (first.id, "", 0));
+    assert_eq!(
+        v1::Stage::try_from(answers[&7].stage),
+        Ok(v1::Stage::TestChallenge)
+    );
+    assert_eq!(brief(8), (second.id, "", 0));
+    assert!(
+        answers[&8].deadline_ms > second.claim_deadline_ms,
+        "extended"
+    );
+    assert_eq!(brief(9), (third.id, "", 0));
+    assert!(
+        answers[&9].deadline_ms > now_ms() + 50_000,
+        "visible after the delay"
+    );
+    assert_eq!(brief(10), (fourth.id, "", 0));
+    assert_eq!(
+        v1::Stage::try_from(answers[&10].stage),
+        Ok(v1::Stage::Failed)
+    );
+    assert_eq!(
+        brief(11),
+        (second.id, "stale-claim", Code::FailedPrecondition as u32)
+    );
+    assert_eq!(
+        brief(12),
+        (second.id, "invalid-argument", Code::InvalidArgument as u32)
+    );
+    assert_eq!(
+        stage(&get(&mut on_other, first.id).await),
+        v1::Stage::TestChallenge
+    );
+    assert_eq!(
+        stage(&get(&mut on_other, fourth.id).await),
+        v1::Stage::Failed
+    );
+    let held = get(&mut on_other, second.id).await;
+    assert_eq!(
+        held.claim_token, second.claim_token,
+        "still held by the stream"
+    );
+    assert_eq!(held.claim_deadline_ms, answers[&8].deadline_ms);
+
+    // Credit past the bound ends the stream: 3 outstanding (7 granted, 4 pushed) and 998 more
+    // is 1001.
+    stream.grant(998).await;
+    let ended = stream.next().await.expect_err("the stream ends");
+    assert_eq!(ended.code(), Code::InvalidArgument, "{ended:?}");
+    assert!(ended.message().contains("1001"), "{ended:?}");
+
+    // A worker that closes its side gets its steps answered, then the end of the stream.
+    let closing = open_work(&mut worker, start_message(v1::Stage::Issue, 0))
+        .await
+        .expect("Sessions/Work");
+    closing
+        .step(1, Step::Complete(make_challenges(&first)))
+        .await;
+    let WorkStream {
+        requests,
+        mut events,
+    } = closing;
+    drop(requests);
+    let answer = events
+        .message()
+        .await
+        .expect("an answer")
+        .expect("an event");
+    let Some(Event::Answer(answer)) = answer.kind else {
+        panic!("expected an answer, got {answer:?}");
+    };
+    assert_eq!(answer.step_id, 1);
+    assert_eq!(
+        answer.result.as_ref(),
+        Some(&answers[&7]),
+        "the same complete again, on another stream, replays its answer"
+    );
+    assert!(events.message().await.expect("a clean end").is_none());
+
+    // A node that stops ends its streams: UNAVAILABLE, node-stopping.
+    let mut waiting = open_work(&mut worker, start_message(v1::Stage::Issue, 3))
+        .await
+        .expect("Sessions/Work");
+    let stopping = nodes.remove(follower);
+    tokio::time::timeout(PATIENCE, stopping.shutdown())
+        .await
+        .expect("the node stops without waiting for its workers");
+    let cut = waiting.next().await.expect_err("the stream is cut");
+    refused::<()>(Err(cut), Code::Unavailable, "node-stopping");
     shutdown(nodes).await;
 }

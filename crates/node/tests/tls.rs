@@ -245,6 +245,7 @@ async fn only_the_right_identities_get_in() {
             worker: "worker-1".into(),
             visibility_ms: 10_000,
             max: 1,
+            wait_ms: 0,
         })
         .await
         .expect("a worker claims");

@@ -754,6 +754,7 @@ async fn work_challenges(index: u32, workload: SessionWorkload, context: Context
                 worker: worker.clone(),
                 visibility_ms: workload.worker_visibility_ms,
                 max: 1,
+                wait_ms: 0,
             })
             .await
             .map(|reply| reply.into_inner().sessions);

@@ -3,16 +3,19 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use certus_proto::v1::sessions_client::SessionsClient;
 use certus_proto::v1::{
-    AcknowledgeSessionRequest, ClaimReply, ClaimRequest, CompleteRequest, CreateSessionRequest,
-    ExtendReply, ExtendRequest, FailRequest, GetSessionRequest, KillSessionRequest,
-    ListSessionsReply, ListSessionsRequest, ReleaseClaimRequest, Session, SessionConfig,
-    SessionsStatus, SessionsStatusRequest, SetSessionConfigRequest, Stage, WaitSessionRequest,
-    complete_request,
+    AcknowledgeSessionRequest, ClaimReply, ClaimRequest, CompleteRequest,
+    CompleteSessionBatchReply, CompleteSessionBatchRequest, CreateSessionRequest, ExtendReply,
+    ExtendRequest, FailRequest, GetSessionRequest, KillSessionRequest, ListSessionsReply,
+    ListSessionsRequest, ReleaseClaimRequest, Session, SessionConfig, SessionsStatus,
+    SessionsStatusRequest, SetSessionConfigRequest, Stage, WaitSessionRequest, complete_request,
 };
 
 use super::call::rpcs;
+use crate::limits::{LONG_POLL_WAIT_MAX, SESSION_CLAIM_WAIT_MAX};
 use crate::{Client, ClientError};
 
 rpcs! { SessionsClient::new =>
@@ -25,6 +28,7 @@ rpcs! { SessionsClient::new =>
     "Sessions/Claim": claim(ClaimRequest) -> ClaimReply;
     "Sessions/Extend": extend(ExtendRequest) -> ExtendReply;
     "Sessions/Complete": complete(CompleteRequest) -> Session;
+    "Sessions/CompleteBatch": complete_batch(CompleteSessionBatchRequest) -> CompleteSessionBatchReply;
     "Sessions/Release": release(ReleaseClaimRequest) -> Session;
     "Sessions/Fail": fail(FailRequest) -> Session;
     "Sessions/Status": status(SessionsStatusRequest) -> SessionsStatus;
@@ -181,8 +185,47 @@ impl Client {
             worker: worker.into(),
             visibility_ms,
             max,
+            wait_ms: 0,
         })
         .await
+    }
+
+    /// Worker call: [`Client::claim_sessions`] as a long-poll. Answers as soon as up to `max`
+    /// sessions were claimed, or empty once `wait` has passed; the node waits without polling
+    /// and proposes the claim only when a session is visible. A wait longer than the node takes
+    /// in one call (60 s) is made of several calls, and so is a call the node answered empty
+    /// before the wait was over (another worker claimed the session first). An hour at most.
+    ///
+    /// Each call may take its wait plus
+    /// [`ClientConfig::attempt_timeout`](crate::ClientConfig::attempt_timeout); retried like
+    /// [`Client::claim_sessions`].
+    pub async fn claim_sessions_waiting(
+        &self,
+        stage: Stage,
+        worker: impl Into<String>,
+        visibility_ms: u64,
+        max: u32,
+        wait: Duration,
+    ) -> Result<ClaimReply, ClientError> {
+        let worker = worker.into();
+        let until = Instant::now() + wait.min(LONG_POLL_WAIT_MAX);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let wait = left.min(SESSION_CLAIM_WAIT_MAX);
+            let request = ClaimRequest {
+                stage: stage.into(),
+                worker: worker.clone(),
+                visibility_ms,
+                max,
+                wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            };
+            let reply = self
+                .write_with(self.budget().waiting(wait), request)
+                .await?;
+            if !reply.sessions.is_empty() || wait.is_zero() || Instant::now() >= until {
+                return Ok(reply);
+            }
+        }
     }
 
     /// Worker call: moves the claim `token` on session `id` to expire `visibility_ms` from now.
@@ -222,6 +265,20 @@ impl Client {
             outcome: Some(outcome),
         })
         .await
+    }
+
+    /// Worker call: several completes in one write (one Raft entry), each item a
+    /// [`CompleteRequest`] as for [`Client::complete_session`]. Answered item by item, in
+    /// order: an item is atomic, the batch is not — a stale token or a wrong outcome fails its
+    /// own item (its `error` names the reason a lone complete would get) and the others are
+    /// applied. Refused whole (`invalid-argument`, nothing applied) for 0 or more than 100
+    /// items, or an item malformed in itself. Safe to repeat: applied items replay their
+    /// answers.
+    pub async fn complete_session_batch(
+        &self,
+        items: Vec<CompleteRequest>,
+    ) -> Result<CompleteSessionBatchReply, ClientError> {
+        self.write(CompleteSessionBatchRequest { items }).await
     }
 
     /// Worker call: gives the session `id` claimed with `token` back unfinished (a transient
@@ -281,6 +338,21 @@ mod tests {
         });
         let complete = client.complete_session(7, 9, issued).await;
         assert_attempts(complete, 3, "a complete is retried");
+    }
+
+    #[tokio::test]
+    async fn a_waiting_claim_is_a_numbered_write_retried_like_any() {
+        let client = unreachable(2, true);
+        let claimed = client
+            .claim_sessions_waiting(
+                super::Stage::MakeChallenge,
+                "w",
+                30_000,
+                1,
+                Duration::from_millis(200),
+            )
+            .await;
+        assert_attempts(claimed, 2, "claim_sessions_waiting");
     }
 
     #[tokio::test]

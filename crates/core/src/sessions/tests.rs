@@ -24,6 +24,7 @@ fn token(s: &str) -> ChallengeToken {
 
 /// Drives one table with increasing log indexes and a clock the test moves, checking every
 /// invariant after each command and that a refused command changed nothing.
+#[derive(Clone)]
 struct Machine {
     table: Sessions,
     index: u64,
@@ -1471,4 +1472,191 @@ fn refusals_read_as_sentences_that_say_what_to_do() {
             "visibility_ms is 5; it must be within 1000..=3600000",
         ]
     );
+}
+
+fn item(session: SessionId, token: u64, outcome: StepOutcome) -> CompleteItem {
+    CompleteItem {
+        session,
+        token,
+        outcome,
+    }
+}
+
+fn batch_replies(reply: SessionReply) -> Vec<Result<SessionReply, SessionError>> {
+    match reply {
+        SessionReply::CompletedBatch(replies) => replies,
+        other => panic!("a batch answered {other:?}"),
+    }
+}
+
+#[test]
+fn a_batch_answers_item_by_item_and_a_stale_token_fails_only_its_item() {
+    let mut m = Machine::new();
+    let a = m.create(&["a.example"]);
+    let b = m.create(&["b.example"]);
+    let c = m.create(&["c.example"]);
+    let claimed = m.claim(Stage::MakeChallenge, 3);
+    assert_eq!(ids(&claimed), [a, b, c]);
+    let token = claimed[0].claim().unwrap().token;
+    let names = |m: &Machine, id| m.session(id).names.clone();
+    let replies = batch_replies(m.ok(SessionCommand::CompleteBatch {
+        items: vec![
+            item(a, token, challenges_for(&names(&m, a))),
+            // A stale token: refused, and only this item.
+            item(b, token - 1, challenges_for(&names(&m, b))),
+            // The wrong stage's outcome: refused, nothing of it applied.
+            item(c, token, issued()),
+            // No such session.
+            item(SessionId(999), token, issued()),
+        ],
+    }));
+    assert_eq!(
+        replies,
+        [
+            Ok(SessionReply::Completed {
+                session: a,
+                stage: Stage::TestChallenge,
+                live: true
+            }),
+            Err(SessionError::StaleClaim {
+                session: b,
+                token: token - 1
+            }),
+            Err(SessionError::WrongStage {
+                session: c,
+                expected: Stage::Issue,
+                actual: Stage::MakeChallenge
+            }),
+            Err(SessionError::UnknownSession {
+                session: SessionId(999)
+            }),
+        ]
+    );
+    assert_eq!(m.session(a).stage(), Stage::TestChallenge);
+    assert_eq!(m.session(a).challenges.len(), 1);
+    // The refused items left their sessions claimed as they were.
+    for id in [b, c] {
+        let session = m.session(id);
+        assert_eq!(session.stage(), Stage::MakeChallenge);
+        assert_eq!(session.claim().map(|claim| claim.token), Some(token));
+        assert_eq!(session.last_completion, None);
+    }
+    // The refused items go through in a batch of their own, and a retry of the first item
+    // in it gets the first answer again.
+    let settled_a = m.session(a).clone();
+    let replies = batch_replies(m.ok(SessionCommand::CompleteBatch {
+        items: vec![
+            item(b, token, challenges_for(&names(&m, b))),
+            item(a, token, challenges_for(&names(&m, a))),
+            item(c, token, challenges_for(&names(&m, c))),
+        ],
+    }));
+    let completed = |session| {
+        Ok(SessionReply::Completed {
+            session,
+            stage: Stage::TestChallenge,
+            live: true,
+        })
+    };
+    assert_eq!(replies, [completed(b), completed(a), completed(c)]);
+    assert_eq!(m.session(a), &settled_a, "a retried item changes nothing");
+}
+
+#[test]
+fn a_batch_is_what_its_items_would_do_one_after_another() {
+    // The same claims, completed once as a batch and once item by item, end in the same table
+    // with the same answers; a session named twice gets the retry answer the second time.
+    let mut batched = Machine::new();
+    let ids_made: Vec<SessionId> = ["a.example", "b.example"]
+        .iter()
+        .map(|name| batched.create(&[name]))
+        .collect();
+    let token = batched.claim(Stage::MakeChallenge, 2)[0]
+        .claim()
+        .unwrap()
+        .token;
+    let mut single = batched.clone();
+    let items: Vec<CompleteItem> = ids_made
+        .iter()
+        .chain(&ids_made[..1])
+        .map(|&id| item(id, token, challenges_for(&batched.session(id).names)))
+        .collect();
+    let replies = batch_replies(batched.ok(SessionCommand::CompleteBatch {
+        items: items.clone(),
+    }));
+    let one_by_one: Vec<_> = items
+        .into_iter()
+        .map(|item| single.complete(item.session, item.token, item.outcome))
+        .collect();
+    assert_eq!(replies, one_by_one);
+    assert_eq!(replies[0], replies[2], "the repeated item is a retry");
+    assert_eq!(batched.table, single.table);
+}
+
+#[test]
+fn a_batch_is_bounded_and_refused_whole_when_empty_or_too_long() {
+    let mut m = Machine::new();
+    let id = m.create(&["a.example"]);
+    let token = m.claim_one(id);
+    let before = m.table.clone();
+    assert_eq!(
+        m.refused(SessionCommand::CompleteBatch { items: Vec::new() }),
+        SessionError::OutOfRange {
+            field: "number of items".to_owned(),
+            got: 0,
+            min: 1,
+            max: SESSION_COMPLETE_BATCH_MAX as u64,
+        }
+    );
+    let outcome = challenges_for(&m.session(id).names);
+    let too_many = vec![item(id, token, outcome.clone()); SESSION_COMPLETE_BATCH_MAX + 1];
+    assert!(matches!(
+        m.refused(SessionCommand::CompleteBatch { items: too_many }),
+        SessionError::OutOfRange { got, .. } if got == SESSION_COMPLETE_BATCH_MAX as u64 + 1
+    ));
+    assert_eq!(m.table, before, "a refused batch applies none of its items");
+    // A full batch is taken: the first item completes, the others are its retries.
+    let full = vec![item(id, token, outcome); SESSION_COMPLETE_BATCH_MAX];
+    let replies = batch_replies(m.ok(SessionCommand::CompleteBatch { items: full }));
+    assert_eq!(replies.len(), SESSION_COMPLETE_BATCH_MAX);
+    assert!(replies.iter().all(|reply| reply == &replies[0]));
+    assert_eq!(m.session(id).stage(), Stage::TestChallenge);
+}
+
+#[test]
+fn the_next_visible_time_of_a_queue_is_its_earliest_session() {
+    let mut m = Machine::new();
+    assert_eq!(m.table.next_visible_ms(Stage::MakeChallenge), None);
+    assert_eq!(m.table.next_visible_ms(Stage::Done), None);
+    let a = m.create(&["a.example"]);
+    let created_ms = m.now_ms;
+    assert_eq!(
+        m.table.next_visible_ms(Stage::MakeChallenge),
+        Some(created_ms)
+    );
+    let token = m.claim_one(a);
+    assert_eq!(
+        m.table.next_visible_ms(Stage::MakeChallenge),
+        None,
+        "claimed"
+    );
+    m.ok(SessionCommand::Release {
+        session: a,
+        token,
+        delay_ms: 5_000,
+        note: None,
+    });
+    assert_eq!(
+        m.table.next_visible_ms(Stage::MakeChallenge),
+        Some(m.now_ms + 5_000),
+        "released for later"
+    );
+    m.advance(10);
+    m.create(&["b.example"]);
+    assert_eq!(
+        m.table.next_visible_ms(Stage::MakeChallenge),
+        Some(m.now_ms),
+        "a session visible now comes first"
+    );
+    assert_eq!(m.table.next_visible_ms(Stage::TestChallenge), None);
 }

@@ -3,28 +3,30 @@
 //! A CSR that does not parse or whose signature fails, a name that is not a DNS name, names that
 //! differ from the CSR's, get a clear `INVALID_ARGUMENT`. So do numbers and sizes past the state
 //! machine's bounds (names, challenges and test results per session, certificate bytes, claim
-//! batch, visibility, release delay): they are checked here too, so they are never proposed (nor
-//! echoed back in a long message), and the refusal reads as the state machine's would. Every
-//! rule of the session table itself is the state machine's (`certus_core::sessions`).
+//! batch, visibility, release delay, completes per batch): they are checked here too, so they are
+//! never proposed (nor echoed back in a long message), and the refusal reads as the state
+//! machine's would. So is a claim's wait, which only the node knows. Every rule of the session
+//! table itself is the state machine's (`certus_core::sessions`).
 
 use std::time::Duration;
 
 use certus_ca::csr::CheckedCsr;
 use certus_core::limits::{
-    SESSION_CERT_BYTES_MAX, SESSION_CLAIM_BATCH_MAX, SESSION_DELAY_MS_MAX, SESSION_NAMES_MAX,
-    SESSION_VISIBILITY_MS_MAX, SESSION_VISIBILITY_MS_MIN,
+    SESSION_CERT_BYTES_MAX, SESSION_CLAIM_BATCH_MAX, SESSION_COMPLETE_BATCH_MAX,
+    SESSION_DELAY_MS_MAX, SESSION_NAMES_MAX, SESSION_VISIBILITY_MS_MAX, SESSION_VISIBILITY_MS_MIN,
 };
 use certus_core::{
-    DnsName, NewChallenge, Reason, RequestKey, Session, SessionCommand, SessionConfig,
-    SessionError, SessionId, SessionReply, Stage, State, StepOutcome, TestResult, WorkerId,
+    CompleteItem, DnsName, NewChallenge, Reason, RequestKey, Session, SessionCommand,
+    SessionConfig, SessionError, SessionId, SessionReply, Stage, State, StepOutcome, TestResult,
+    WorkerId,
 };
 use certus_proto::v1;
 use tonic::Status;
 
 use crate::convert::leases::{challenge_token, key_authorization};
 use crate::convert::{Query, in_range, invalid, optional, page_limit, text, unexpected};
-use crate::errors::session_status;
-use crate::limits::SESSION_WAIT_MAX;
+use crate::errors::{ERROR_REASON_KEY, session_refusal, session_status};
+use crate::limits::{SESSION_CLAIM_WAIT_MS_MAX, SESSION_WAIT_MAX, SESSION_WORK_CREDIT_MAX};
 
 // ---- the client calls ---------------------------------------------------------------------
 
@@ -174,15 +176,41 @@ pub fn list(request: v1::ListSessionsRequest) -> Result<impl Query<v1::ListSessi
 
 // ---- the worker calls ---------------------------------------------------------------------
 
-/// `Claim`.
+/// `Claim`, as proposed (its wait, if any, checked and left out).
 pub fn claim(request: v1::ClaimRequest) -> Result<SessionCommand, Status> {
+    claim_waiting(request).map(|claim| claim.command)
+}
+
+/// A `Claim` with how long it may wait for a claimable session.
+#[derive(Debug)]
+pub struct ClaimWait {
+    /// The stage whose queue it claims from (a queued one).
+    pub stage: Stage,
+    /// The claim, proposed once the stage's queue shows a visible session.
+    pub command: SessionCommand,
+    /// How long to wait (at most [`SESSION_CLAIM_WAIT_MS_MAX`]); zero: claim at once.
+    pub wait: Duration,
+}
+
+/// `Claim`, long-poll included.
+pub fn claim_waiting(request: v1::ClaimRequest) -> Result<ClaimWait, Status> {
     visibility(request.visibility_ms)?;
     in_range::<SessionCommand>("max", request.max.into(), 1, SESSION_CLAIM_BATCH_MAX.into())?;
-    Ok(SessionCommand::Claim {
-        stage: stage_from_proto(request.stage)?,
-        worker: WorkerId::new(request.worker).map_err(|error| invalid("worker", error))?,
-        visibility_ms: request.visibility_ms,
-        max: request.max,
+    in_range::<SessionCommand>("wait_ms", request.wait_ms, 0, SESSION_CLAIM_WAIT_MS_MAX)?;
+    let stage = stage_from_proto(request.stage)?;
+    if !stage.is_queued() {
+        // The state machine refuses it too; a long-poll must not wait on a queue that is none.
+        return Err(session_status(&SessionError::NotQueued { stage }));
+    }
+    Ok(ClaimWait {
+        stage,
+        command: SessionCommand::Claim {
+            stage,
+            worker: WorkerId::new(request.worker).map_err(|error| invalid("worker", error))?,
+            visibility_ms: request.visibility_ms,
+            max: request.max,
+        },
+        wait: Duration::from_millis(request.wait_ms),
     })
 }
 
@@ -226,6 +254,114 @@ pub fn complete(request: v1::CompleteRequest) -> Result<SessionCommand, Status> 
     })
 }
 
+/// `CompleteBatch`: every item as for `Complete`. A malformed item refuses the whole request
+/// (naming the item), as a malformed lone `Complete` would be refused before Raft; what depends
+/// on the state (tokens, stages, names) is answered item by item by the state machine.
+pub fn complete_batch(request: v1::CompleteSessionBatchRequest) -> Result<SessionCommand, Status> {
+    in_range::<SessionCommand>(
+        "number of items",
+        request.items.len() as u64,
+        1,
+        SESSION_COMPLETE_BATCH_MAX as u64,
+    )?;
+    let items = request
+        .items
+        .into_iter()
+        .enumerate()
+        .map(|(at, item)| {
+            let session = SessionId(item.id);
+            let token = item.claim_token;
+            let outcome = outcome_from_proto(item.outcome).map_err(|error| in_item(at, &error))?;
+            Ok(CompleteItem {
+                session,
+                token,
+                outcome,
+            })
+        })
+        .collect::<Result<Vec<_>, Status>>()?;
+    Ok(SessionCommand::CompleteBatch { items })
+}
+
+/// `CompleteBatch`'s reply: one result per item of `command`, in order.
+pub fn completed_batch(
+    command: &SessionCommand,
+    reply: SessionReply,
+) -> Result<v1::CompleteSessionBatchReply, Status> {
+    let (SessionCommand::CompleteBatch { items }, SessionReply::CompletedBatch(replies)) =
+        (command, &reply)
+    else {
+        return Err(unexpected("complete batch", &reply));
+    };
+    if items.len() != replies.len() {
+        return Err(unexpected(
+            "complete batch (another number of items)",
+            &reply,
+        ));
+    }
+    let SessionReply::CompletedBatch(replies) = reply else {
+        unreachable!("matched above")
+    };
+    Ok(v1::CompleteSessionBatchReply {
+        results: items
+            .iter()
+            .zip(replies)
+            .map(|(item, reply)| step_result(item.session, reply))
+            .collect(),
+    })
+}
+
+/// What one worker step did, for the wire: a batch's item, or a step on the `Work` stream.
+pub fn step_result(
+    session: SessionId,
+    reply: Result<SessionReply, SessionError>,
+) -> v1::SessionStepResult {
+    let mut result = v1::SessionStepResult {
+        id: session.0,
+        ..v1::SessionStepResult::default()
+    };
+    match reply {
+        Err(error) => {
+            let (code, reason) = session_refusal(&error);
+            result.error = reason.to_owned();
+            result.message = error.to_string();
+            result.code = code as u32;
+        }
+        Ok(SessionReply::Completed { stage, live, .. }) => {
+            result.stage = stage_to_proto(stage).into();
+            result.live = live;
+        }
+        Ok(SessionReply::Failed { .. }) => {
+            result.stage = v1::Stage::Failed.into();
+            result.live = true;
+        }
+        Ok(SessionReply::Released { visible_at_ms, .. }) => {
+            result.deadline_ms = visible_at_ms;
+            result.live = true;
+        }
+        Ok(SessionReply::Extended { deadline_ms, .. }) => {
+            result.deadline_ms = deadline_ms;
+            result.live = true;
+        }
+        // Steps answer with the replies above only; anything else is a bug, said in the item.
+        Ok(other) => {
+            let status = unexpected("a worker step", &other);
+            result.error = "internal".to_owned();
+            result.message = status.message().to_owned();
+            result.code = status.code() as u32;
+        }
+    }
+    result
+}
+
+/// A refusal of item `at` of a batch: the item's refusal, its message naming the item.
+fn in_item(at: usize, error: &Status) -> Status {
+    Status::with_metadata(
+        error.code(),
+        format!("items[{at}]: {}", error.message()),
+        error.metadata().clone(),
+    )
+}
+
 /// `Release` (of a claim).
 pub fn release(request: v1::ReleaseClaimRequest) -> Result<SessionCommand, Status> {
     in_range::<SessionCommand>("delay_ms", request.delay_ms, 0, SESSION_DELAY_MS_MAX)?;
@@ -244,6 +380,158 @@ pub fn fail(request: v1::FailRequest) -> Result<SessionCommand, Status> {
         token: request.claim_token,
         reason: Reason::new(request.reason).map_err(|error| invalid("reason", error))?,
     })
+}
+
+// ---- the worker stream --------------------------------------------------------------------
+
+/// A `Work` stream's first message, checked: what the stream claims, and for whom.
+#[derive(Debug, Clone)]
+pub struct WorkStart {
+    /// The queued stage it claims from.
+    pub stage: Stage,
+    /// Who claims.
+    pub worker: WorkerId,
+    /// How long each claim holds.
+    pub visibility_ms: u64,
+    /// The credit it starts with.
+    pub credit: u32,
+}
+
+impl WorkStart {
+    /// The claim that takes up to `max` sessions for the stream (`max` within the claim batch).
+    pub fn claim(&self, max: u32) -> SessionCommand {
+        SessionCommand::Claim {
+            stage: self.stage,
+            worker: self.worker.clone(),
+            visibility_ms: self.visibility_ms,
+            max: max.min(SESSION_CLAIM_BATCH_MAX),
+        }
+    }
+}
+
+/// `Work`'s first message, which must be `start`.
+pub fn work_start(request: v1::SessionWorkRequest) -> Result<WorkStart, Status> {
+    let Some(v1::session_work_request::Kind::Start(start)) = request.kind else {
+        return Err(invalid(
+            "start",
+            "the first message of a Work stream must be `start` (the stage, the worker, the \
+             visibility and the first credit)",
+        ));
+    };
+    visibility(start.visibility_ms)?;
+    let stage = stage_from_proto(start.stage)?;
+    if !stage.is_queued() {
+        return Err(session_status(&SessionError::NotQueued { stage }));
+    }
+    Ok(WorkStart {
+        stage,
+        worker: WorkerId::new(start.worker).map_err(|error| invalid("worker", error))?,
+        visibility_ms: start.visibility_ms,
+        credit: grant(0, start.credit)?,
+    })
+}
+
+/// The credit outstanding after a grant of `more` on top of `outstanding`, within
+/// [`SESSION_WORK_CREDIT_MAX`].
+pub fn grant(outstanding: u32, more: u32) -> Result<u32, Status> {
+    let total = u64::from(outstanding) + u64::from(more);
+    u32::try_from(total)
+        .ok()
+        .filter(|&total| total <= SESSION_WORK_CREDIT_MAX)
+        .ok_or_else(|| {
+            invalid(
+                "credit",
+                format!(
+                    "{more} more on top of {outstanding} outstanding is {total}; at most \
+                     {SESSION_WORK_CREDIT_MAX} may be outstanding (grant credit as work finishes)"
+                ),
+            )
+        })
+}
+
+/// What a worker sends after `start`.
+#[derive(Debug)]
+pub enum WorkMessage {
+    /// More credit.
+    Credit(u32),
+    /// A step, answered on the stream under its `step_id`.
+    Step {
+        /// The worker's number for the step.
+        step_id: u64,
+        /// The session it names.
+        session: SessionId,
+        /// The step's command, or why it is refused without being proposed.
+        command: Result<SessionCommand, Status>,
+    },
+}
+
+/// A message after `start`; a message that is neither credit nor a step ends the stream.
+pub fn work_message(request: v1::SessionWorkRequest) -> Result<WorkMessage, Status> {
+    use v1::session_work_request::Kind;
+    use v1::session_work_step::Step;
+    let step = match request.kind {
+        Some(Kind::Credit(credit)) => return Ok(WorkMessage::Credit(credit)),
+        Some(Kind::Step(step)) => step,
+        Some(Kind::Start(_)) => return Err(invalid("start", "a Work stream starts only once")),
+        None => return Err(invalid("kind", "missing: send credit or a step")),
+    };
+    let step_id = step.step_id;
+    let (session, command) = match step.step {
+        Some(Step::Complete(request)) => (request.id, complete(request)),
+        Some(Step::Extend(request)) => (request.id, extend(request)),
+        Some(Step::Release(request)) => (request.id, release(request)),
+        Some(Step::Fail(request)) => (request.id, fail(request)),
+        None => (
+            0,
+            Err(invalid(
+                "step",
+                "missing: send complete, extend, release or fail",
+            )),
+        ),
+    };
+    Ok(WorkMessage::Step {
+        step_id,
+        session: SessionId(session),
+        command,
+    })
+}
+
+/// A session pushed to a worker.
+pub fn claimed_event(session: &Session) -> v1::SessionWorkEvent {
+    v1::SessionWorkEvent {
+        kind: Some(v1::session_work_event::Kind::Claimed(session_to_proto(
+            session,
+        ))),
+    }
+}
+
+/// The answer to step `step_id`.
+pub fn answer_event(step_id: u64, result: v1::SessionStepResult) -> v1::SessionWorkEvent {
+    v1::SessionWorkEvent {
+        kind: Some(v1::session_work_event::Kind::Answer(
+            v1::SessionStepAnswer {
+                step_id,
+                result: Some(result),
+            },
+        )),
+    }
+}
+
+/// A step on `session` refused with `status` (malformed, or not proposed: no leader, say), as
+/// a step's result.
+pub fn refused_step(session: SessionId, status: &Status) -> v1::SessionStepResult {
+    v1::SessionStepResult {
+        id: session.0,
+        error: status
+            .metadata()
+            .get(ERROR_REASON_KEY)
+            .and_then(|reason| reason.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+        message: status.message().to_owned(),
+        code: status.code() as u32,
+        ..v1::SessionStepResult::default()
+    }
 }
 
 // ---- status and configuration -------------------------------------------------------------

@@ -155,7 +155,10 @@ pub fn method_permission(path: &str) -> Option<Permission> {
         ("certus.v1.Leases", "PurgeChallenges") => P::Admin,
         ("certus.v1.Sessions", "Get" | "Wait" | "List" | "Status") => P::Read,
         ("certus.v1.Sessions", "Create" | "Acknowledge" | "Kill") => P::Write,
-        ("certus.v1.Sessions", "Claim" | "Extend" | "Complete" | "Release" | "Fail") => P::Work,
+        (
+            "certus.v1.Sessions",
+            "Claim" | "Extend" | "Complete" | "CompleteBatch" | "Release" | "Fail" | "Work",
+        ) => P::Work,
         ("certus.v1.Sessions", "SetConfig") => P::Admin,
         (
             "certus.v1.Pipelines",
@@ -478,6 +481,8 @@ mod tests {
         for path in [
             "/certus.v1.Sessions/Claim",
             "/certus.v1.Sessions/Complete",
+            "/certus.v1.Sessions/CompleteBatch",
+            "/certus.v1.Sessions/Work",
             "/certus.v1.Pipelines/Dequeue",
             "/certus.v1.Pipelines/Complete",
             "/certus.v1.Pipelines/CompleteBatch",

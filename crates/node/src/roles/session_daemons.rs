@@ -42,13 +42,16 @@ use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use crate::config::SessionsSetup;
+use crate::limits::SESSION_CLAIM_RETRY_PAUSE;
+use crate::raft::applied::{AppliedWatch, Wake};
 use crate::raft::replica::Replica;
 use crate::random::fill_random;
 
 /// Sessions claimed at once per stage (worked concurrently).
 const CLAIM_BATCH: u32 = 8;
-/// The pause between rounds when there was nothing to do.
-const IDLE_PAUSE: Duration = Duration::from_millis(200);
+/// The pause after a claim that failed (no leader, say): the next round is not left to wait
+/// for an apply that an election may hold back.
+const CLAIM_ERROR_PAUSE: Duration = Duration::from_millis(200);
 /// How long a session released after a transient failure waits before it is claimed again.
 const RETRY_DELAY_MS: u64 = 5_000;
 
@@ -307,29 +310,47 @@ impl SessionDaemons {
         stages
     }
 
-    /// One round over every stage this node works; whether it found work.
-    async fn round(&self, replica: &Replica) -> bool {
-        let mut worked = false;
+    /// One round over every stage this node works: what it found.
+    async fn round(&self, replica: &Replica) -> Round {
+        let mut round = Round::default();
         for stage in self.stages() {
-            // A claim is a Raft write; look at this node's applied state first.
+            // A claim is a Raft write; look at this node's applied state first (at
+            // `max(machine clock, this node's clock)`, as every read).
             let now_ms = replica.clock.now_ms();
-            let visible = replica.reader.read(|applied| {
-                applied
-                    .state
-                    .sessions_queue_stats(stage, now_ms)
-                    .is_some_and(|stats| stats.oldest_age_ms.is_some())
+            let next_visible_ms = replica.reader.read(|applied| {
+                let state = &applied.state;
+                let now_ms = now_ms.max(state.clock_ms());
+                state
+                    .sessions_next_visible_ms(stage)
+                    .map(|visible_ms| visible_ms.saturating_sub(now_ms))
             });
-            if !visible {
-                continue;
+            match next_visible_ms {
+                None => continue,
+                Some(0) => {}
+                Some(in_ms) => {
+                    let visible_in = Duration::from_millis(in_ms);
+                    round.visible_in = Some(
+                        round
+                            .visible_in
+                            .map_or(visible_in, |soonest| soonest.min(visible_in)),
+                    );
+                    continue;
+                }
             }
             let claimed = match self.claim(replica, stage).await {
                 Ok(claimed) => claimed,
                 Err(error) => {
                     debug!(id = replica.id, %stage, %error, "session claim failed");
+                    round.pause = Some(CLAIM_ERROR_PAUSE);
                     continue;
                 }
             };
-            worked |= !claimed.is_empty();
+            if claimed.is_empty() {
+                // Another node's daemon was first (this node has not applied its claim yet),
+                // or the leader's clock is behind this node's.
+                round.pause.get_or_insert(SESSION_CLAIM_RETRY_PAUSE);
+            }
+            round.worked |= !claimed.is_empty();
             // The batch is worked at once, so no session waits on another within its claim.
             futures_util::future::join_all(
                 claimed
@@ -338,7 +359,7 @@ impl SessionDaemons {
             )
             .await;
         }
-        worked
+        round
     }
 
     async fn claim(&self, replica: &Replica, stage: Stage) -> Result<Vec<Session>, String> {
@@ -692,18 +713,50 @@ fn random_bytes_16() -> [u8; 16] {
     bytes
 }
 
-/// The daemons' loop: a round whenever the last found work, else after a pause, until `stop`.
+/// What one round over the stages found.
+#[derive(Debug, Default)]
+struct Round {
+    /// Some session was claimed and worked: look again at once.
+    worked: bool,
+    /// A claim came back empty or failed: wait this long before looking again, whatever is
+    /// applied meanwhile (an empty claim's own apply would otherwise start the next).
+    pause: Option<Duration>,
+    /// The soonest a released session becomes visible in a stage with none visible now.
+    visible_in: Option<Duration>,
+}
+
+/// The daemons' loop until `stop`: a round at once when the last found work; otherwise the
+/// next round when this node applies something (a new session, a completed step, a claim
+/// taken back by a tick) or a released session becomes visible — no polling while idle — or
+/// after the round's pause.
 pub async fn run(replica: Arc<Replica>, daemons: SessionDaemons, mut stop: watch::Receiver<bool>) {
+    let mut applied = AppliedWatch::new(&replica, stop.clone());
     loop {
-        let worked = daemons.round(&replica).await;
-        let pause = if worked { Duration::ZERO } else { IDLE_PAUSE };
-        tokio::select! {
-            changed = stop.changed() => {
-                if changed.is_err() || *stop.borrow() {
-                    break;
+        if *stop.borrow() {
+            break;
+        }
+        // Anything applied after the round's looks wakes the wait below.
+        applied.mark();
+        let round = daemons.round(&replica).await;
+        if round.worked {
+            continue;
+        }
+        if let Some(pause) = round.pause {
+            tokio::select! {
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        break;
+                    }
                 }
+                () = tokio::time::sleep(pause) => {}
             }
-            () = tokio::time::sleep(pause) => {}
+            continue;
+        }
+        let until = round
+            .visible_in
+            .map(|visible_in| tokio::time::Instant::now() + visible_in);
+        if applied.wait(until).await == Wake::Stopping {
+            break;
         }
     }
     debug!(id = replica.id, "session daemons stopped");

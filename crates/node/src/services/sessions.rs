@@ -1,6 +1,11 @@
 //! `certus.v1.Sessions`: CA issuance sessions for clients, workers and operators. Each call is
-//! wiring (its conversions are [`crate::convert::sessions`]); `Wait` is a long-poll on the
-//! applied-index watch, not a timer, and ends when the node stops.
+//! wiring (its conversions are [`crate::convert::sessions`]); `Wait` and a `Claim` with a wait
+//! (`long_poll.rs`) are long-polls on the applied-index watch, not timers, and end when the node
+//! stops; so does the `Work` stream (`work.rs`), which pushes claims to a worker as sessions
+//! become claimable.
+
+mod long_poll;
+mod work;
 
 use std::sync::Arc;
 
@@ -176,9 +181,25 @@ impl Sessions for SessionsService {
         &self,
         request: Request<v1::ClaimRequest>,
     ) -> Result<Response<v1::ClaimReply>, Status> {
-        self.replica
-            .serve_write(request, convert::claim, convert::claimed)
-            .await
+        let client = client_request(request.metadata())?;
+        let claim = convert::claim_waiting(request.into_inner())?;
+        if claim.wait.is_zero() {
+            // No wait: proposed at once, answered empty when nothing is visible (as before
+            // waits existed).
+            let reply = self.replica.propose(client, claim.command).await?;
+            return convert::claimed(reply).map(Response::new);
+        }
+        let deadline = Instant::now() + claim.wait;
+        let claimed = long_poll::claim(
+            &self.replica,
+            self.stop.clone(),
+            client,
+            claim.stage,
+            &claim.command,
+            Some(deadline),
+        )
+        .await?;
+        convert::claimed(SessionReply::Claimed(claimed)).map(Response::new)
     }
 
     async fn extend(
@@ -196,6 +217,27 @@ impl Sessions for SessionsService {
     ) -> Result<Response<v1::Session>, Status> {
         self.change(request, |request| request.id, convert::complete, any_reply)
             .await
+    }
+
+    async fn complete_batch(
+        &self,
+        request: Request<v1::CompleteSessionBatchRequest>,
+    ) -> Result<Response<v1::CompleteSessionBatchReply>, Status> {
+        let client = client_request(request.metadata())?;
+        let command = convert::complete_batch(request.into_inner())?;
+        let reply = self.replica.propose(client, command.clone()).await?;
+        convert::completed_batch(&command, reply).map(Response::new)
+    }
+
+    type WorkStream = work::EventStream;
+
+    async fn work(
+        &self,
+        request: Request<tonic::Streaming<v1::SessionWorkRequest>>,
+    ) -> Result<Response<Self::WorkStream>, Status> {
+        let inbound = request.into_inner();
+        let events = work::open(Arc::clone(&self.replica), self.stop.clone(), inbound).await?;
+        Ok(Response::new(events))
     }
 
     async fn release(
