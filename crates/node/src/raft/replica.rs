@@ -153,6 +153,21 @@ impl Replica {
             .ok_or_else(|| ServiceError::NoLeader("leadership is changing".into()))
     }
 
+    /// Returns once this node knows of a leader other than `leader` (never, while it does not).
+    async fn leader_moved_from(&self, leader: NodeId) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let current = metrics.borrow_and_update().current_leader;
+            if current.is_some_and(|current| current != leader) {
+                return;
+            }
+            if metrics.changed().await.is_err() {
+                // Raft stopped: the forward's own outcome decides.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// Proposes `commands` on the leader (forwarding if need be) and returns their responses.
     pub async fn write(&self, commands: Vec<Command>) -> Result<Vec<Response>, ServiceError> {
         if commands.is_empty() || commands.len() > PROPOSAL_COMMANDS_MAX {
@@ -175,7 +190,19 @@ impl Replica {
                 },
                 Leader::Peer(leader, node) => {
                     let request = ForwardRequest::Write(commands.clone());
-                    match self.peers.forward(&node.grpc_addr, &request).await {
+                    // A leader cut off from this node holds the write until the forward times
+                    // out; once another node leads, the answer is as unknown as it would be
+                    // then, so say so now rather than seconds later.
+                    let forwarded = tokio::select! {
+                        reply = self.peers.forward(&node.grpc_addr, &request) => reply,
+                        () = self.leader_moved_from(leader) => {
+                            return Err(ServiceError::OutcomeUnknown(format!(
+                                "node {leader} stopped leading while it held this write; it may \
+                                 or may not be applied"
+                            )));
+                        }
+                    };
+                    match forwarded {
                         Ok(ForwardReply::Written(responses)) => return Ok(responses),
                         Ok(ForwardReply::Refused(ForwardRefusal::NotLeader)) => {
                             not = Some(leader);
