@@ -213,8 +213,9 @@ const BENCHMARKS: &[(&str, &str)] = &[
     ),
     (
         "pipelines",
-        "transaction pipelines: enqueue->dequeue->complete cycles/s, cycle and step p50/p99 \
-         [--clients 1,50] [--seconds 5] [--peer: then Redis, alone and with 2 replicas]",
+        "transaction pipelines: enqueue->dequeue->complete cycles/s, cycle and step p50/p99, \
+         errors by kind [--clients 1,50] [--seconds 5] [--batch N] [--stream] \
+         [--peer: then Redis, alone and with 2 replicas] [--long-poll: pickup latency, idle CPU]",
     ),
     (
         "grpc",

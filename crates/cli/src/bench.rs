@@ -159,7 +159,18 @@ fn percentile<T: Copy>(sorted: &[T], fraction: f64) -> Option<T> {
     Some(sorted[rank])
 }
 
-/// Microseconds, saturating (a run never lasts 500 000 years).
+/// What kind of error `status` is: its gRPC code and the node's `certus-error` reason (or,
+/// without one, the start of the message).
+fn status_kind(status: &tonic::Status) -> String {
+    let reason = status
+        .metadata()
+        .get(certus_node::errors::ERROR_REASON_KEY)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+        .unwrap_or_else(|| status.message().chars().take(60).collect());
+    format!("{:?}: {reason}", status.code())
+}
+
 /// Errors a run met, by kind: the gRPC code and the node's `certus-error` reason (or, without
 /// one, the start of the message), so a figure with errors says what they were.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -167,16 +178,13 @@ struct ErrorKinds(std::collections::BTreeMap<String, usize>);
 
 impl ErrorKinds {
     fn record(&mut self, status: &tonic::Status) {
-        let reason = status
-            .metadata()
-            .get(certus_node::errors::ERROR_REASON_KEY)
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned)
-            .unwrap_or_else(|| status.message().chars().take(60).collect());
-        *self
-            .0
-            .entry(format!("{:?}: {reason}", status.code()))
-            .or_default() += 1;
+        self.add(status_kind(status));
+    }
+
+    /// Counts one error of `kind`, as [`status_kind`] names a status or as the caller names
+    /// another failure (`dequeue: another transaction`).
+    fn add(&mut self, kind: String) {
+        *self.0.entry(kind).or_default() += 1;
     }
 
     fn merge(&mut self, other: ErrorKinds) {
@@ -205,6 +213,7 @@ impl ErrorKinds {
     }
 }
 
+/// Microseconds, saturating (a run never lasts 500 000 years).
 fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }

@@ -1,5 +1,5 @@
-//! The command line's bounds, named: how often `ctl pipeline` reopens a broken stream and how
-//! much it exports, and what the benchmarks ask for at most.
+//! The command line's bounds, named: how often `ctl pipeline` reopens a broken stream, how much
+//! it exports, what its worker runs and reads, and what the benchmarks ask for at most.
 
 use std::time::Duration;
 
@@ -18,3 +18,25 @@ pub(crate) const BENCH_CT_PROOF_TARGETS_MAX: usize = 10_000;
 /// The longest single `Sessions/Wait` of a `bench sessions` client; the client waits again until
 /// its `SESSION_PATIENCE` runs out.
 pub(crate) const BENCH_SESSION_WAIT_MAX: Duration = Duration::from_secs(5);
+/// Most transactions `bench pipelines --long-poll` enqueues one at a time for each pickup
+/// measurement (`--pickup-samples`; 20 ms apart, so 10 000 take minutes).
+pub(crate) const BENCH_PICKUP_SAMPLES_MAX: u32 = 10_000;
+/// Most workers `bench pipelines --long-poll` keeps waiting while it measures the CPU they cost
+/// (`--idle-workers`), each with its own connection.
+pub(crate) const BENCH_IDLE_WORKERS_MAX: u32 = 1_000;
+/// Longest idle measurement of `bench pipelines --long-poll` (`--idle-seconds`).
+pub(crate) const BENCH_IDLE_SECONDS_MAX: u64 = 600;
+
+/// Most commands `pipeline worker` runs at once (`--credit`): the node's bound on a Work
+/// stream's unused credit.
+pub(crate) const PIPELINE_WORKER_CREDIT_MAX: u32 = certus_node::limits::PIPELINE_WORK_CREDIT_MAX;
+/// How often in a row `pipeline worker` tries to open its stream again after it broke, each
+/// time after a longer pause, before it gives up.
+pub(crate) const PIPELINE_WORKER_REOPENS_MAX: u32 = 10;
+/// The most of a command's stdout `pipeline worker` reads: the node's bound on a state. A
+/// command that writes more is stopped, and its transaction completed as internal-error.
+pub(crate) const PIPELINE_WORKER_STDOUT_BYTES_MAX: usize =
+    certus_core::limits::PIPELINE_JSON_BYTES_MAX;
+/// The end of a failed command's stderr that `pipeline worker` keeps, for the state and its own
+/// stderr.
+pub(crate) const PIPELINE_WORKER_STDERR_TAIL_BYTES_MAX: usize = 2048;

@@ -1,37 +1,56 @@
 //! `certus bench pipelines`: a 3-node cluster on loopback in this process, C concurrent
-//! clients each running enqueue → dequeue → complete cycles of the transaction pipelines, one
-//! transaction at a time; prints cycles/s and p50/p99/max cycle latency for each C.
+//! clients each running enqueue → dequeue → complete cycles of the transaction pipelines; prints
+//! cycles/s, p50/p99/max cycle latency and errors by kind for each C.
 //!
 //! A cycle is three durable Raft writes: `Enqueue` into the client's own node group (`bench-c`,
 //! queue `in`, a small JSON state), `Dequeue` of one transaction from it, and `Complete` with
 //! status success and a new state — the pipelines' LPUSH → LMOVE → LREM. Each client owns its
-//! node group, so every dequeue finds exactly the transaction its client just enqueued (a
-//! dequeue that finds another, or none, fails the bench). After each run the per-status counts
+//! node group, so every dequeue finds exactly the transactions its client just enqueued (a
+//! dequeue that finds another, or none, is an error). After each run the per-status counts
 //! are read back through a linearizable read: every acknowledged completion must be there.
+//!
+//! How a client runs its cycles ([`Mode`]):
+//!
+//! - unary (the default): one transaction at a time, one call per step;
+//! - `--batch N` ([`batch`]): N transactions at a time, one `EnqueueBatch`, one `Dequeue` of up
+//!   to N and one `CompleteBatch` — one Raft entry per step for N cycles;
+//! - `--stream` ([`stream`]): a producer enqueues (in batches of N with `--batch N`) while a
+//!   worker takes the transactions on a `Work` stream with credit N (16 without `--batch`) and
+//!   completes them with steps on the same stream, several in flight.
+//!
+//! `--long-poll` ([`long_poll`]) measures waiting instead: how soon a worker waiting on an empty
+//! queue picks up a transaction, and what idle waiting workers cost in CPU.
 //!
 //! The clients run in the same process as the nodes (as a benchmark tool on the same machine
 //! would), each over its own HTTP/2 connection, all to the leader. The pipelines are configured
 //! to archive a second after completion (so the archive runs beside the cycles) and to keep
 //! archived transactions for an hour, so that every completion of a run can be counted.
 //!
-//! With `--peer`, the same cycle then runs against Redis ([`redis`]), alone and replicated, and
-//! the table gets their rows and ratio lines per client count.
+//! With `--peer`, the same cycle then runs against Redis ([`redis`]), alone and replicated, one
+//! step per command without pipelining whatever the mode, and the table gets their rows and
+//! ratio lines per client count.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use certus_core::limits::PIPELINE_DEQUEUE_BATCH_MAX;
 use certus_proto::v1::pipelines_client::PipelinesClient;
 use certus_proto::v1::{
     CompleteTransactionRequest, DequeueRequest, EnqueueRequest, GetPipelineConfigRequest,
-    PipelinesStatusRequest, QueueType, SetPipelineConfigRequest, TxStatus, enqueue_request,
+    ItemError, PipelinesStatusRequest, QueueType, SetPipelineConfigRequest, TxStatus,
+    enqueue_request,
 };
 use comfy_table::Table;
 use serde_json::json;
 use tonic::transport::Channel;
 
-use super::{WARM_UP, micros, percentile};
+use super::{ErrorKinds, WARM_UP, micros, percentile};
+use crate::limits::{BENCH_IDLE_SECONDS_MAX, BENCH_IDLE_WORKERS_MAX, BENCH_PICKUP_SAMPLES_MAX};
 
+mod batch;
+mod long_poll;
 mod redis;
+mod stream;
 
 /// Options of `certus bench pipelines`.
 #[derive(Debug, clap::Args)]
@@ -45,12 +64,83 @@ pub(crate) struct PipelinesArgs {
     /// Print one JSON document instead of a table.
     #[arg(long)]
     json: bool,
-    /// Then run the same cycle against Redis (LPUSH → LMOVE → LREM): one process with its AOF
-    /// fsynced on every write, then a primary and 2 replicas with `WAIT 2` after every step,
-    /// started from the installed `redis-server` (Debian's redis-server); without it, say how
-    /// to install it and measure Certus alone.
+    /// Then run the same cycle against Redis (LPUSH → LMOVE → LREM, one command per step, no
+    /// pipelining): one process with its AOF fsynced on every write, then a primary and 2
+    /// replicas with `WAIT 2` after every step, started from the installed `redis-server`
+    /// (Debian's redis-server); without it, say how to install it and measure Certus alone.
     #[arg(long)]
     peer: bool,
+    /// Transactions per call: producers enqueue N with one EnqueueBatch, workers dequeue up to
+    /// N with one Dequeue and finish them with one CompleteBatch (1 to 100; 1 is one unary
+    /// call per step). With --stream: the producers' batch, and the workers' credit.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(PIPELINE_DEQUEUE_BATCH_MAX)))]
+    batch: u32,
+    /// Workers take transactions on a Work stream (credit: --batch, or 16) and complete them
+    /// with steps on it, several in flight, while each client's producer enqueues.
+    #[arg(long)]
+    stream: bool,
+    /// Measure waiting instead of cycles: pickup latency of a worker waiting on an empty queue
+    /// (Dequeue with wait_ms, and the Work stream), then the CPU that idle waiting workers cost.
+    #[arg(long, conflicts_with_all = ["peer", "batch", "stream", "clients"])]
+    long_poll: bool,
+    /// --long-poll: transactions enqueued one at a time for each pickup measurement.
+    #[arg(long, value_name = "N", default_value_t = 200,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(BENCH_PICKUP_SAMPLES_MAX)))]
+    pickup_samples: u32,
+    /// --long-poll: workers waiting on empty queues while the CPU is measured.
+    #[arg(long, value_name = "W", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(BENCH_IDLE_WORKERS_MAX)))]
+    idle_workers: u32,
+    /// --long-poll: how long each idle measurement lasts, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=BENCH_IDLE_SECONDS_MAX))]
+    idle_seconds: u64,
+}
+
+/// How the clients of a Certus run take their transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// One call per step, one transaction at a time.
+    Unary,
+    /// `EnqueueBatch`, `Dequeue` and `CompleteBatch` of this many transactions at a time.
+    Batch(u32),
+    /// A producer enqueuing `batch` at a time (unary for 1), and a worker on a `Work` stream
+    /// with `credit`.
+    Stream { batch: u32, credit: u32 },
+}
+
+/// The credit of a `--stream` worker without `--batch`: enough steps in flight to fill a few
+/// Raft entries, few enough that a worker's claims are still a small share of its group.
+const STREAM_CREDIT_DEFAULT: u32 = 16;
+
+impl Mode {
+    fn of(args: &PipelinesArgs) -> Mode {
+        match (args.stream, args.batch) {
+            (false, 1) => Mode::Unary,
+            (false, batch) => Mode::Batch(batch),
+            (true, 1) => Mode::Stream {
+                batch: 1,
+                credit: STREAM_CREDIT_DEFAULT,
+            },
+            (true, batch) => Mode::Stream {
+                batch,
+                credit: batch,
+            },
+        }
+    }
+
+    /// How its rows are labelled.
+    fn label(self) -> String {
+        match self {
+            Mode::Unary => "unary".to_owned(),
+            Mode::Batch(batch) => format!("batch {batch}"),
+            Mode::Stream { batch: 1, credit } => format!("stream, credit {credit}"),
+            Mode::Stream { batch, credit } => {
+                format!("stream, credit {credit}, enqueue batch {batch}")
+            }
+        }
+    }
 }
 
 /// Finished transactions are archived after this long…
@@ -66,11 +156,13 @@ const CERTUS: &str = "Certus";
 struct Run {
     /// The system measured: [`CERTUS`] or a [`redis::Setup`]'s.
     system: &'static str,
+    /// How its clients ran their cycles ([`Mode::label`], or the peer's).
+    mode: String,
     clients: usize,
     cycles: usize,
-    errors: usize,
+    errors: ErrorKinds,
     elapsed: Duration,
-    /// Raft entries the leader appended during the measured part: how well writes batch (none
+    /// Raft entries the leader appended during the measured part: how well steps batch (none
     /// for a peer).
     entries: Option<u64>,
     /// Whole cycles, then each step, in microseconds, sorted.
@@ -85,7 +177,8 @@ impl Run {
         self.cycles as f64 / self.elapsed.as_secs_f64()
     }
 
-    /// Client writes (three per cycle) per Raft entry, for Certus.
+    /// Cycle steps (three per cycle: a batch call or a stream carries several) per Raft entry,
+    /// for Certus.
     fn writes_per_entry(&self) -> Option<f64> {
         self.entries
             .map(|entries| (self.cycles * 3) as f64 / entries.max(1) as f64)
@@ -115,6 +208,29 @@ pub(super) async fn run(args: PipelinesArgs) -> Result<(), String> {
     eprintln!("bench pipelines: 3 nodes on loopback (sled, fsync per batch), leader node {leader}");
     configure(leader_addr).await?;
 
+    if args.long_poll {
+        let options = long_poll::Options {
+            samples: args.pickup_samples,
+            idle_workers: args.idle_workers,
+            idle: Duration::from_secs(args.idle_seconds),
+        };
+        let measured = long_poll::measure(leader_addr, options).await;
+        cluster.shutdown().await;
+        let report = measured?;
+        if args.json {
+            println!(
+                "{}",
+                json!({ "bench": "pipelines", "long_poll": report.to_json() })
+            );
+        } else {
+            for line in report.lines() {
+                println!("{line}");
+            }
+        }
+        return Ok(());
+    }
+
+    let mode = Mode::of(&args);
     let mut runs = Vec::new();
     let mut succeeded_before = 0u64;
     for (round, &clients) in args.clients.iter().enumerate() {
@@ -126,6 +242,7 @@ pub(super) async fn run(args: PipelinesArgs) -> Result<(), String> {
         let (run, attempted) = measure(
             leader_node,
             leader_addr,
+            mode,
             round,
             clients,
             Duration::from_secs(args.seconds),
@@ -142,7 +259,8 @@ pub(super) async fn run(args: PipelinesArgs) -> Result<(), String> {
         }
         succeeded_before = succeeded;
         eprintln!(
-            "bench pipelines: x{clients}: {:.0} cycles/s",
+            "bench pipelines: {} x{clients}: {:.0} cycles/s",
+            run.mode,
             run.cycles_per_second()
         );
         runs.push(run);
@@ -232,53 +350,44 @@ async fn succeeded_total(leader: SocketAddr) -> Result<u64, String> {
 async fn measure(
     leader_node: &certus_node::Node,
     leader: SocketAddr,
+    mode: Mode,
     round: usize,
     clients: usize,
     duration: Duration,
 ) -> Result<(Run, u64), String> {
     let start = Instant::now() + WARM_UP;
-    let end = start + duration;
+    let window = Window {
+        start,
+        end: start + duration,
+    };
     let mut tasks = Vec::new();
     for client in 0..clients {
-        let mut grpc = connect(leader).await?;
         let node_group = format!("bench-{round}-{client}");
         let worker = format!("worker-{round}-{client}");
-        tasks.push(tokio::spawn(async move {
-            let mut cycles_us = Vec::new();
-            let mut steps_us: [Vec<u64>; 3] = Default::default();
-            let mut errors = 0usize;
-            let mut completed = 0u64;
-            let mut n = 0u64;
-            loop {
-                let began = Instant::now();
-                if began >= end {
-                    break;
-                }
-                n += 1;
-                let counted = began >= start;
-                match cycle(&mut grpc, &node_group, &worker, n).await {
-                    Ok(steps) => {
-                        completed += 1;
-                        if counted {
-                            cycles_us.push(micros(began.elapsed()));
-                            for (sorted, step) in steps_us.iter_mut().zip(steps) {
-                                sorted.push(micros(step));
-                            }
-                        }
-                    }
-                    Err(error) => {
-                        if counted {
-                            errors += 1;
-                        }
-                        // A cycle that went wrong is a bug or an overloaded cluster: say which.
-                        if errors <= 3 {
-                            eprintln!("bench pipelines: {node_group}: {error}");
-                        }
-                    }
-                }
+        let task = match mode {
+            Mode::Stream { batch, credit } => {
+                let producer = connect(leader).await?;
+                let worker_client = stream::worker_client(leader)?;
+                tokio::spawn(stream::client(
+                    producer,
+                    worker_client,
+                    node_group,
+                    worker,
+                    batch,
+                    credit,
+                    window,
+                ))
             }
-            (cycles_us, steps_us, errors, completed)
-        }));
+            Mode::Unary | Mode::Batch(_) => {
+                let grpc = connect(leader).await?;
+                let batch = match mode {
+                    Mode::Batch(batch) => batch,
+                    _ => 1,
+                };
+                tokio::spawn(calls_client(grpc, node_group, worker, batch, window))
+            }
+        };
+        tasks.push(task);
     }
     let last_log_index = || {
         leader_node
@@ -289,21 +398,182 @@ async fn measure(
             .last_log_index
             .unwrap_or(0)
     };
-    tokio::time::sleep_until(start.into()).await;
+    tokio::time::sleep_until(window.start.into()).await;
     let entries_before = last_log_index();
-    tokio::time::sleep_until(end.into()).await;
+    tokio::time::sleep_until(window.end.into()).await;
     let entries = last_log_index() - entries_before;
-    gather(CERTUS, clients, duration, Some(entries), tasks).await
+    gather(
+        CERTUS,
+        mode.label(),
+        clients,
+        duration,
+        Some(entries),
+        tasks,
+    )
+    .await
 }
 
-/// One client's measurements: cycle latencies, each step's latencies (µs), errors, cycles
-/// completed (counted or not).
-type ClientTask = tokio::task::JoinHandle<(Vec<u64>, [Vec<u64>; 3], usize, u64)>;
+/// When a run measures: what starts before `start` is warm-up, nothing starts at `end` or after.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    start: Instant,
+    end: Instant,
+}
+
+/// A client that makes one call per step, `batch` transactions per call (one: the unary calls).
+async fn calls_client(
+    mut grpc: PipelinesClient<Channel>,
+    node_group: String,
+    worker: String,
+    batch: u32,
+    window: Window,
+) -> ClientOutcome {
+    let mut outcome = ClientOutcome::default();
+    let mut n = 0u64;
+    loop {
+        let began = Instant::now();
+        if began >= window.end {
+            break;
+        }
+        let counted = began >= window.start;
+        let round = if batch == 1 {
+            n += 1;
+            cycle(&mut grpc, &node_group, &worker, n).await
+        } else {
+            let first = n + 1;
+            n += u64::from(batch);
+            batch::round(&mut grpc, &node_group, &worker, first, batch).await
+        };
+        outcome.absorb(&node_group, round, counted, began.elapsed());
+    }
+    outcome
+}
+
+/// What one client measured over a run.
+#[derive(Debug, Default)]
+struct ClientOutcome {
+    /// Latencies of its counted cycles, and of each counted step (a call, or for a stream the
+    /// stream's equivalents), in µs.
+    cycle_us: Vec<u64>,
+    step_us: [Vec<u64>; 3],
+    /// Errors while measuring, by kind.
+    errors: ErrorKinds,
+    /// Completions acknowledged with status success, warm-up included (the success count must
+    /// grow by their sum).
+    completed: u64,
+    /// Failures printed so far: the first few say what went wrong, the rest are counted.
+    printed: usize,
+}
+
+/// Failures each client prints on stderr before it only counts them.
+const FAILURES_PRINTED: usize = 3;
+
+impl ClientOutcome {
+    /// Adds one round of calls that began `elapsed` ago.
+    fn absorb(&mut self, who: &str, round: Round, counted: bool, elapsed: Duration) {
+        self.completed += round.completed;
+        if counted {
+            for _ in 0..round.cycles {
+                self.cycle_us.push(micros(elapsed));
+            }
+            if let Some(steps) = round.steps {
+                for (sorted, step) in self.step_us.iter_mut().zip(steps) {
+                    sorted.push(micros(step));
+                }
+            }
+        }
+        for failure in round.failures {
+            self.fail(who, failure, counted);
+        }
+    }
+
+    /// Counts `failure` (when `counted`) and prints the first few: a cycle that went wrong is a
+    /// bug or an overloaded cluster, and the message says which.
+    fn fail(&mut self, who: &str, failure: Failure, counted: bool) {
+        if counted {
+            self.errors.add(failure.kind);
+        }
+        if self.printed < FAILURES_PRINTED {
+            self.printed += 1;
+            eprintln!("bench pipelines: {who}: {}", failure.message);
+        }
+    }
+}
+
+/// Why a step failed: its kind, counted per run, and what happened.
+#[derive(Debug)]
+struct Failure {
+    kind: String,
+    message: String,
+}
+
+impl Failure {
+    /// A call of `step` answered with `status`.
+    fn status(step: &str, status: &tonic::Status) -> Failure {
+        Failure {
+            kind: format!("{step}: {}", super::status_kind(status)),
+            message: format!("{step}: {}", status.message()),
+        }
+    }
+
+    /// An item of a batch (or a stream step) of `step` refused with `error`.
+    fn item(step: &str, error: &ItemError) -> Failure {
+        Failure {
+            kind: format!(
+                "{step}: {:?}: {}",
+                tonic::Code::from_i32(error.code),
+                error.reason
+            ),
+            message: format!("{step}: {} ({})", error.message, error.reason),
+        }
+    }
+
+    /// A call of the client library for `step` that failed with `error`.
+    fn client(step: &str, error: &certus_client::ClientError) -> Failure {
+        Failure {
+            kind: format!("{step}: {:?}: {}", error.code(), error.reason()),
+            message: format!("{step}: {error}"),
+        }
+    }
+
+    /// Something the bench checks that did not hold: `what` is its kind, `message` the detail.
+    fn other(step: &str, what: &str, message: String) -> Failure {
+        Failure {
+            kind: format!("{step}: {what}"),
+            message: format!("{step}: {message}"),
+        }
+    }
+}
+
+/// What one round of calls did: one cycle unary, up to a batch of them batched.
+#[derive(Debug, Default)]
+struct Round {
+    /// Each step's latency, when all three were made.
+    steps: Option<[Duration; 3]>,
+    /// Cycles of this round's own transactions that completed with success.
+    cycles: usize,
+    /// Completions acknowledged with status success (any transaction's).
+    completed: u64,
+    failures: Vec<Failure>,
+}
+
+impl Round {
+    fn failed(failure: Failure) -> Round {
+        Round {
+            failures: vec![failure],
+            ..Round::default()
+        }
+    }
+}
+
+/// One client's measurements.
+type ClientTask = tokio::task::JoinHandle<ClientOutcome>;
 
 /// Waits for every client of a run, Certus's or a peer's, and puts their measurements together;
 /// also answers how many cycles completed in all.
 async fn gather(
     system: &'static str,
+    mode: String,
     clients: usize,
     duration: Duration,
     entries: Option<u64>,
@@ -311,16 +581,16 @@ async fn gather(
 ) -> Result<(Run, u64), String> {
     let mut cycle_us = Vec::new();
     let mut step_us: [Vec<u64>; 3] = Default::default();
-    let mut errors = 0;
+    let mut errors = ErrorKinds::default();
     let mut completed = 0;
     for task in tasks {
-        let (cycles, steps, failed, done) = task.await.map_err(|error| error.to_string())?;
-        cycle_us.extend(cycles);
-        for (all, one) in step_us.iter_mut().zip(steps) {
+        let outcome = task.await.map_err(|error| error.to_string())?;
+        cycle_us.extend(outcome.cycle_us);
+        for (all, one) in step_us.iter_mut().zip(outcome.step_us) {
             all.extend(one);
         }
-        errors += failed;
-        completed += done;
+        errors.merge(outcome.errors);
+        completed += outcome.completed;
     }
     cycle_us.sort_unstable();
     for sorted in &mut step_us {
@@ -328,6 +598,7 @@ async fn gather(
     }
     let run = Run {
         system,
+        mode,
         clients,
         cycles: cycle_us.len(),
         errors,
@@ -339,70 +610,104 @@ async fn gather(
     Ok((run, completed))
 }
 
-/// Enqueue, dequeue and complete one transaction; answers each step's latency.
+/// The state of the `n`th transaction of a client at `step` (`new`, `done`).
+fn state(n: u64, step: &str) -> String {
+    format!(r#"{{"n":{n},"step":"{step}"}}"#)
+}
+
+/// An enqueue of the `n`th transaction into `node_group`'s in queue.
+fn enqueue_request(node_group: &str, n: u64) -> EnqueueRequest {
+    EnqueueRequest {
+        owner: "bench".to_owned(),
+        external_id: String::new(),
+        route: Some(enqueue_request::Route::NodeGroup(node_group.to_owned())),
+        queue: QueueType::In.into(),
+        state: state(n, "new"),
+        event: String::new(),
+        metadata: None,
+    }
+}
+
+/// A completion with success of transaction `id` claimed with `token`.
+fn success(id: u64, token: u64) -> CompleteTransactionRequest {
+    CompleteTransactionRequest {
+        transaction_id: id,
+        claim_token: token,
+        status: TxStatus::Success.into(),
+        state: format!(r#"{{"id":{id},"step":"done"}}"#),
+    }
+}
+
+/// Enqueue, dequeue and complete one transaction, the `n`th of its client.
 async fn cycle(
     grpc: &mut PipelinesClient<Channel>,
     node_group: &str,
     worker: &str,
     n: u64,
-) -> Result<[Duration; 3], String> {
+) -> Round {
     let began = Instant::now();
-    let enqueued = grpc
-        .enqueue(EnqueueRequest {
-            owner: "bench".to_owned(),
-            external_id: String::new(),
-            route: Some(enqueue_request::Route::NodeGroup(node_group.to_owned())),
-            queue: QueueType::In.into(),
-            state: format!(r#"{{"n":{n},"step":"new"}}"#),
-            event: String::new(),
-            metadata: None,
-        })
-        .await
-        .map_err(|status| format!("enqueue: {}", status.message()))?
-        .into_inner();
+    let enqueued = match grpc.enqueue(enqueue_request(node_group, n)).await {
+        Ok(reply) => reply.into_inner(),
+        Err(status) => return Round::failed(Failure::status("enqueue", &status)),
+    };
     let enqueue = began.elapsed();
 
     let began = Instant::now();
-    let dequeued = grpc
-        .dequeue(DequeueRequest {
-            node_group: node_group.to_owned(),
-            worker: worker.to_owned(),
-            max: 1,
-            wait_ms: 0,
-        })
-        .await
-        .map_err(|status| format!("dequeue: {}", status.message()))?
-        .into_inner();
+    let request = DequeueRequest {
+        node_group: node_group.to_owned(),
+        worker: worker.to_owned(),
+        max: 1,
+        wait_ms: 0,
+    };
+    let dequeued = match grpc.dequeue(request).await {
+        Ok(reply) => reply.into_inner(),
+        Err(status) => return Round::failed(Failure::status("dequeue", &status)),
+    };
     let dequeue = began.elapsed();
     let [transaction] = dequeued.transactions.as_slice() else {
-        return Err(format!(
-            "dequeue: {} transactions, not the one just enqueued",
-            dequeued.transactions.len()
+        return Round::failed(Failure::other(
+            "dequeue",
+            "not one transaction",
+            format!(
+                "{} transactions, not the one just enqueued",
+                dequeued.transactions.len()
+            ),
         ));
     };
-    if transaction.id != enqueued.transaction_id {
-        return Err(format!(
-            "dequeue: transaction {}, not {} just enqueued",
-            transaction.id, enqueued.transaction_id
-        ));
-    }
+    let ours = transaction.id == enqueued.transaction_id;
 
     let began = Instant::now();
-    let completed = grpc
-        .complete(CompleteTransactionRequest {
-            transaction_id: transaction.id,
-            claim_token: transaction.claim_token,
-            status: TxStatus::Success.into(),
-            state: format!(r#"{{"n":{n},"step":"done"}}"#),
-        })
-        .await
-        .map_err(|status| format!("complete: {}", status.message()))?
-        .into_inner();
+    let request = success(transaction.id, transaction.claim_token);
+    let completed = match grpc.complete(request).await {
+        Ok(reply) => reply.into_inner(),
+        Err(status) => return Round::failed(Failure::status("complete", &status)),
+    };
     let complete = began.elapsed();
-    if completed.status != i32::from(TxStatus::Success) {
-        return Err(format!("complete: status {} answered", completed.status));
+    let mut round = Round::default();
+    if completed.status == i32::from(TxStatus::Success) {
+        // Another transaction (left by a failed cycle) completed all the same.
+        round.completed = 1;
+    } else {
+        round.failures.push(Failure::other(
+            "complete",
+            "not success",
+            format!("status {} answered", completed.status),
+        ));
     }
-    Ok([enqueue, dequeue, complete])
+    if !ours {
+        round.failures.push(Failure::other(
+            "dequeue",
+            "another transaction",
+            format!(
+                "transaction {}, not {} just enqueued",
+                transaction.id, enqueued.transaction_id
+            ),
+        ));
+    } else if round.completed == 1 {
+        round.cycles = 1;
+        round.steps = Some([enqueue, dequeue, complete]);
+    }
+    round
 }
 
 fn report(runs: &[Run], as_json: bool) {
@@ -422,9 +727,11 @@ fn report(runs: &[Run], as_json: bool) {
                     .collect();
                 json!({
                     "system": run.system,
+                    "mode": run.mode,
                     "clients": run.clients,
                     "cycles": run.cycles,
-                    "errors": run.errors,
+                    "errors": run.errors.total(),
+                    "errors_by_kind": run.errors.to_json(),
                     "cycles_per_second": run.cycles_per_second(),
                     "raft_entries": run.entries,
                     "writes_per_entry": run.writes_per_entry(),
@@ -442,13 +749,14 @@ fn report(runs: &[Run], as_json: bool) {
     table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
     table.set_header([
         "system",
+        "mode",
         "clients",
         "cycles/s",
         "cycle p50 ms",
         "p99 ms",
         "max ms",
         "enqueue / dequeue / complete p50 ms",
-        "writes per Raft entry",
+        "steps per Raft entry",
         "errors",
     ]);
     for run in runs {
@@ -459,6 +767,7 @@ fn report(runs: &[Run], as_json: bool) {
             .collect();
         table.add_row([
             run.system.to_owned(),
+            run.mode.clone(),
             run.clients.to_string(),
             format!("{:.0}", run.cycles_per_second()),
             format!("{:.2}", ms(&run.cycle_us, 0.50)),
@@ -467,17 +776,26 @@ fn report(runs: &[Run], as_json: bool) {
             steps.join(" / "),
             run.writes_per_entry()
                 .map_or_else(|| "–".to_owned(), |writes| format!("{writes:.1}")),
-            run.errors.to_string(),
+            run.errors.total().to_string(),
         ]);
     }
     println!("{table}");
     for line in ratio_lines(runs) {
         println!("{line}");
     }
+    for run in runs.iter().filter(|run| run.errors.total() > 0) {
+        println!(
+            "errors, {} ({}) at {} clients: {}",
+            run.system,
+            run.mode,
+            run.clients,
+            run.errors.describe()
+        );
+    }
 }
 
 /// For each run of a peer, the Certus run at the same client count beside it:
-/// `cycles at 50 clients: Certus 6000/s, Redis 28000/s, ratio 0.21×`.
+/// `cycles at 50 clients: Certus (batch 16) 20000/s, Redis 18000/s, ratio 1.11×`.
 fn ratio_lines(runs: &[Run]) -> Vec<String> {
     let mut lines = Vec::new();
     for peer in runs.iter().filter(|run| run.system != CERTUS) {
@@ -494,8 +812,8 @@ fn ratio_lines(runs: &[Run]) -> Vec<String> {
             format!("none ({} made no cycles)", peer.system)
         };
         lines.push(format!(
-            "cycles at {} clients: {CERTUS} {mine:.0}/s, {} {theirs:.0}/s, ratio {ratio}",
-            peer.clients, peer.system
+            "cycles at {} clients: {CERTUS} ({}) {mine:.0}/s, {} {theirs:.0}/s, ratio {ratio}",
+            peer.clients, certus.mode, peer.system
         ));
     }
     lines
@@ -508,9 +826,14 @@ mod tests {
     fn run(system: &'static str, clients: usize, cycles: usize) -> Run {
         Run {
             system,
+            mode: if system == CERTUS {
+                "batch 16".to_owned()
+            } else {
+                redis::MODE.to_owned()
+            },
             clients,
             cycles,
-            errors: 0,
+            errors: ErrorKinds::default(),
             elapsed: Duration::from_secs(2),
             entries: (system == CERTUS).then_some(100),
             cycle_us: Vec::new(),
@@ -532,10 +855,10 @@ mod tests {
         assert_eq!(
             ratio_lines(&runs),
             [
-                "cycles at 1 clients: Certus 400/s, Redis 1600/s, ratio 0.25×",
-                "cycles at 1 clients: Certus 400/s, Redis + 2 replicas 0/s, ratio none (Redis + 2 \
-                 replicas made no cycles)",
-                "cycles at 50 clients: Certus 6000/s, Redis 20000/s, ratio 0.30×",
+                "cycles at 1 clients: Certus (batch 16) 400/s, Redis 1600/s, ratio 0.25×",
+                "cycles at 1 clients: Certus (batch 16) 400/s, Redis + 2 replicas 0/s, ratio none \
+                 (Redis + 2 replicas made no cycles)",
+                "cycles at 50 clients: Certus (batch 16) 6000/s, Redis 20000/s, ratio 0.30×",
             ]
         );
         assert_eq!(runs[0].writes_per_entry(), Some(24.0));

@@ -7,8 +7,8 @@
 //! reformatted or loses precision on the way.
 //!
 //! The subcommands and their flags are in `args`; what each does is with its users' other
-//! subcommands (`producer`, `worker`, `operator`), the two streams apart (`watch`, `export`);
-//! how answers are shown is in `render`.
+//! subcommands (`producer`, `worker`, `operator`), the streams apart (`watch`, `export`, and
+//! `stream_worker`, which runs a command per transaction); how answers are shown is in `render`.
 
 use certus_client::Client;
 
@@ -19,6 +19,7 @@ mod export;
 mod operator;
 mod producer;
 mod render;
+mod stream_worker;
 mod watch;
 mod worker;
 
@@ -42,6 +43,7 @@ pub(super) async fn run(
         PipelineCommand::Get(args) => producer::get(client, out, args).await,
         PipelineCommand::Cancel { id } => producer::cancel(client, out, id).await,
         PipelineCommand::Dequeue(args) => worker::dequeue(client, out, args).await,
+        PipelineCommand::Worker(args) => stream_worker::run(client, out, args).await,
         PipelineCommand::Complete(args) => worker::complete(client, out, args).await,
         PipelineCommand::Progress(args) => worker::progress(client, out, args).await,
         PipelineCommand::Requeue(args) => worker::requeue(client, out, args).await,

@@ -17,8 +17,12 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 
 use super::super::peer::{self, Installed, Processes};
-use super::super::{WARM_UP, free_addr, micros};
-use super::Run;
+use super::super::{WARM_UP, free_addr};
+use super::{ClientOutcome, Failure, Round, Run};
+
+/// How Redis's rows are labelled in the mode column: one command per step whatever the mode
+/// Certus ran in.
+pub(super) const MODE: &str = "a command per step";
 
 /// How Redis is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,10 +193,8 @@ pub(super) async fn measure(
         let queue = format!("bench:{round}:{client}:in");
         let processing = format!("bench:{round}:{client}:processing");
         tasks.push(tokio::spawn(async move {
-            let mut cycles_us = Vec::new();
-            let mut steps_us: [Vec<u64>; 3] = Default::default();
-            let mut errors = 0usize;
-            let mut completed = 0u64;
+            let mut outcome = ClientOutcome::default();
+            let who = format!("{}: {queue}", setup.system());
             let mut n = 0u64;
             loop {
                 let began = Instant::now();
@@ -201,30 +203,34 @@ pub(super) async fn measure(
                 }
                 n += 1;
                 let counted = began >= start;
-                match cycle(&mut connection, setup, &queue, &processing, n).await {
-                    Ok(steps) => {
-                        completed += 1;
-                        if counted {
-                            cycles_us.push(micros(began.elapsed()));
-                            for (sorted, step) in steps_us.iter_mut().zip(steps) {
-                                sorted.push(micros(step));
-                            }
-                        }
-                    }
+                let round = match cycle(&mut connection, setup, &queue, &processing, n).await {
+                    Ok(steps) => Round {
+                        steps: Some(steps),
+                        cycles: 1,
+                        completed: 1,
+                        failures: Vec::new(),
+                    },
                     Err(error) => {
-                        if counted {
-                            errors += 1;
-                        }
-                        if errors <= 3 {
-                            eprintln!("bench pipelines: {}: {queue}: {error}", setup.system());
-                        }
+                        // `LMOVE: moved …`: the command, then what went wrong.
+                        let (step, what) = error.split_once(": ").unwrap_or(("redis", &error));
+                        let kind: String = what.chars().take(60).collect();
+                        Round::failed(Failure::other(step, &kind, what.to_owned()))
                     }
-                }
+                };
+                outcome.absorb(&who, round, counted, began.elapsed());
             }
-            (cycles_us, steps_us, errors, completed)
+            outcome
         }));
     }
-    super::gather(setup.system(), clients, duration, None, tasks).await
+    super::gather(
+        setup.system(),
+        MODE.to_owned(),
+        clients,
+        duration,
+        None,
+        tasks,
+    )
+    .await
 }
 
 /// LPUSH → LMOVE → LREM of one transaction's state, each followed by `WAIT` when replicated;

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use super::export::parse_cursor;
 use crate::ctl::settings::{Changes, ConfigCommand};
-use crate::limits::PIPELINE_EXPORT_LIMIT_MAX;
+use crate::limits::{PIPELINE_EXPORT_LIMIT_MAX, PIPELINE_WORKER_CREDIT_MAX};
 
 /// Transaction pipelines.
 #[derive(Debug, Subcommand)]
@@ -51,6 +51,13 @@ pub(in crate::ctl) enum PipelineCommand {
     /// Take up to --max queued transactions of a node group (admin, then out, then in) as a
     /// worker; they share one claim token.
     Dequeue(DequeueArgs),
+    /// Run a command for each transaction of a node group, as a worker on a Work stream: the
+    /// state on stdin, CERTUS_TRANSACTION_ID, CERTUS_CLAIM_TOKEN, CERTUS_NODE_GROUP,
+    /// CERTUS_PIPELINE, CERTUS_EVENT, CERTUS_ATTEMPT and CERTUS_WORKER in the environment. Exit
+    /// status 0 completes it as success, with stdout (JSON) as its new state (none: keep it);
+    /// another exit status as failed, a signal or stdout that is not JSON as internal-error,
+    /// with the stderr's tail in the state's worker_error. Until Ctrl-C.
+    Worker(WorkerArgs),
     /// Finish a running transaction with a terminal status.
     Complete(CompleteArgs),
     /// Report a running transaction's progress (a sign of life that moves its deadline).
@@ -181,6 +188,25 @@ pub(in crate::ctl) struct DequeueArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(super) max: u32,
+}
+
+/// Arguments of `pipeline worker`.
+#[derive(Debug, Args)]
+pub(in crate::ctl) struct WorkerArgs {
+    /// The node group whose transactions it takes.
+    #[arg(long, value_name = "GROUP")]
+    pub(super) node_group: String,
+    /// Who takes them.
+    #[arg(long, value_name = "NAME")]
+    pub(super) worker: String,
+    /// How many commands run at once (the stream's credit), 1 to 1024.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(PIPELINE_WORKER_CREDIT_MAX)))]
+    pub(super) credit: u32,
+    /// The command and its arguments, after `--`; run as given, not by a shell (for shell
+    /// syntax: -- sh -c 'SCRIPT').
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub(super) command: Vec<String>,
 }
 
 /// A running transaction, as its worker names it: its id and the claim token the dequeue gave.
@@ -578,6 +604,18 @@ mod tests {
                 "--max",
                 "100",
             ],
+            &[
+                "worker",
+                "--node-group",
+                "payments",
+                "--worker",
+                "w-1",
+                "--credit",
+                "8",
+                "--",
+                "jq",
+                ".paid = true",
+            ],
             &["complete", "17", "--token", "20", "--status", "success"],
             &[
                 "complete",
@@ -715,6 +753,68 @@ mod tests {
         assert!(error.contains("cannot be used with"), "{error}");
         let error = parse_error(&["get", "7", "--wait", "soon"]);
         assert!(error.contains("--wait"), "{error}");
+    }
+
+    #[test]
+    fn worker_takes_a_credit_and_the_command_after_two_dashes() {
+        let PipelineCommand::Worker(WorkerArgs {
+            node_group,
+            worker,
+            credit,
+            command,
+        }) = parse(&[
+            "worker",
+            "--node-group",
+            "g",
+            "--worker",
+            "w",
+            "--",
+            "sh",
+            "-c",
+            "jq '.n += 1' --credit 5",
+        ])
+        else {
+            panic!("worker");
+        };
+        assert_eq!((node_group.as_str(), worker.as_str()), ("g", "w"));
+        assert_eq!(credit, 1, "one at a time by default");
+        assert_eq!(
+            command,
+            ["sh", "-c", "jq '.n += 1' --credit 5"],
+            "everything after -- is the command's, flags included"
+        );
+        let PipelineCommand::Worker(WorkerArgs { credit, .. }) = parse(&[
+            "worker",
+            "--node-group",
+            "g",
+            "--worker",
+            "w",
+            "--credit",
+            "1024",
+            "--",
+            "true",
+        ]) else {
+            panic!("worker");
+        };
+        assert_eq!(credit, PIPELINE_WORKER_CREDIT_MAX);
+        for credit in ["0", "1025"] {
+            let error = parse_error(&[
+                "worker",
+                "--node-group",
+                "g",
+                "--worker",
+                "w",
+                "--credit",
+                credit,
+                "--",
+                "true",
+            ]);
+            assert!(error.contains("--credit"), "{credit}: {error}");
+        }
+        let error = parse_error(&["worker", "--node-group", "g", "--worker", "w"]);
+        assert!(error.contains("COMMAND"), "a command is required: {error}");
+        let error = parse_error(&["worker", "--worker", "w", "--", "true"]);
+        assert!(error.contains("--node-group"), "{error}");
     }
 
     #[test]
