@@ -96,7 +96,7 @@ pub(super) async fn work(index: u32, context: Context) {
     match style.intake {
         Intake::Stream { credit } => work_stream::work(index, context, rng, credit).await,
         Intake::Poll | Intake::LongPoll { .. } => {
-            dequeue_and_work(index, context, rng, style).await
+            dequeue_and_work(index, context, rng, style).await;
         }
     }
 }
@@ -212,7 +212,8 @@ async fn dequeue_and_work(index: u32, context: Context, mut rng: SeedRng, style:
             unreachable!("a dequeuing worker steps by the unary calls");
         };
         node = last_node;
-        if !deferred.is_empty() {
+        // A worker that crashed sends nothing more: its kept completions are lost with it.
+        if !crashed && !deferred.is_empty() {
             complete_batch(
                 &context,
                 &mut rng,
