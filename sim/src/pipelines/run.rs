@@ -352,23 +352,34 @@ impl PipelineRun {
 }
 
 fn clients_saw_no_violation(history: &PipelineHistory) -> Verdict {
+    let mut paths = history.paths.clone();
+    paths.sort();
     let detail = format!(
-        "{} enqueue calls, {} acknowledged ({} with a webhook), {} long-polls, {} results seen; \
-         {} claims ({} crashed on, {} stalled), {} steps, {} sleeps; {} cancel calls, {} switch \
-         sets; {} results re-read archived",
+        "{} enqueue calls ({} batches), {} acknowledged ({} as batch items, {} with a webhook), \
+         {} long-polls, {} results seen; {} claims ({} pushed on {} Work streams opened, {} \
+         crashed on, {} stalled), {} dequeue waits, {} steps ({} CompleteBatch calls; {} calls on \
+         streams, progress reports included), {} sleeps; {} cancel calls, {} switch sets; {} results re-read archived; {}",
         history.enqueue_calls,
+        history.enqueue_batch_calls,
         history.enqueued.len(),
+        history.batched_enqueues,
         history.webhooks.len(),
         history.poll_calls,
         history.polled.len(),
         history.claims.len(),
+        history.stream_claims,
+        history.streams_opened,
         history.crashed,
         history.stalled,
+        history.dequeue_waits,
         history.steps.len(),
+        history.complete_batch_calls,
+        history.stream_steps,
         history.sleeps.len(),
         history.cancels.len(),
         history.switches.len(),
-        history.archived_reads
+        history.archived_reads,
+        paths.join("; ")
     );
     Verdict::of_violations("pipeline-clients", &history.violations, detail)
 }

@@ -1,13 +1,11 @@
-//! The pipelines workload: producers that enqueue transactions with external ids (re-sending
-//! some, as a retrying producer would), many with a webhook to a simulated receiver, cancel
-//! some, and long-poll for their results; workers that dequeue, work, report progress, ask
-//! whether a cancel came before each step, hand transactions on to another node group, put some
-//! to sleep (until a time, or until a switch changes), complete them with a result derived from
-//! their state — and, while the faults are on, now and then crash mid-transaction, or stall
-//! past the reaper's timeout and complete late; and a switcher that changes the switches
-//! sleepers wait on (and cancels a sleeper now and then). Every call is one gRPC attempt
-//! (`certus_proto::v1::PipelinesClient`), so the record says exactly what each call did:
-//! producers ask a random node each time; a worker stays with a node while it answers.
+//! The pipelines workload: its shape, what it records, and the machines it runs on —
+//! producers ([`producers`](super::producers)) that enqueue transactions with external ids, one
+//! by one or in batches, and long-poll for their results; workers
+//! ([`workers`](super::workers), [`work_stream`](super::work_stream)) that take them by polling
+//! `Dequeue`, by long-polling it or on the `Work` stream, and complete them one by one or in
+//! batches; and a switcher that changes the switches sleepers wait on (and cancels a sleeper now
+//! and then). Every call is one gRPC attempt (`certus_proto::v1::PipelinesClient`), so the
+//! record says exactly what each call did.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -23,10 +21,11 @@ use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use super::checkers::{
-    CancelRecord, CancelSeen, ClaimRecord, Enqueued, Polled, ProgressRecord, SleepRecord, StepKind,
-    StepRecord, SwitchRecord, TxResult, is_terminal,
+    CancelRecord, CancelSeen, ClaimRecord, Enqueued, Polled, ProgressRecord, SleepRecord,
+    StepRecord, SwitchRecord,
 };
-use super::webhooks::receiver_url;
+use super::producers::produce;
+use super::workers::work;
 use crate::cluster::{elapsed_ms, endpoint};
 use crate::schedule::SeedRng;
 
@@ -78,6 +77,20 @@ pub struct PipelineWorkload {
     pub switch_sleep_ms: u64,
     /// The switches sleepers wait on.
     pub switches: u32,
+    /// Per mille of producers that enqueue in batches (`EnqueueBatch`); the rest one by one.
+    pub batch_producer_per_mille: u64,
+    /// The most items in one enqueue batch (each batch has 2 to this many).
+    pub batch_items_max: u64,
+    /// Per mille of enqueue batches that carry one of their items twice (the copy is answered
+    /// as a duplicate of the first).
+    pub batch_repeat_per_mille: u64,
+    /// How long a long-polling worker's `Dequeue` waits for work, at least and at most.
+    pub dequeue_wait_ms: (u64, u64),
+    /// The most credit a stream worker grants per node group (it grants 1 to this many).
+    pub stream_credit_max: u64,
+    /// A stream worker that has credit and hears nothing on its stream this long (drawn
+    /// between the two) takes it for cut off and opens a new one on another node.
+    pub stream_idle_ms: (u64, u64),
 }
 
 impl Default for PipelineWorkload {
@@ -101,12 +114,18 @@ impl Default for PipelineWorkload {
             switch_sleep_per_mille: 500,
             switch_sleep_ms: 10_000,
             switches: 2,
+            batch_producer_per_mille: 333,
+            batch_items_max: 8,
+            batch_repeat_per_mille: 100,
+            dequeue_wait_ms: (200, 1_000),
+            stream_credit_max: 4,
+            stream_idle_ms: (2_000, 5_000),
         }
     }
 }
 
 /// A node other than `node`, at random.
-fn another_node(rng: &mut SeedRng, node: u64, nodes: u64) -> u64 {
+pub(super) fn another_node(rng: &mut SeedRng, node: u64, nodes: u64) -> u64 {
     if nodes < 2 {
         return node;
     }
@@ -164,6 +183,22 @@ pub struct PipelineHistory {
     pub stalled: u64,
     /// Results re-read after they were archived.
     pub archived_reads: u64,
+    /// How each producer and worker talks to the cluster in this run (drawn from the seed).
+    pub paths: Vec<String>,
+    /// `EnqueueBatch` calls made, answered or not (also counted in `enqueue_calls`).
+    pub enqueue_batch_calls: u64,
+    /// Acknowledged enqueues answered as an item of a batch.
+    pub batched_enqueues: u64,
+    /// `Dequeue` calls with a wait (long-polls) made.
+    pub dequeue_waits: u64,
+    /// `CompleteBatch` calls made, answered or not.
+    pub complete_batch_calls: u64,
+    /// `Work` streams a worker tried to open.
+    pub streams_opened: u64,
+    /// Claims pushed on a `Work` stream (also in `claims`).
+    pub stream_claims: u64,
+    /// Steps sent on a `Work` stream (also in `steps`, with their answers).
+    pub stream_steps: u64,
 }
 
 /// The shared record of a run's pipelines.
@@ -203,38 +238,43 @@ impl RunningPipelines {
     }
 }
 
+/// What every producer, worker and the switcher share: the run's shape and record.
 #[derive(Clone)]
-struct Context {
-    nodes: u64,
-    workload: PipelineWorkload,
-    timing: Timing,
+pub(super) struct Context {
+    pub(super) nodes: u64,
+    pub(super) workload: PipelineWorkload,
+    pub(super) timing: Timing,
     started: tokio::time::Instant,
-    stopped: watch::Receiver<bool>,
+    pub(super) stopped: watch::Receiver<bool>,
     /// Nothing starts before the configuration is applied (the default timeouts are minutes).
     configured: Arc<AtomicBool>,
     /// Producers enqueue until this simulated ms.
-    enqueue_until_ms: Arc<AtomicU64>,
-    shared: Shared,
-    seed: u64,
+    pub(super) enqueue_until_ms: Arc<AtomicU64>,
+    pub(super) shared: Shared,
+    pub(super) seed: u64,
 }
 
 impl Context {
-    fn stopping(&self) -> bool {
+    pub(super) fn stopping(&self) -> bool {
         *self.stopped.borrow()
     }
 
-    fn now_ms(&self) -> u64 {
+    pub(super) fn now_ms(&self) -> u64 {
         elapsed_ms(self.started)
     }
 
     /// Whether the run's faults are still on: workers crash and stall only then, like the
     /// network and the nodes. The harness learns of the healing when it sets the end of
     /// enqueuing (until then `u64::MAX`).
-    fn faults_on(&self) -> bool {
+    pub(super) fn faults_on(&self) -> bool {
         self.enqueue_until_ms.load(Ordering::SeqCst) == u64::MAX
     }
 
-    async fn connect(&self, node: u64, timeout: Duration) -> Option<PipelinesClient<Channel>> {
+    pub(super) async fn connect(
+        &self,
+        node: u64,
+        timeout: Duration,
+    ) -> Option<PipelinesClient<Channel>> {
         let channel = Endpoint::from_shared(format!("http://{}", endpoint(node)))
             .expect("a valid endpoint")
             .connect_timeout(Duration::from_millis(500))
@@ -245,12 +285,12 @@ impl Context {
         Some(PipelinesClient::new(channel))
     }
 
-    fn violation(&self, what: String) {
+    pub(super) fn violation(&self, what: String) {
         tracing::error!(violation = %what, "pipelines client saw a violation");
         self.shared.with(|history| history.violations.push(what));
     }
 
-    async fn wait_configured(&self) {
+    pub(super) async fn wait_configured(&self) {
         while !self.configured.load(Ordering::SeqCst) && !self.stopping() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -310,158 +350,9 @@ pub fn start(
     RunningPipelines { stop, tasks }
 }
 
-/// Enqueues transactions while the run allows, up to `in_flight` at once.
-async fn produce(index: u32, context: Context) {
-    context.wait_configured().await;
-    let mut rng = SeedRng::new(context.seed, 800 + u64::from(index));
-    let mut running: Vec<madsim::task::JoinHandle<()>> = Vec::new();
-    let mut number = 0u64;
-    while !context.stopping() && context.now_ms() < context.enqueue_until_ms.load(Ordering::SeqCst)
-    {
-        running.retain(|task| !task.is_finished());
-        if running.len() < context.workload.in_flight {
-            number += 1;
-            let tx_rng = SeedRng::new(context.seed, rng.next_u64());
-            running.push(madsim::task::spawn(one_transaction(
-                index,
-                number,
-                context.clone(),
-                tx_rng,
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(rng.between(100, 400))).await;
-    }
-    for task in running {
-        let _ = task.await;
-    }
-}
-
-/// One enqueue call; `Err(true)` when the answer says the request was invalid.
-async fn enqueue_once(
-    context: &Context,
-    rng: &mut SeedRng,
-    request: &v1::EnqueueRequest,
-) -> Result<v1::EnqueueReply, bool> {
-    context.shared.with(|history| history.enqueue_calls += 1);
-    let node = rng.between(1, context.nodes);
-    let Some(mut client) = context
-        .connect(node, context.workload.attempt_timeout)
-        .await
-    else {
-        return Err(false);
-    };
-    match client.enqueue(request.clone()).await {
-        Ok(reply) => Ok(reply.into_inner()),
-        Err(status) if status.code() == tonic::Code::InvalidArgument => {
-            context.violation(format!(
-                "node {node} refused a valid enqueue of {}: {}",
-                request.external_id,
-                status.message()
-            ));
-            Err(true)
-        }
-        Err(_) => Err(false),
-    }
-}
-
-/// One transaction from its enqueue (retried under its external id until answered, and now and
-/// then sent again) to its result (long-polled), and sometimes a re-read once it is archived.
-async fn one_transaction(producer: u32, number: u64, context: Context, mut rng: SeedRng) {
-    let external_id = format!("x-p{producer}-n{number}");
-    let value = rng.between(1, 1_000);
-    let route = if rng.chance(500) {
-        v1::enqueue_request::Route::Pipeline(PIPELINE.to_owned())
-    } else {
-        v1::enqueue_request::Route::NodeGroup(FIRST_GROUP.to_owned())
-    };
-    let queue = match rng.between(0, 2) {
-        0 => v1::QueueType::Admin,
-        1 => v1::QueueType::Out,
-        _ => v1::QueueType::In,
-    };
-    let metadata = (context.workload.receivers > 0
-        && rng.chance(context.workload.webhook_per_mille))
-    .then(|| {
-        let receiver = u32::try_from(rng.between(0, u64::from(context.workload.receivers) - 1))
-            .expect("a receiver index");
-        v1::TxMetadata {
-            webhook_url: receiver_url(receiver),
-            progress_reports: rng.chance(context.workload.progress_hooks_per_mille),
-            cancel_webhook_on_longpoll: false,
-        }
-    });
-    let request = v1::EnqueueRequest {
-        owner: format!("producer-{producer}"),
-        external_id: external_id.clone(),
-        route: Some(route),
-        queue: queue.into(),
-        state: format!(r#"{{"p":{producer},"n":{number},"v":{value},"hops":0,"slept":0}}"#),
-        event: r#"{"do":"work"}"#.to_owned(),
-        metadata: metadata.clone(),
-    };
-    let mut transaction = None;
-    while transaction.is_none() && !context.stopping() {
-        let invoked_ms = context.now_ms();
-        match enqueue_once(&context, &mut rng, &request).await {
-            Ok(reply) => {
-                transaction = Some(reply.transaction_id);
-                record_enqueue(&context, producer, &external_id, &reply, invoked_ms);
-                if let Some(metadata) = &metadata {
-                    context.shared.with(|history| {
-                        history
-                            .webhooks
-                            .insert(reply.transaction_id, metadata.webhook_url.clone());
-                    });
-                }
-            }
-            Err(true) => return,
-            Err(false) => {
-                tokio::time::sleep(Duration::from_millis(rng.between(100, 400))).await;
-            }
-        }
-    }
-    let Some(transaction) = transaction else {
-        return;
-    };
-    if rng.chance(context.workload.resend_per_mille) {
-        // A producer that did not trust the answer sends it again (a few attempts at most).
-        tokio::time::sleep(Duration::from_millis(rng.between(0, 3_000))).await;
-        for _ in 0..3 {
-            if context.stopping() {
-                break;
-            }
-            let invoked_ms = context.now_ms();
-            match enqueue_once(&context, &mut rng, &request).await {
-                Ok(reply) => {
-                    record_enqueue(&context, producer, &external_id, &reply, invoked_ms);
-                    break;
-                }
-                Err(true) => return,
-                Err(false) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
-    }
-    if rng.chance(context.workload.cancel_per_mille) {
-        tokio::time::sleep(Duration::from_millis(rng.between(0, 1_500))).await;
-        cancel(
-            &context,
-            &mut rng,
-            &format!("producer-{producer}"),
-            transaction,
-        )
-        .await;
-    }
-    let Some(result) = long_poll(&context, &mut rng, producer, transaction).await else {
-        return;
-    };
-    if rng.chance(300) {
-        reread_archived(&context, &mut rng, transaction, &result).await;
-    }
-}
-
 /// One cancel of `transaction` (sent again through another node while unanswered, three times
 /// at most); records every call.
-async fn cancel(context: &Context, rng: &mut SeedRng, by: &str, transaction: u64) {
+pub(super) async fn cancel(context: &Context, rng: &mut SeedRng, by: &str, transaction: u64) {
     for _ in 0..3 {
         if context.stopping() {
             return;
@@ -511,7 +402,7 @@ async fn cancel(context: &Context, rng: &mut SeedRng, by: &str, transaction: u64
 }
 
 /// A terminal status as the origin spells it.
-fn status_text(status: i32) -> String {
+pub(super) fn status_text(status: i32) -> String {
     match v1::TxStatus::try_from(status).unwrap_or_default() {
         v1::TxStatus::Success => "success",
         v1::TxStatus::Failed => "failed",
@@ -584,498 +475,6 @@ async fn switch(context: Context) {
 }
 
 /// The name of switch `index`.
-fn switch_name(index: u64) -> String {
+pub(super) fn switch_name(index: u64) -> String {
     format!("sim-switch-{index}")
-}
-
-fn record_enqueue(
-    context: &Context,
-    producer: u32,
-    external_id: &str,
-    reply: &v1::EnqueueReply,
-    invoked_ms: u64,
-) {
-    let acknowledged_ms = context.now_ms();
-    context.shared.with(|history| {
-        history.enqueued.push(Enqueued {
-            producer,
-            external_id: external_id.to_owned(),
-            transaction: reply.transaction_id,
-            duplicate: reply.duplicate,
-            invoked_ms,
-            acknowledged_ms,
-        });
-    });
-}
-
-fn result_of(transaction: &v1::Transaction) -> TxResult {
-    TxResult {
-        status: transaction.status_text.clone(),
-        state: transaction.state.clone(),
-    }
-}
-
-/// Long-polls until the transaction has finished; records and returns its result.
-async fn long_poll(
-    context: &Context,
-    rng: &mut SeedRng,
-    producer: u32,
-    transaction: u64,
-) -> Option<TxResult> {
-    let timeout =
-        context.workload.attempt_timeout + Duration::from_millis(context.workload.poll_wait_ms);
-    while !context.stopping() {
-        context.shared.with(|history| history.poll_calls += 1);
-        let node = rng.between(1, context.nodes);
-        let mark_replied = rng.chance(300);
-        let answer = match context.connect(node, timeout).await {
-            Some(mut client) => client
-                .get_state(v1::GetStateRequest {
-                    transaction_id: transaction,
-                    external_id: String::new(),
-                    wait_ms: context.workload.poll_wait_ms,
-                    after_seq: None,
-                    mark_replied,
-                })
-                .await
-                .map(tonic::Response::into_inner),
-            None => Err(tonic::Status::unavailable("no connection")),
-        };
-        match answer {
-            Ok(reply) => {
-                let Some(seen) = reply.transaction else {
-                    context.violation(format!(
-                        "node {node} answered a long-poll of {transaction} without it"
-                    ));
-                    return None;
-                };
-                let finished = reply.outcome == i32::from(v1::WaitOutcome::Finished);
-                // The outcome describes the transaction the reply carries (with `mark_replied`,
-                // as `MarkReplied` left it).
-                if finished != is_terminal(&seen.status_text) {
-                    context.violation(format!(
-                        "node {node}: transaction {transaction} has status {} but the long-poll \
-                         outcome is {}",
-                        seen.status_text, reply.outcome
-                    ));
-                }
-                if is_terminal(&seen.status_text) {
-                    let result = result_of(&seen);
-                    let seen_ms = context.now_ms();
-                    context.shared.with(|history| {
-                        history.polled.push(Polled {
-                            producer,
-                            transaction,
-                            result: result.clone(),
-                            seen_ms,
-                        });
-                    });
-                    return Some(result);
-                }
-            }
-            Err(status) if status.code() == tonic::Code::NotFound => {
-                context.violation(format!(
-                    "node {node} does not know acknowledged transaction {transaction}: {}",
-                    status.message()
-                ));
-                return None;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(rng.between(100, 300))).await,
-        }
-    }
-    None
-}
-
-/// Reads a finished transaction again once it should be archived; its result must not change.
-async fn reread_archived(context: &Context, rng: &mut SeedRng, transaction: u64, seen: &TxResult) {
-    tokio::time::sleep(Duration::from_millis(
-        context.timing.archive_delay_ms + 1_500,
-    ))
-    .await;
-    for _ in 0..5 {
-        if context.stopping() {
-            return;
-        }
-        let node = rng.between(1, context.nodes);
-        if let Some(mut client) = context
-            .connect(node, context.workload.attempt_timeout)
-            .await
-            && let Ok(reply) = client
-                .get_state(v1::GetStateRequest {
-                    transaction_id: transaction,
-                    ..v1::GetStateRequest::default()
-                })
-                .await
-            && let Some(now) = reply.into_inner().transaction
-        {
-            if result_of(&now) != *seen {
-                context.violation(format!(
-                    "transaction {transaction} finished as {} {} but node {node} now answers \
-                     {} {}{}",
-                    seen.status,
-                    seen.state,
-                    now.status_text,
-                    now.state,
-                    if now.archived_at_ms > 0 {
-                        " (archived)"
-                    } else {
-                        ""
-                    }
-                ));
-            }
-            if now.archived_at_ms > 0 {
-                context.shared.with(|history| history.archived_reads += 1);
-            }
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// The state fields a worker reads.
-#[derive(serde::Deserialize)]
-struct TxState {
-    p: u64,
-    n: u64,
-    v: u64,
-    hops: u64,
-    #[serde(default)]
-    slept: u64,
-}
-
-/// The result a worker derives from a transaction's state: the same whoever computes it.
-fn outcome_for(state: &TxState) -> (v1::TxStatus, String) {
-    let status = if state.v.is_multiple_of(7) {
-        v1::TxStatus::Failed
-    } else {
-        v1::TxStatus::Success
-    };
-    let result = state.v * 3 + state.hops;
-    (
-        status,
-        format!(
-            r#"{{"p":{},"n":{},"v":{},"hops":{},"slept":{},"result":{result}}}"#,
-            state.p, state.n, state.v, state.hops, state.slept
-        ),
-    )
-}
-
-/// How a step call ended: accepted, refused (stale claim), or unknown.
-fn step_answer<T>(answer: &Result<T, tonic::Status>) -> Option<bool> {
-    match answer {
-        Ok(_) => Some(true),
-        Err(status) if status.code() == tonic::Code::FailedPrecondition => Some(false),
-        Err(_) => None,
-    }
-}
-
-/// A worker: dequeues from either node group, works each transaction, reports progress now and
-/// then, hands some on, completes the rest — or crashes (a new incarnation comes back after a
-/// pause), or stalls past the reaper's timeout before completing.
-async fn work(index: u32, context: Context) {
-    context.wait_configured().await;
-    let mut rng = SeedRng::new(context.seed, 900 + u64::from(index));
-    let mut incarnation = 0u64;
-    let timeout = context.workload.attempt_timeout;
-    // A worker stays with a node that answers and moves on when one does not, as client
-    // libraries do: a dequeue whose answer is lost still claims (the reaper frees it), so a
-    // worker that kept asking a node cut off from the leader's answers would keep transactions
-    // claimed by nobody.
-    let mut node = rng.between(1, context.nodes);
-    while !context.stopping() {
-        let worker = format!("w{index}-{incarnation}");
-        let group = if rng.chance(500) {
-            FIRST_GROUP
-        } else {
-            SECOND_GROUP
-        };
-        let Some(mut client) = context.connect(node, timeout).await else {
-            node = another_node(&mut rng, node, context.nodes);
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            continue;
-        };
-        let taken = client
-            .dequeue(v1::DequeueRequest {
-                node_group: group.to_owned(),
-                worker: worker.clone(),
-                max: u32::try_from(rng.between(1, 2)).unwrap_or(1),
-                wait_ms: 0,
-            })
-            .await
-            .map(|reply| reply.into_inner().transactions);
-        let taken = match taken {
-            Ok(taken) => taken,
-            Err(status) => {
-                if status.code() == tonic::Code::InvalidArgument {
-                    context.violation(format!(
-                        "node {node} refused a valid dequeue: {}",
-                        status.message()
-                    ));
-                }
-                node = another_node(&mut rng, node, context.nodes);
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                continue;
-            }
-        };
-        if taken.is_empty() {
-            tokio::time::sleep(Duration::from_millis(rng.between(100, 300))).await;
-            continue;
-        }
-        let granted_ms = context.now_ms();
-        for tx in &taken {
-            if tx.status_text != "running" || tx.worker != worker {
-                context.violation(format!(
-                    "node {node} handed {worker} transaction {} as {} for {}",
-                    tx.id, tx.status_text, tx.worker
-                ));
-            }
-        }
-        context.shared.with(|history| {
-            for tx in &taken {
-                history.claims.push(ClaimRecord {
-                    worker: worker.clone(),
-                    transaction: tx.id,
-                    token: tx.claim_token,
-                    granted_ms,
-                    started_machine_ms: tx.claim_started_at_ms,
-                    deadline_machine_ms: tx.claim_deadline_ms,
-                });
-            }
-        });
-        for tx in taken {
-            tokio::time::sleep(Duration::from_millis(rng.between(50, 300))).await;
-            if rng.chance(context.workload.crash_per_mille) && context.faults_on() {
-                tracing::info!(%worker, transaction = tx.id, "pipeline worker crashes mid-transaction");
-                context.shared.with(|history| history.crashed += 1);
-                incarnation += 1;
-                tokio::time::sleep(Duration::from_millis(rng.between(500, 2_000))).await;
-                break;
-            }
-            if rng.chance(context.workload.progress_per_mille) {
-                let answer = client
-                    .progress(v1::ProgressRequest {
-                        transaction_id: tx.id,
-                        claim_token: tx.claim_token,
-                        report: r#"{"done":50}"#.to_owned(),
-                    })
-                    .await;
-                if let Ok(reply) = answer {
-                    let deadline = reply.into_inner().claim_deadline_ms;
-                    context.shared.with(|history| {
-                        if let Some(claim) = history.claims.iter_mut().rev().find(|claim| {
-                            claim.transaction == tx.id && claim.token == tx.claim_token
-                        }) {
-                            claim.deadline_machine_ms = claim.deadline_machine_ms.max(deadline);
-                        }
-                    });
-                }
-            }
-            if rng.chance(context.workload.stall_per_mille) && context.faults_on() {
-                tracing::info!(%worker, transaction = tx.id, "pipeline worker stalls past its claim");
-                context.shared.with(|history| history.stalled += 1);
-                tokio::time::sleep(Duration::from_millis(
-                    context.timing.running_timeout_ms + rng.between(1_000, 3_000),
-                ))
-                .await;
-            }
-            let Ok(state) = serde_json::from_str::<TxState>(&tx.state) else {
-                context.violation(format!(
-                    "transaction {} carries a state the producer did not write: {}",
-                    tx.id, tx.state
-                ));
-                continue;
-            };
-            let requeue = tx.node_group == FIRST_GROUP
-                && state.hops == 0
-                && rng.chance(context.workload.requeue_per_mille);
-            let mut cancel_known = check_cancel(&context, &mut client, &worker, &tx).await;
-            let mut plan = if cancel_known {
-                Plan::Complete
-            } else if requeue {
-                Plan::Requeue
-            } else if state.slept == 0 && rng.chance(context.workload.sleep_per_mille) {
-                if rng.chance(context.workload.switch_sleep_per_mille) {
-                    let switch =
-                        switch_name(rng.between(0, u64::from(context.workload.switches) - 1));
-                    Plan::Sleep {
-                        for_ms: context.workload.switch_sleep_ms,
-                        switch: Some(switch),
-                    }
-                } else {
-                    Plan::Sleep {
-                        for_ms: rng.between(300, 1_500),
-                        switch: None,
-                    }
-                }
-            } else {
-                Plan::Complete
-            };
-            let first_sent_ms = context.now_ms();
-            for _ in 0..4 {
-                if context.stopping() {
-                    break;
-                }
-                let sent_ms = context.now_ms();
-                let (kind, answer, completed_as, slept_until) = match &plan {
-                    Plan::Requeue => {
-                        let answer = client
-                            .requeue(v1::RequeueRequest {
-                                transaction_id: tx.id,
-                                claim_token: tx.claim_token,
-                                route: Some(v1::requeue_request::Route::NodeGroup(
-                                    SECOND_GROUP.to_owned(),
-                                )),
-                                queue: v1::QueueType::In.into(),
-                                state: state_text(&state, state.hops + 1, state.slept),
-                                event: r#"{"do":"more"}"#.to_owned(),
-                            })
-                            .await
-                            .map(|_| ());
-                        (StepKind::Requeue, answer, None, None)
-                    }
-                    Plan::Sleep { for_ms, switch } => {
-                        let answer = client
-                            .sleep(v1::SleepRequest {
-                                transaction_id: tx.id,
-                                claim_token: tx.claim_token,
-                                switch: switch.clone().unwrap_or_default(),
-                                queue: v1::QueueType::In.into(),
-                                state: state_text(&state, state.hops, 1),
-                                wake: Some(v1::sleep_request::Wake::ForMs(*for_ms)),
-                            })
-                            .await
-                            .map(|reply| reply.into_inner().until_ms);
-                        let until = answer.as_ref().ok().copied();
-                        (StepKind::Sleep, answer.map(|_| ()), None, until)
-                    }
-                    Plan::Complete => {
-                        let (status, result) = outcome_for(&state);
-                        let status = if cancel_known {
-                            v1::TxStatus::Aborted
-                        } else {
-                            status
-                        };
-                        let answer = client
-                            .complete(v1::CompleteTransactionRequest {
-                                transaction_id: tx.id,
-                                claim_token: tx.claim_token,
-                                status: status.into(),
-                                state: result,
-                            })
-                            .await
-                            .map(|_| ());
-                        (
-                            StepKind::Complete,
-                            answer,
-                            Some(status_text(status.into())),
-                            None,
-                        )
-                    }
-                };
-                let accepted = step_answer(&answer);
-                let refused_for_cancel = answer.as_ref().is_err_and(|status| {
-                    status
-                        .metadata()
-                        .get("certus-error")
-                        .is_some_and(|reason| reason == "cancel-requested")
-                });
-                context.shared.with(|history| {
-                    history.steps.push(StepRecord {
-                        worker: worker.clone(),
-                        transaction: tx.id,
-                        token: tx.claim_token,
-                        kind,
-                        sent_ms,
-                        accepted,
-                        status: completed_as,
-                        cancel_known,
-                    });
-                    if let (Plan::Sleep { for_ms, switch }, Some(until_machine_ms)) =
-                        (&plan, slept_until)
-                    {
-                        history.sleeps.push(SleepRecord {
-                            worker: worker.clone(),
-                            transaction: tx.id,
-                            token: tx.claim_token,
-                            sent_ms: first_sent_ms,
-                            acknowledged_ms: context.now_ms(),
-                            for_ms: *for_ms,
-                            until_machine_ms,
-                            switch: switch.clone(),
-                        });
-                    }
-                });
-                if refused_for_cancel && kind != StepKind::Complete {
-                    // A cancel was asked for: the only step left is to complete it as aborted.
-                    cancel_known = true;
-                    plan = Plan::Complete;
-                    continue;
-                }
-                if accepted.is_some() {
-                    break;
-                }
-                // No answer: the same step again, under the same token, through another node.
-                tokio::time::sleep(Duration::from_millis(rng.between(100, 300))).await;
-                node = another_node(&mut rng, node, context.nodes);
-                if let Some(other) = context.connect(node, timeout).await {
-                    client = other;
-                }
-            }
-        }
-    }
-}
-
-/// What a worker does with a claimed transaction once its work is done.
-enum Plan {
-    Complete,
-    Requeue,
-    Sleep { for_ms: u64, switch: Option<String> },
-}
-
-/// A transaction's state as the producer wrote it, with `hops` and `slept` set.
-fn state_text(state: &TxState, hops: u64, slept: u64) -> String {
-    format!(
-        r#"{{"p":{},"n":{},"v":{},"hops":{hops},"slept":{slept}}}"#,
-        state.p, state.n, state.v
-    )
-}
-
-/// Reports progress right before a step, as a worker that wants to know whether a cancel came
-/// would; records the reply (and the deadline it moved). Whether it said a cancel was asked for.
-async fn check_cancel(
-    context: &Context,
-    client: &mut PipelinesClient<Channel>,
-    worker: &str,
-    tx: &v1::Transaction,
-) -> bool {
-    let sent_ms = context.now_ms();
-    let Ok(reply) = client
-        .progress(v1::ProgressRequest {
-            transaction_id: tx.id,
-            claim_token: tx.claim_token,
-            report: r#"{"check":1}"#.to_owned(),
-        })
-        .await
-        .map(tonic::Response::into_inner)
-    else {
-        return false;
-    };
-    context.shared.with(|history| {
-        history.progress.push(ProgressRecord {
-            worker: worker.to_owned(),
-            transaction: tx.id,
-            token: tx.claim_token,
-            sent_ms,
-            cancel_requested: reply.cancel_requested,
-        });
-        if let Some(claim) = history
-            .claims
-            .iter_mut()
-            .rev()
-            .find(|claim| claim.transaction == tx.id && claim.token == tx.claim_token)
-        {
-            claim.deadline_machine_ms = claim.deadline_machine_ms.max(reply.claim_deadline_ms);
-        }
-    });
-    reply.cancel_requested
 }
