@@ -10,12 +10,13 @@ use std::time::Duration;
 use certus_core::{Command, Response};
 use certus_node::{
     CertusNode, Clock, CtNode, CtSetup, Leader, Node, NodeConfig, NodeParts, ServiceError,
-    SessionParts,
+    SessionParts, StartError,
 };
 use certus_store::{ApplyObserver, CrashReport, SimDisk, SimFiles};
 use madsim::runtime::{Handle, NodeHandle};
 use openraft_metrics::watch_roles;
 
+use crate::limits::SLED_LOCK_WAIT_MAX;
 use crate::observe::{Role, Sample};
 use crate::schedule::Skew;
 
@@ -257,7 +258,7 @@ impl SimCluster {
                                 };
                                 Node::start_with(config, parts).await
                             }
-                            Storage::Sled(_) => match NodeParts::open(&config, clock) {
+                            Storage::Sled(_) => match open_sled_parts(&config, &clock) {
                                 Ok(parts) => Node::start_with(config, parts).await,
                                 Err(error) => Err(error),
                             },
@@ -523,6 +524,27 @@ mod openraft_metrics {
                 }
                 () = tokio::time::sleep(PROGRESS_EVERY) => {}
             }
+        }
+    }
+}
+
+/// Opens a sled node's storage. The crashed incarnation's sled lives on in this process until
+/// its OS threads let go of the database's file lock (a real crash frees it with the process),
+/// so a restart right after a crash waits for the lock, in real time, up to a bound.
+fn open_sled_parts(
+    config: &NodeConfig,
+    clock: &Clock,
+) -> Result<NodeParts<certus_store::SledDisk>, StartError> {
+    let started = std::time::Instant::now();
+    loop {
+        match NodeParts::open(config, clock.clone()) {
+            Err(error)
+                if error.to_string().contains("could not acquire lock")
+                    && started.elapsed() < SLED_LOCK_WAIT_MAX =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
         }
     }
 }

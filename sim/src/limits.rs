@@ -12,3 +12,7 @@ pub const PROBLEMS_NAMED_MAX: usize = 10;
 /// Node ids `1..=nodes` get a lane of the timeline even without samples, up to this many (a
 /// corrupt record must not make us loop forever).
 pub const TIMELINE_DECLARED_NODES_MAX: u64 = 64;
+
+/// How long (real time) a sled node restarted right after a crash waits for the crashed
+/// incarnation's sled, still in this process, to release the database's file lock.
+pub const SLED_LOCK_WAIT_MAX: Duration = Duration::from_secs(5);
