@@ -485,7 +485,7 @@ mod openraft_metrics {
         samples: Samples,
         started: tokio::time::Instant,
     ) {
-        let mut metrics = replica.raft.metrics();
+        let mut metrics = replica.metrics();
         let mut last: Option<(Role, u64, u64)> = None;
         let mut last_at_ms = 0;
         loop {
@@ -517,6 +517,8 @@ mod openraft_metrics {
                 samples.lock().expect("samples").push(sample);
             }
             tokio::select! {
+                // Polled in order, not at random: the simulation replays a seed exactly.
+                biased;
                 changed = metrics.changed() => {
                     if changed.is_err() {
                         return;

@@ -23,6 +23,7 @@ pub mod errors;
 pub mod limits;
 pub mod metrics;
 pub mod node;
+pub mod ordered_watch;
 pub mod raft;
 mod random;
 pub mod roles;

@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::ordered_watch as watch;
 use certus_store::{
     AppendObserver, CtDatabase, Disk, DiskError, Files, LogStore, OsFiles, SledDisk,
     StateMachineStore,
 };
 use openraft::error::{InitializeError, RaftError};
-use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
@@ -320,11 +320,8 @@ impl Node {
                 stopped.clone(),
             )));
         }
-        // Counted for `/metrics`, which the simulation does not serve; under madsim this task
-        // made the determinism check fail (not yet understood), so it runs only off it.
-        #[cfg(not(madsim))]
         servers.push(tokio::spawn(count_leader_changes(
-            replica.raft.metrics(),
+            replica.metrics(),
             Arc::clone(&metrics),
             stopped.clone(),
         )));
@@ -688,6 +685,8 @@ async fn serve_https(
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);
             tokio::select! {
+                // Polled in order, not at random: the simulation replays a seed exactly.
+                biased;
                 result = connection.as_mut() => {
                     if let Err(error) = result {
                         tracing::debug!(id, %peer, %error, "HTTPS connection ended");
@@ -705,7 +704,6 @@ async fn serve_https(
 /// Counts each time this node sees a different node become leader, the first one included (as
 /// etcd's `leader_changes_seen`): a leader lost and regained by the same node is not a change,
 /// and no leader is not one either.
-#[cfg(not(madsim))]
 async fn count_leader_changes(
     mut raft_metrics: watch::Receiver<openraft::RaftMetrics<NodeId, CertusNode>>,
     metrics: Arc<crate::metrics::Metrics>,

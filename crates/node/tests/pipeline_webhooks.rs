@@ -21,13 +21,13 @@ use certus_core::pipelines::{
 };
 use certus_core::{Command, Response, State, WorkerId};
 use certus_node::metrics::{Metrics, NodeSample};
+use certus_node::ordered_watch as watch;
 use certus_node::roles::pipeline_webhooks::{
     ATTEMPT_HEADER, EVENT_ID_HEADER, ProcessorTimings, ROLE_LEASE, TRANSACTION_HEADER,
     WebhookProcessor, run_with,
 };
 use certus_node::{CertusNode, Node, NodeConfig, Replica};
 use serde_json::Value;
-use tokio::sync::watch;
 
 use support::{free_addr, leader_index};
 

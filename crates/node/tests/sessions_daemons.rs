@@ -21,12 +21,12 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use certus_ca::csr::CheckedCsr;
 use certus_ca::issuer::CaIdentity;
 use certus_ct::chain::{AcceptedRoots, ChainLimits, check_chain};
+use certus_node::ordered_watch as watch;
 use certus_node::{CertusNode, Leader, Node, NodeConfig, SessionsSetup};
 use certus_proto::v1;
 use certus_proto::v1::sessions_client::SessionsClient;
 use rcgen::{CertificateParams, KeyPair, PublicKeyData as _};
 use ring::signature::{ECDSA_P256_SHA256_ASN1, UnparsedPublicKey};
-use tokio::sync::watch;
 use tonic::transport::Channel;
 
 use support::free_addr;

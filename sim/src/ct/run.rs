@@ -10,9 +10,9 @@ use certus_core::{Command, Response};
 use certus_ct::chain::{AcceptedRoots, ChainLimits};
 use certus_ct::signer::{Ed25519Signer, LogVerifier};
 use certus_node::CtSetup;
+use certus_node::ordered_watch as watch;
 use certus_store::{CtDatabase, Disk};
 use serde::Serialize;
-use tokio::sync::watch;
 
 use super::checkers::{self, Acknowledged, Publication};
 use super::workload::{CtHistory, CtWorkload, RunningCt, TestPki};

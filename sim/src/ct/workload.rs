@@ -17,6 +17,7 @@ use certus_ct::structures::{
     DigitallySigned, SignedCertificateTimestamp, SignedTreeHead, leaf_input,
 };
 use certus_ct::{Hash, LogEntry};
+use certus_node::ordered_watch as watch;
 use certus_proto::v1;
 use certus_proto::v1::log_client::LogClient;
 use madsim::runtime::Handle;
@@ -25,7 +26,6 @@ use rcgen::{
     PKCS_ED25519, SerialNumber,
 };
 use serde::Serialize;
-use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster::{elapsed_ms, endpoint};

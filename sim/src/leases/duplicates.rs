@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use certus_node::ordered_watch as watch;
 use certus_proto::v1::clients_client::ClientsClient;
 use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::{
@@ -18,7 +19,6 @@ use certus_proto::v1::{
 };
 use madsim::runtime::Handle;
 use serde::Serialize;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::{Channel, Endpoint};
 

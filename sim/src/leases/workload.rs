@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use certus_client::{AcquireReply, Client, ClientConfig, ClientError, Lease};
+use certus_node::ordered_watch as watch;
 use madsim::runtime::Handle;
-use tokio::sync::watch;
 use tracing::info;
 
 use super::history::{Call, History, Hold, How, LeaseSeen, Operation, Outcome, ResourceWrite};

@@ -11,11 +11,11 @@ use std::time::Duration;
 use certus_core::pipelines::{NodeGroup, PipelineName, TransactionId, WebhookKind};
 use certus_core::{Command, PipelineCommand, PipelineConfig, Response};
 use certus_node::NodeConfig;
+use certus_node::ordered_watch as watch;
 use certus_proto::v1;
 use certus_proto::v1::pipelines_client::PipelinesClient;
 use madsim::runtime::Handle;
 use serde::Serialize;
-use tokio::sync::watch;
 
 use super::checkers::{self, FinalTx, TxResult};
 use super::webhook_checkers::{self, HookedTx, NoticeKind, NoticeRecord, WebhookReceived};

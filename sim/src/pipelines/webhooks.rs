@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use certus_node::Replica;
+use certus_node::ordered_watch as watch;
 use certus_node::roles::pipeline_webhooks::{
     self, Delivery, ProcessorTimings, WebhookProcessor, WebhookSender,
 };
@@ -32,7 +33,6 @@ use certus_node::roles::session_daemons::BoxFuture;
 use madsim::net::{Endpoint as NetEndpoint, NetSim};
 use madsim::runtime::Handle;
 use serde::Serialize;
-use tokio::sync::watch;
 
 use super::webhook_checkers::WebhookReceived;
 use crate::cluster::{SimCluster, elapsed_ms};
@@ -284,6 +284,8 @@ async fn serve(index: u32, receivers: Receivers, mut stopped: watch::Receiver<bo
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         let received = tokio::select! {
+            // Polled in order, not at random: the simulation replays a seed exactly.
+            biased;
             received = socket.recv_from(WEBHOOK_REQUEST, &mut buffer) => received,
             _ = stopped.changed() => return,
         };
@@ -395,6 +397,8 @@ async fn supervise(
             running.insert(id, (replica, task));
         }
         tokio::select! {
+            // Polled in order, not at random: the simulation replays a seed exactly.
+            biased;
             () = tokio::time::sleep(SUPERVISE_EVERY) => {}
             _ = stopped.changed() => {}
         }

@@ -20,8 +20,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use certus_node::ordered_watch as watch;
 use certus_proto::v1;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use super::workers::{Answer, Flow, Via, record_claim, work_transaction};
 use super::workload::{Context, FIRST_GROUP, SECOND_GROUP, another_node};
@@ -49,6 +50,8 @@ pub(super) async fn work(index: u32, context: Context, mut rng: SeedRng, credit:
         }
         let mut stopped = context.stopped.clone();
         tokio::select! {
+            // Polled in order, not at random: the simulation replays a seed exactly.
+            biased;
             _ = crashed.wait_for(|crashed| *crashed) => {}
             _ = stopped.wait_for(|stopped| *stopped) => {}
         }

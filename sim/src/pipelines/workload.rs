@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use certus_node::ordered_watch as watch;
 use certus_proto::v1;
 use certus_proto::v1::pipelines_client::PipelinesClient;
 use madsim::runtime::Handle;
 use serde::Serialize;
-use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use super::checkers::{

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use certus_core::sessions::SessionConfig;
 use certus_core::{Command, Response, SessionCommand, Stage};
+use certus_node::ordered_watch as watch;
 use certus_node::roles::session_daemons::Upstream;
 use certus_node::{NodeConfig, SessionParts, WorkEvent, WorkObserver};
 use serde::Serialize;
-use tokio::sync::watch;
 
 use super::checkers::{self, ClaimRecord, FinalSession, UpstreamOrder};
 use super::workload::{

@@ -23,6 +23,7 @@ use certus_ca::http01::{TestOutcome, challenge_url, judge};
 use certus_ca::issuer::{CaIdentity, LEAF_VALIDITY_DEFAULT, SerialNumber};
 use certus_ca::poller::{Answer, RetryAfter, Step};
 use certus_ca::upstream::{IssuedChain, OrderId, OrderRequest, Submitted};
+use certus_node::ordered_watch as watch;
 use certus_node::roles::session_daemons::{BoxFuture, ChallengeTester, UpstreamConnector};
 use certus_proto::v1;
 use certus_proto::v1::sessions_client::SessionsClient;
@@ -32,7 +33,6 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
 use serde::Serialize;
-use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use super::checkers::{
@@ -498,6 +498,8 @@ async fn serve_challenges(context: Context, served: Served) {
     let mut buffer = vec![0u8; 4096];
     loop {
         let received = tokio::select! {
+            // Polled in order, not at random: the simulation replays a seed exactly.
+            biased;
             received = socket.recv_from(HTTP01_REQUEST, &mut buffer) => received,
             _ = stopped.changed() => return,
         };

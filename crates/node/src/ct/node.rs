@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::ordered_watch as watch;
 use certus_core::ct::{AddOutcome, CtCommand, CtError, CtReply, EntryKey, Submission};
 use certus_core::{Command, Response};
 use certus_ct::chain::{AcceptedRoots, ChainError, check_chain, check_pre_chain};
@@ -27,7 +28,6 @@ use certus_ct::structures::{
 };
 use certus_ct::{Hash, LogEntry};
 use certus_store::{CtDatabase, CtDbError, LocalEntry};
-use tokio::sync::watch;
 use tracing::{debug, error, warn};
 
 use crate::ct::convert::{entry_key, from_core_sth, to_core_sth};
@@ -937,6 +937,8 @@ pub async fn run(replica: Arc<Replica>, ct: Arc<CtNode>, mut stop: watch::Receiv
                 .min(config.sequencing_interval_ms)
         });
         tokio::select! {
+            // Polled in order, not at random: the simulation replays a seed exactly.
+            biased;
             changed = stop.changed() => {
                 if changed.is_err() || *stop.borrow() {
                     break;

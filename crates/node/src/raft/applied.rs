@@ -2,8 +2,9 @@
 //! metrics (sent after every apply), not by polling the state.
 
 use openraft::metrics::RaftDataMetrics;
-use tokio::sync::watch;
 use tokio::time::Instant;
+
+use crate::ordered_watch as watch;
 
 use crate::raft::replica::Replica;
 use crate::raft::types::{LogId, NodeId};
@@ -31,7 +32,7 @@ pub(crate) struct AppliedWatch {
 impl AppliedWatch {
     pub(crate) fn new(replica: &Replica, stop: watch::Receiver<bool>) -> AppliedWatch {
         AppliedWatch {
-            metrics: replica.raft.data_metrics(),
+            metrics: replica.data_metrics(),
             stop,
             seen: None,
         }
@@ -58,6 +59,8 @@ impl AppliedWatch {
                 return Wake::Stopping;
             }
             tokio::select! {
+                // Polled in order, not at random: the simulation replays a seed exactly.
+                biased;
                 changed = self.metrics.changed() => {
                     if changed.is_err() {
                         return Wake::Stopping;

@@ -5,9 +5,11 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use certus_core::{ClientRequest, Command, Response, State};
 use openraft::error::{CheckIsLeaderError, RaftError};
+use openraft::metrics::{RaftDataMetrics, RaftMetrics};
 use openraft::{ChangeMembers, ServerState};
 use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
@@ -18,6 +20,7 @@ use crate::limits::{
     LEADER_HOPS_MAX, LEADER_WAIT, MEMBERSHIP_CHANGE_TIMEOUT, MEMBERSHIP_IN_PROGRESS_RETRY,
     PROPOSAL_COMMANDS_MAX, READ_APPLY_WAIT, READ_QUEUE_MAX,
 };
+use crate::ordered_watch;
 use crate::raft::forward::{
     ForwardRefusal, ForwardReply, ForwardRequest, MemberView, MembershipView,
 };
@@ -67,6 +70,25 @@ pub struct Replica {
     /// The highest commit index a leader has told this node about.
     leader_commit_seen: AtomicU64,
     boot: BootLog,
+    /// openraft's metrics, relayed so that their waiters wake in a replayable order.
+    metrics: ordered_watch::Receiver<RaftMetrics<NodeId, CertusNode>>,
+    /// openraft's data metrics (sent after every apply), relayed the same way.
+    data_metrics: ordered_watch::Receiver<RaftDataMetrics<NodeId>>,
+}
+
+/// A wait on this node's metrics that ran out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitElapsed {
+    /// What was waited for.
+    pub what: &'static str,
+    /// How long.
+    pub waited: Duration,
+}
+
+impl std::fmt::Display for WaitElapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "waited {:?} for {}", self.waited, self.what)
+    }
 }
 
 impl std::fmt::Debug for Replica {
@@ -96,6 +118,13 @@ impl Replica {
     ) -> Arc<Replica> {
         let proposer = Proposer::start(id, raft.clone(), clock.clone());
         let (reads, read_queue) = mpsc::channel(READ_QUEUE_MAX);
+        let (metrics_sender, metrics) = ordered_watch::channel(raft.metrics().borrow().clone());
+        tokio::spawn(ordered_watch::relay(raft.metrics(), metrics_sender));
+        #[allow(clippy::disallowed_methods)] // Its one subscriber is the relay.
+        let raft_data_metrics = raft.data_metrics();
+        let (data_sender, data_metrics) =
+            ordered_watch::channel(raft_data_metrics.borrow().clone());
+        tokio::spawn(ordered_watch::relay(raft_data_metrics, data_sender));
         let replica = Arc::new(Replica {
             id,
             raft,
@@ -107,9 +136,57 @@ impl Replica {
             reads,
             leader_commit_seen: AtomicU64::new(0),
             boot,
+            metrics,
+            data_metrics,
         });
         tokio::spawn(run_read_barriers(Arc::downgrade(&replica), read_queue));
         replica
+    }
+
+    /// openraft's metrics: wait on this, never on `raft.metrics()` (see [`ordered_watch`]).
+    pub fn metrics(&self) -> ordered_watch::Receiver<RaftMetrics<NodeId, CertusNode>> {
+        self.metrics.clone()
+    }
+
+    /// openraft's data metrics, sent after every apply.
+    pub fn data_metrics(&self) -> ordered_watch::Receiver<RaftDataMetrics<NodeId>> {
+        self.data_metrics.clone()
+    }
+
+    /// Waits up to `within` for this node's metrics to satisfy `condition`, and returns them.
+    pub async fn wait_metrics(
+        &self,
+        within: Duration,
+        what: &'static str,
+        condition: impl FnMut(&RaftMetrics<NodeId, CertusNode>) -> bool,
+    ) -> Result<RaftMetrics<NodeId, CertusNode>, WaitElapsed> {
+        let mut metrics = self.metrics();
+        let elapsed = WaitElapsed {
+            what,
+            waited: within,
+        };
+        match tokio::time::timeout(within, metrics.wait_for(condition)).await {
+            Ok(Ok(metrics)) => Ok(metrics.clone()),
+            // Raft stopped: what was waited for will not come.
+            Ok(Err(_)) | Err(_) => Err(elapsed),
+        }
+    }
+
+    /// Waits up to `within` for this node to apply up to `index`.
+    pub async fn wait_applied(
+        &self,
+        index: u64,
+        within: Duration,
+        what: &'static str,
+    ) -> Result<(), WaitElapsed> {
+        self.wait_metrics(within, what, |metrics| {
+            index == 0
+                || metrics
+                    .last_applied
+                    .is_some_and(|applied| applied.index >= index)
+        })
+        .await
+        .map(|_| ())
     }
 
     /// The leader as this node knows it now, if any.
@@ -132,17 +209,14 @@ impl Replica {
     async fn await_leader(&self, not: Option<NodeId>) -> Result<Leader, ServiceError> {
         let id = self.id;
         let waited = self
-            .raft
-            .wait(Some(LEADER_WAIT))
-            .metrics(
-                |metrics| match metrics.current_leader {
+            .wait_metrics(LEADER_WAIT, "a leader is known", |metrics| {
+                match metrics.current_leader {
                     Some(leader) if Some(leader) == not => false,
                     Some(leader) if leader == id => metrics.state == ServerState::Leader,
                     Some(_) => true,
                     None => false,
-                },
-                "a leader is known",
-            )
+                }
+            })
             .await;
         if waited.is_err() {
             return Err(ServiceError::NoLeader(format!(
@@ -155,7 +229,7 @@ impl Replica {
 
     /// Returns once this node knows of a leader other than `leader` (never, while it does not).
     async fn leader_moved_from(&self, leader: NodeId) {
-        let mut metrics = self.raft.metrics();
+        let mut metrics = self.metrics();
         loop {
             let current = metrics.borrow_and_update().current_leader;
             if current.is_some_and(|current| current != leader) {
@@ -194,6 +268,8 @@ impl Replica {
                     // out; once another node leads, the answer is as unknown as it would be
                     // then, so say so now rather than seconds later.
                     let forwarded = tokio::select! {
+                        // Polled in order, not at random: the simulation replays a seed exactly.
+                        biased;
                         reply = self.peers.forward(&node.grpc_addr, &request) => reply,
                         () = self.leader_moved_from(leader) => {
                             return Err(ServiceError::OutcomeUnknown(format!(
@@ -268,8 +344,13 @@ impl Replica {
     pub async fn leader_read_index(&self) -> Result<u64, ForwardRefusal> {
         let term = || self.raft.metrics().borrow().current_term;
         let term_before = term();
-        let index = match self.raft.ensure_linearizable().await {
-            Ok(read_log_id) => read_log_id.map_or(0, |log_id| log_id.index),
+        // openraft's `ensure_linearizable` would wait on its metrics channel itself; the apply
+        // is waited for below, on the relayed metrics (see `ordered_watch`).
+        let (index, applied) = match self.raft.get_read_log_id().await {
+            Ok((read_log_id, applied)) => (
+                read_log_id.map_or(0, |log_id| log_id.index),
+                applied.map_or(0, |log_id| log_id.index),
+            ),
             Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))) => {
                 return Err(ForwardRefusal::NotLeader);
             }
@@ -280,6 +361,11 @@ impl Replica {
                 return Err(ForwardRefusal::Unavailable(fatal.to_string()));
             }
         };
+        if index > applied {
+            self.wait_applied(index, READ_APPLY_WAIT, "the read index to be applied")
+                .await
+                .map_err(|error| ForwardRefusal::Unavailable(error.to_string()))?;
+        }
         // Which term the confirmation was for is only certain when it did not change meanwhile;
         // otherwise the caller asks again.
         if term() != term_before {
@@ -289,16 +375,18 @@ impl Replica {
             return Ok(index);
         }
         // Leading again in the term it led before a restart: see `BootLog`.
-        self.raft
-            .wait(Some(READ_APPLY_WAIT))
-            .applied_index_at_least(Some(self.boot.last_index), "log on disk at start applied")
-            .await
-            .map_err(|error| {
-                ForwardRefusal::Unavailable(format!(
-                    "the entries on disk at start (up to {}) are not applied yet: {error}",
-                    self.boot.last_index
-                ))
-            })?;
+        self.wait_applied(
+            self.boot.last_index,
+            READ_APPLY_WAIT,
+            "the log on disk at start to be applied",
+        )
+        .await
+        .map_err(|error| {
+            ForwardRefusal::Unavailable(format!(
+                "the entries on disk at start (up to {}) are not applied yet: {error}",
+                self.boot.last_index
+            ))
+        })?;
         Ok(self.boot.last_index)
     }
 
@@ -311,7 +399,7 @@ impl Replica {
             };
             let index = match leader {
                 Leader::Me => match self.leader_read_index().await {
-                    // ensure_linearizable has waited for the apply as well.
+                    // leader_read_index has waited for the apply as well.
                     Ok(_) => return Ok(()),
                     Err(ForwardRefusal::NotLeader) => {
                         not = Some(self.id);
@@ -336,11 +424,8 @@ impl Replica {
                 }
             };
             return self
-                .raft
-                .wait(Some(READ_APPLY_WAIT))
-                .applied_index_at_least(Some(index), "read index applied")
+                .wait_applied(index, READ_APPLY_WAIT, "the read index to be applied")
                 .await
-                .map(|_| ())
                 .map_err(|error| {
                     ServiceError::Timeout(format!(
                         "this node did not apply up to read index {index}: {error}"
@@ -428,8 +513,12 @@ impl Replica {
                 Err(refused) => ForwardReply::Refused(refused),
             },
             ForwardRequest::AddLearner { id, node } => {
-                self.membership_reply(|| self.raft.add_learner(id, node.clone(), true))
-                    .await
+                self.membership_reply(|| async {
+                    let written = self.raft.add_learner(id, node.clone(), false).await?;
+                    self.learner_caught_up(id, written.log_id.index).await;
+                    Ok(written)
+                })
+                .await
             }
             ForwardRequest::ChangeMembership { voters, retain } => {
                 self.membership_reply(|| {
@@ -439,6 +528,23 @@ impl Replica {
                 .await
             }
         }
+    }
+
+    /// Returns once learner `id` has replicated up to `index` (the entry that added it), or
+    /// this node no longer leads. openraft's own blocking `add_learner` waits the same way, on
+    /// its metrics channel directly (see `ordered_watch`).
+    async fn learner_caught_up(&self, id: NodeId, index: u64) {
+        let mut metrics = self.metrics();
+        let _ = metrics
+            .wait_for(|metrics| {
+                let matched = metrics
+                    .replication
+                    .as_ref()
+                    .and_then(|replication| replication.get(&id).copied().flatten());
+                metrics.state != ServerState::Leader
+                    || matched.is_some_and(|matched| matched.index >= index)
+            })
+            .await;
     }
 
     /// Runs the membership change `change` makes. While openraft is still committing the

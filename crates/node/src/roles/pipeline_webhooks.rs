@@ -68,6 +68,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::ordered_watch as watch;
 use certus_core::leases::{FencingToken, HolderId, LeaseCommand, LeaseName, LeaseReply, Ttl};
 use certus_core::pipelines::{
     PipelineCommand, PipelineReply, Transaction, TransactionId, Webhook, WebhookEventId,
@@ -75,7 +76,6 @@ use certus_core::pipelines::{
 };
 use certus_core::{Command, LeaseError, Reason, Response};
 use serde_json::{Map, Value};
-use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::limits::{WEBHOOK_DELIVERIES_CONCURRENT_MAX, WEBHOOK_REASON_BYTES_MAX};
@@ -297,6 +297,8 @@ impl WebhookProcessor {
         loop {
             if tokio::time::Instant::now() < next_attempt || !pending_here(replica) {
                 tokio::select! {
+                    // Polled in order, not at random: the simulation replays a seed exactly.
+                    biased;
                     () = stopped(stop.clone()) => return,
                     () = tokio::time::sleep(IDLE_PAUSE) => {}
                 }
@@ -348,6 +350,8 @@ impl WebhookProcessor {
                 && due_here(replica, now_ms)
             {
                 tokio::select! {
+                    // Polled in order, not at random: the simulation replays a seed exactly.
+                    biased;
                     () = stopped(stop.clone()) => return sending.load(Ordering::SeqCst),
                     result = self.round(replica, held, &sending) => match result {
                         Ok(sent) => worked = sent > 0,
@@ -357,6 +361,8 @@ impl WebhookProcessor {
             }
             let pause = if worked { Duration::ZERO } else { IDLE_PAUSE };
             tokio::select! {
+                // Polled in order, not at random: the simulation replays a seed exactly.
+                biased;
                 () = stopped(stop.clone()) => return false,
                 () = tokio::time::sleep(pause) => {}
             }

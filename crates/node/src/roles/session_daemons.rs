@@ -26,6 +26,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::ordered_watch as watch;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use certus_ca::csr::CheckedCsr;
@@ -38,7 +39,6 @@ use certus_core::{
     Response as CommandResponse, Session, SessionCommand, SessionId, SessionReply, Stage,
     StepOutcome, WorkerId,
 };
-use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use crate::config::SessionsSetup;
@@ -537,6 +537,8 @@ impl SessionDaemons {
         tokio::pin!(step);
         loop {
             tokio::select! {
+                // Polled in order, not at random: the simulation replays a seed exactly.
+                biased;
                 output = &mut step => return output,
                 () = tokio::time::sleep(every) => {
                     let command = SessionCommand::Extend {
@@ -743,6 +745,8 @@ pub async fn run(replica: Arc<Replica>, daemons: SessionDaemons, mut stop: watch
         }
         if let Some(pause) = round.pause {
             tokio::select! {
+                // Polled in order, not at random: the simulation replays a seed exactly.
+                biased;
                 changed = stop.changed() => {
                     if changed.is_err() || *stop.borrow() {
                         break;

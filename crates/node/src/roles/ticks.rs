@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use crate::ordered_watch as watch;
 use certus_core::{ChallengeCommand, Command, Response};
-use tokio::sync::watch;
 use tracing::debug;
 
 use crate::config::NodeConfig;
@@ -17,6 +17,8 @@ pub async fn run(replica: Arc<Replica>, config: NodeConfig, stop: watch::Receive
     let interval = config.tick_interval();
     loop {
         tokio::select! {
+            // Polled in order, not at random: the simulation replays a seed exactly.
+            biased;
             () = stopped(stop.clone()) => break,
             () = tokio::time::sleep(interval) => {}
         }

@@ -148,12 +148,11 @@ impl Admin for AdminService {
             .snapshot()
             .await
             .map_err(|fatal| status(Code::Unavailable, "unavailable", fatal.to_string()))?;
-        let waited = raft
-            .wait(Some(LEADER_WAIT * 10))
-            .metrics(
-                |metrics| metrics.snapshot.map_or(0, |log_id| log_id.index) >= applied,
-                "snapshot built",
-            )
+        let waited = self
+            .replica
+            .wait_metrics(LEADER_WAIT * 10, "the snapshot to be built", |metrics| {
+                metrics.snapshot.map_or(0, |log_id| log_id.index) >= applied
+            })
             .await
             .map_err(|error| status(Code::DeadlineExceeded, "timeout", error.to_string()))?;
         Ok(Response::new(v1::TriggerSnapshotReply {

@@ -9,10 +9,10 @@ mod work;
 
 use std::sync::Arc;
 
+use crate::ordered_watch as watch;
 use certus_core::{SessionCommand, SessionId, SessionReply};
 use certus_proto::v1;
 use certus_proto::v1::sessions_server::Sessions;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status};
 

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use certus_node::ordered_watch as watch;
 use certus_proto::v1::GetSthRequest;
 use certus_proto::v1::log_client::LogClient;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 

@@ -8,11 +8,11 @@
 //!   cheap) and proposes the dequeue only when some is there; when another worker took it
 //!   first, it waits on.
 
+use crate::ordered_watch as watch;
 use certus_core::limits::LIST_PAGE_MAX;
 use certus_core::pipelines::{NodeGroup, TransactionId};
 use certus_core::{ClientRequest, PipelineError, PipelineReads};
 use certus_proto::v1;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::Status;
 

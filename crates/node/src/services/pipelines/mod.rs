@@ -14,9 +14,9 @@ mod work;
 
 use std::sync::Arc;
 
+use crate::ordered_watch as watch;
 use certus_proto::v1;
 use certus_proto::v1::pipelines_server::Pipelines;
-use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use crate::convert::clients::client_request;

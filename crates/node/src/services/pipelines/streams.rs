@@ -9,12 +9,12 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::ordered_watch as watch;
 use certus_core::PipelineReads;
 use certus_core::pipelines::{ArchiveCursor, NodeGroup, NotificationKind};
 use certus_proto::v1;
 use futures_util::Stream;
 use prost::Message as _;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::Status;
 

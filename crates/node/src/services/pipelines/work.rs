@@ -16,12 +16,13 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::ordered_watch as watch;
 use certus_core::limits::PIPELINE_DEQUEUE_BATCH_MAX;
 use certus_core::{PipelineCommand, PipelineReply};
 use certus_proto::v1;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{Stream, StreamExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tonic::Status;
 use tonic::codec::Streaming;
 
@@ -102,6 +103,28 @@ async fn run(
         }
         let waiting = open && credit > 0 && claiming.is_none();
         let event = tokio::select! {
+            // Polled in order, not at random: the simulation replays a seed exactly.
+            biased;
+            Some(answered) = steps.next(), if !steps.is_empty() => Some(Ok(answered)),
+            answer = async { claiming.as_mut().expect("in flight").await }, if claiming.is_some() => {
+                claiming = None;
+                match answer {
+                    Ok(PipelineReply::Dequeued(claimed)) => {
+                        raced = claimed.is_empty();
+                        let used = u32::try_from(claimed.len()).expect("a dequeue is bounded");
+                        assert!(used <= credit, "a dequeue takes at most the credit left");
+                        credit -= used;
+                        for tx in &claimed {
+                            if events.send(Ok(claim_event(tx))).await.is_err() {
+                                return;
+                            }
+                        }
+                        None
+                    }
+                    Ok(other) => Some(Err(crate::convert::unexpected("dequeue", &other))),
+                    Err(status) => Some(Err(status)),
+                }
+            }
             message = inbound.message(), if open && steps.len() < PIPELINE_WORK_STEPS_IN_FLIGHT_MAX => {
                 match message {
                     Ok(Some(message)) => {
@@ -127,26 +150,6 @@ async fn run(
                     }
                     // The stream broke: nobody is left to answer.
                     Err(_) => return,
-                }
-            }
-            Some(answered) = steps.next(), if !steps.is_empty() => Some(Ok(answered)),
-            answer = async { claiming.as_mut().expect("in flight").await }, if claiming.is_some() => {
-                claiming = None;
-                match answer {
-                    Ok(PipelineReply::Dequeued(claimed)) => {
-                        raced = claimed.is_empty();
-                        let used = u32::try_from(claimed.len()).expect("a dequeue is bounded");
-                        assert!(used <= credit, "a dequeue takes at most the credit left");
-                        credit -= used;
-                        for tx in &claimed {
-                            if events.send(Ok(claim_event(tx))).await.is_err() {
-                                return;
-                            }
-                        }
-                        None
-                    }
-                    Ok(other) => Some(Err(crate::convert::unexpected("dequeue", &other))),
-                    Err(status) => Some(Err(status)),
                 }
             }
             wake = applied.wait(None), if waiting => match wake {

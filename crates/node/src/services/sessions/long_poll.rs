@@ -4,8 +4,8 @@
 //! visible session; a claim that comes back empty (another worker was first) waits again. It
 //! ends when the node stops, so a shutdown never waits for a worker.
 
+use crate::ordered_watch as watch;
 use certus_core::{ClientRequest, Session, SessionCommand, SessionReply, Stage};
-use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 use tonic::Status;
 

@@ -12,11 +12,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::ordered_watch as watch;
 use certus_core::{Session, SessionCommand, SessionId};
 use certus_proto::v1;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{Stream, StreamExt as _};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::Duration;
 use tonic::{Status, Streaming};
 
@@ -49,6 +50,8 @@ pub(super) async fn open(
     mut inbound: Streaming<v1::SessionWorkRequest>,
 ) -> Result<EventStream, Status> {
     let first = tokio::select! {
+        // Polled in order, not at random: the simulation replays a seed exactly.
+        biased;
         first = inbound.message() => first?,
         () = stopped(stop.clone()) => return Err(stopping()),
     };
@@ -86,6 +89,8 @@ async fn serve(
             claiming = Some(claim(&replica, &stop, &start, credit, claim_pause.take()));
         }
         let event = tokio::select! {
+            // Polled in order, not at random: the simulation replays a seed exactly.
+            biased;
             claimed = async { claiming.as_mut().expect("checked by the guard").await },
                 if claiming.is_some() =>
             {
