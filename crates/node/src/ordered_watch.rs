@@ -111,11 +111,14 @@ impl<T> Sender<T> {
     /// Stores `value` and wakes every waiting receiver; fails (the value stored all the same)
     /// when no receiver is left.
     pub fn send(&self, value: T) -> Result<(), SendError<()>> {
+        // Counted before the wake: a woken receiver may be gone by the time the send returns.
+        let listening = self.shared.receivers.load(Ordering::SeqCst) > 0;
         self.shared.replace(value);
-        if self.shared.receivers.load(Ordering::SeqCst) == 0 {
-            return Err(SendError(()));
+        if listening {
+            Ok(())
+        } else {
+            Err(SendError(()))
         }
-        Ok(())
     }
 
     /// Stores `value`, wakes every waiting receiver and returns the value it replaced.
