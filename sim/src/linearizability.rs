@@ -18,6 +18,13 @@
 //! linearized, whether or not the pending ones were (a pending op that took no effect is simply
 //! never linearized).
 //!
+//! A pending op may come with bounds (a client session's numbered write can land only before the
+//! client's next write is applied): `effect_by_ms`, a time by which it took effect if it did,
+//! where its return then sits in the event list like a real one; and `settled_before`, an op of
+//! the history it cannot follow, which is not linearized until the pending op is settled. A
+//! bounded op is settled by linearizing it or by dropping it (it never took effect), a move that
+//! leaves the state as it is.
+//!
 //! Pending ops are what makes the search expensive (each may go anywhere after its call), so two
 //! prunings specific to them are added, both sound and complete because leaving a pending op out
 //! never constrains the rest: a pending op whose step leaves the state unchanged is not
@@ -68,6 +75,14 @@ pub struct Entry<I, O> {
     /// When the answer arrived; `None` if it never did, so the op may take effect at any time
     /// after its call, or never. A return before the call is read as equal to it.
     pub return_ms: Option<u64>,
+    /// For a pending op: the latest time it can have taken effect, when that is known (it may
+    /// still have taken none). Ignored for an answered op.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect_by_ms: Option<u64>,
+    /// For a pending op: the id of an op of the same history it cannot have taken effect after
+    /// (before that one, or never). Ignored for an answered op.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled_before: Option<u64>,
 }
 
 /// What [`check`] concluded.
@@ -138,7 +153,10 @@ impl Events {
         let mut order: Vec<(u64, u8, usize, usize)> = Vec::with_capacity(2 * history.len());
         for (op, entry) in history.iter().enumerate() {
             order.push((entry.call_ms, 0, op, call_node(op)));
-            let returned = entry.return_ms.map_or(u64::MAX, |at| at.max(entry.call_ms));
+            let returned = entry
+                .return_ms
+                .or(entry.effect_by_ms)
+                .map_or(u64::MAX, |at| at.max(entry.call_ms));
             let pending = u8::from(entry.return_ms.is_none());
             order.push((returned, 1 + pending, op, return_node(op)));
         }
@@ -206,6 +224,9 @@ struct Frame<S> {
     /// The ops that may go next, completed ones first: a pending op is tried only when no
     /// completed one leads anywhere, since most pending ops never need linearizing at all.
     candidates: Vec<usize>,
+    /// The ops whose calls precede the first return left, waiting or not: what a failure
+    /// report shows.
+    frontier: Vec<usize>,
     /// Index into `candidates` of the op being tried.
     candidate: usize,
     /// The states that op's step led to and are still to be tried, last first (`None` until
@@ -233,6 +254,10 @@ struct Search<'h, M: Model> {
     events: Events,
     /// Each op's index among the ops of its kind (completed or pending), for the bitsets.
     dense: Vec<usize>,
+    /// Whether each op is pending with a bound (and so may be dropped).
+    bounded: Vec<bool>,
+    /// For each op, the bounded pending ops that cannot follow it.
+    must_follow: Vec<Vec<usize>>,
     /// The completed ops linearized in the current configuration.
     done: Bits,
     /// The pending ops linearized in the current configuration.
@@ -269,6 +294,22 @@ impl<'h, M: Model> Search<'h, M> {
                 *count - 1
             })
             .collect();
+        let index_of: HashMap<u64, usize> = history
+            .iter()
+            .enumerate()
+            .map(|(op, entry)| (entry.id, op))
+            .collect();
+        let mut must_follow = vec![Vec::new(); history.len()];
+        let mut bounded = vec![false; history.len()];
+        for (op, entry) in history.iter().enumerate() {
+            if entry.return_ms.is_some() {
+                continue;
+            }
+            bounded[op] = entry.effect_by_ms.is_some() || entry.settled_before.is_some();
+            if let Some(&later) = entry.settled_before.and_then(|id| index_of.get(&id)) {
+                must_follow[later].push(op);
+            }
+        }
         Search {
             model,
             history,
@@ -276,6 +317,8 @@ impl<'h, M: Model> Search<'h, M> {
             steps: 0,
             events: Events::new(history),
             dense,
+            bounded,
+            must_follow,
             done: vec![0; completed.div_ceil(64)],
             taken: vec![0; pending.div_ceil(64)],
             path: Vec::new(),
@@ -289,6 +332,12 @@ impl<'h, M: Model> Search<'h, M> {
 
     fn is_pending(&self, op: usize) -> bool {
         self.history[op].return_ms.is_none()
+    }
+
+    /// Whether pending op `op` is settled (linearized or dropped) in the current configuration.
+    fn is_taken(&self, op: usize) -> bool {
+        let index = self.dense[op];
+        self.taken[index / 64] & (1 << (index % 64)) != 0
     }
 
     fn flip(&mut self, op: usize) {
@@ -324,11 +373,22 @@ impl<'h, M: Model> Search<'h, M> {
     }
 
     fn frame(&self, state: M::State) -> Frame<M::State> {
-        let mut candidates = self.events.frontier();
+        let mut frontier = self.events.frontier();
         // Stable, so each group keeps call order.
-        candidates.sort_by_key(|&op| self.is_pending(op));
+        frontier.sort_by_key(|&op| self.is_pending(op));
+        // An op waits for the bounded pending ops that cannot follow it to be settled.
+        let candidates = frontier
+            .iter()
+            .copied()
+            .filter(|&op| {
+                self.must_follow[op]
+                    .iter()
+                    .all(|&pending| self.is_taken(pending))
+            })
+            .collect();
         Frame {
             state,
+            frontier,
             candidates,
             candidate: 0,
             successors: None,
@@ -340,7 +400,7 @@ impl<'h, M: Model> Search<'h, M> {
             return Verdict::Linearizable;
         }
         let root = self.frame(self.model.init());
-        self.best_window.clone_from(&root.candidates);
+        self.best_window.clone_from(&root.frontier);
         let mut stack = vec![root];
         loop {
             let Some(frame) = stack.last_mut() else {
@@ -363,7 +423,7 @@ impl<'h, M: Model> Search<'h, M> {
                     if self.remaining < self.best_remaining {
                         self.best_remaining = self.remaining;
                         self.best_path.clone_from(&self.path);
-                        self.best_window.clone_from(&frame.candidates);
+                        self.best_window.clone_from(&frame.frontier);
                     }
                     stack.push(frame);
                 }
@@ -395,6 +455,10 @@ impl<'h, M: Model> Search<'h, M> {
                     self.steps += 1;
                     let entry = &self.history[op];
                     let mut successors = self.model.step(&frame.state, &entry.input, &entry.output);
+                    if self.bounded[op] && !successors.contains(&frame.state) {
+                        // Dropped: it never took effect.
+                        successors.push(frame.state.clone());
+                    }
                     successors.reverse();
                     frame.successors.insert(successors)
                 }
@@ -404,7 +468,9 @@ impl<'h, M: Model> Search<'h, M> {
                 frame.candidate += 1;
                 continue;
             };
-            if self.is_pending(op) && state == frame.state {
+            // Leaving the state as it is, an unbounded pending op is better left out (it stays
+            // free to go later); a bounded one is dropped that way.
+            if self.is_pending(op) && !self.bounded[op] && state == frame.state {
                 continue;
             }
             self.flip(op);
@@ -519,6 +585,8 @@ mod tests {
             output,
             call_ms,
             return_ms: Some(return_ms),
+            effect_by_ms: None,
+            settled_before: None,
         }
     }
 
@@ -529,6 +597,8 @@ mod tests {
             output: None,
             call_ms,
             return_ms: None,
+            effect_by_ms: None,
+            settled_before: None,
         }
     }
 
@@ -656,6 +726,43 @@ mod tests {
     }
 
     #[test]
+    fn a_pending_op_takes_effect_by_its_bound_or_never() {
+        let bounded = |effect_by_ms| Entry {
+            effect_by_ms,
+            ..pending(1, Op::Write(1), 0)
+        };
+        // The write may have landed before its bound (the first read) or never (the second)...
+        for seen in [1, 0] {
+            let history = [bounded(Some(10)), op(2, Op::Read, Some(seen), 20, 30)];
+            assert_eq!(check(&Register, &history, BUDGET), Verdict::Linearizable);
+        }
+        // ...but not after a write answered past its bound.
+        let late = |effect_by_ms| {
+            [
+                bounded(effect_by_ms),
+                op(2, Op::Write(2), None, 20, 30),
+                op(3, Op::Read, Some(1), 40, 50),
+            ]
+        };
+        assert_eq!(check(&Register, &late(None), BUDGET), Verdict::Linearizable);
+        assert_eq!(
+            check(&Register, &late(Some(60)), BUDGET),
+            Verdict::Linearizable
+        );
+        match check(&Register, &late(Some(10)), BUDGET) {
+            Verdict::NotLinearizable { window, .. } => assert_eq!(window, vec![3]),
+            other => panic!("expected a violation, got {other:?}"),
+        }
+        // Nor after an op it cannot follow, whatever the times.
+        let mut before_write = late(Some(60));
+        before_write[0].settled_before = Some(2);
+        assert!(matches!(
+            check(&Register, &before_write, BUDGET),
+            Verdict::NotLinearizable { .. }
+        ));
+    }
+
+    #[test]
     fn an_exhausted_budget_is_unknown() {
         // Many concurrent writes and an impossible read force an exhaustive search.
         let mut history: Vec<_> = (1..=12)
@@ -690,6 +797,8 @@ mod tests {
         before: u64,
         after: u64,
         fate: Fate,
+        /// A lost op knows when it took effect at the latest.
+        bounded: bool,
     }
 
     #[derive(Clone, Copy, Debug)]
@@ -713,12 +822,15 @@ mod tests {
             1 => Just(Fate::LostApplied),
             1 => Just(Fate::LostNotApplied),
         ];
-        (input, 0u64..25, 0u64..25, fate).prop_map(|(input, before, after, fate)| Planned {
-            input,
-            before,
-            after,
-            fate,
-        })
+        (input, 0u64..25, 0u64..25, fate, any::<bool>()).prop_map(
+            |(input, before, after, fate, bounded)| Planned {
+                input,
+                before,
+                after,
+                fate,
+                bounded,
+            },
+        )
     }
 
     /// Runs the plan against a real register, each op taking effect at `10 * index` inside its
@@ -752,7 +864,20 @@ mod tests {
                 output: if answered { output } else { None },
                 call_ms: point - planned.before,
                 return_ms: answered.then_some(point + planned.after),
+                // Half the lost ones know a bound past their true point (padded as a return),
+                // and an op they cannot follow: the next one answered after that bound.
+                effect_by_ms: (!answered && planned.bounded).then_some(point + planned.after),
+                settled_before: None,
             });
+        }
+        // Each op's true point comes after every earlier one's.
+        for index in 0..history.len() {
+            if plan[index].bounded && history[index].return_ms.is_none() {
+                history[index].settled_before = history[index + 1..]
+                    .iter()
+                    .find(|later| later.return_ms.is_some())
+                    .map(|later| later.id);
+            }
         }
         history
     }

@@ -3,6 +3,8 @@
 //! sessions ([`run`]), and the queue-recovery checkers ([`checkers`]).
 
 pub mod checkers;
+#[cfg(madsim)]
+mod external_worker;
 
 #[cfg(madsim)]
 pub mod run;

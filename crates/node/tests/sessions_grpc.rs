@@ -1606,5 +1606,28 @@ async fn the_work_stream_pushes_claims_within_its_credit_and_answers_steps() {
         .expect("the node stops without waiting for its workers");
     let cut = waiting.next().await.expect_err("the stream is cut");
     refused::<()>(Err(cut), Code::Unavailable, "node-stopping");
+
+    // The worker goes on through another node: claims belong to the worker, not to a stream,
+    // so a claim taken on the first stream (whose node is gone) is completed by a step on a
+    // new stream elsewhere, under the same token.
+    let mut resumed = open_work(&mut on_other, start_message(v1::Stage::MakeChallenge, 0))
+        .await
+        .expect("Sessions/Work on another node");
+    resumed
+        .step(1, Step::Complete(make_challenges(&second)))
+        .await;
+    let Some(Event::Answer(answer)) = resumed.next().await.expect("the stream is open") else {
+        panic!("expected the step's answer");
+    };
+    let result = answer.result.expect("a result");
+    assert_eq!((answer.step_id, result.id, result.code), (1, second.id, 0));
+    assert_eq!(
+        v1::Stage::try_from(result.stage),
+        Ok(v1::Stage::TestChallenge)
+    );
+    assert_eq!(
+        stage(&get(&mut on_other, second.id).await),
+        v1::Stage::TestChallenge
+    );
     shutdown(nodes).await;
 }

@@ -436,8 +436,64 @@ fn constrains(operation: &Operation) -> bool {
     }
 }
 
+/// Whether an answer shows the call was applied through the log: a grant, a renewal or a
+/// release, or a refusal the state machine decided.
+fn applied(operation: &Operation) -> bool {
+    let write = matches!(
+        operation.call,
+        Call::Acquire { .. } | Call::Renew { .. } | Call::Release { .. }
+    );
+    let decided = match &operation.outcome {
+        Outcome::Acquired { .. } | Outcome::Renewed { .. } | Outcome::Released { .. } => true,
+        Outcome::Refused { reason } => {
+            matches!(reason.as_str(), "not-holder" | "expired" | "unknown-lease")
+        }
+        Outcome::Fence { .. } | Outcome::Unknown { .. } => false,
+    };
+    write && decided
+}
+
+/// For each write whose answer was lost: the latest time it can have taken effect, and the op
+/// it cannot follow (which may concern another lease, and then only the time counts). The clients
+/// number their writes in one client session each, and a write the client gave up on is refused
+/// once a later write of the same client is applied (`certus_core::clients`): so it took effect,
+/// if at all, before the answer of the client's next write that was applied. (A session expires
+/// only after ten minutes unused, far longer than a run.)
+fn effect_bounds(history: &History) -> BTreeMap<u64, (u64, u64)> {
+    let mut by_client: BTreeMap<u32, Vec<&Operation>> = BTreeMap::new();
+    for operation in &history.operations {
+        by_client
+            .entry(operation.client)
+            .or_default()
+            .push(operation);
+    }
+    let mut bounds = BTreeMap::new();
+    for mut operations in by_client.into_values() {
+        operations.sort_by_key(|operation| (operation.invoked_ms, operation.id));
+        // The client's next applied write: its id, when it was sent and answered.
+        let mut next_applied: Option<(u64, u64, u64)> = None;
+        for operation in operations.iter().rev() {
+            let write = !matches!(operation.call, Call::CheckFence { .. });
+            // Only a write sent after the client gave up on this one (calls are sequential per
+            // client) carries the acknowledgement that shuts this one out.
+            if write
+                && operation.outcome.is_unknown()
+                && let Some((later, sent_ms, answered_ms)) = next_applied
+                && sent_ms >= operation.completed_ms
+            {
+                bounds.insert(operation.id, (answered_ms, later));
+            }
+            if applied(operation) {
+                next_applied = Some((operation.id, operation.invoked_ms, operation.completed_ms));
+            }
+        }
+    }
+    bounds
+}
+
 /// Checks every lease's operations in `history` against the model, each within `budget` steps.
 pub fn check_history(history: &History, model: &LeaseModel, budget: usize) -> Vec<LeaseVerdict> {
+    let bounds = effect_bounds(history);
     let mut by_lease: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
     for operation in history.operations.iter().filter(|op| constrains(op)) {
         by_lease
@@ -463,6 +519,8 @@ pub fn check_history(history: &History, model: &LeaseModel, budget: usize) -> Ve
                         output: operation.outcome.clone(),
                         call_ms: operation.invoked_ms,
                         return_ms,
+                        effect_by_ms: bounds.get(&operation.id).map(|&(by_ms, _)| by_ms),
+                        settled_before: bounds.get(&operation.id).map(|&(_, later)| later),
                     }
                 })
                 .collect();
@@ -631,6 +689,47 @@ mod tests {
             )
             .check();
         assert_eq!(verdict, Verdict::Linearizable);
+    }
+
+    /// Client 0 holds the lease, gives up on a release, then renews it (applied); client 1 is
+    /// granted the lease while it is still live unless that release landed after the renewal,
+    /// which client sessions rule out once the renewal was sent after the release was given up.
+    fn release_lost_then_renewed(renew_sent_ms: u64) -> Builder {
+        Builder::new()
+            .op(
+                0,
+                acquire(0, 10_000),
+                (0, 10),
+                acquired(0, 5, 5, 10_000, How::Created),
+            )
+            .op(0, Call::Release { holder: holder(0) }, (20, 100), unknown())
+            .op(
+                0,
+                Call::Renew {
+                    holder: holder(0),
+                    ttl_ms: 10_000,
+                },
+                (renew_sent_ms, 150),
+                Outcome::Renewed {
+                    lease: lease(0, 5, 140, 10_000),
+                },
+            )
+            .op(
+                1,
+                acquire(1, 1_000),
+                (300, 310),
+                acquired(1, 9, 305, 1_000, How::Created),
+            )
+    }
+
+    #[test]
+    fn a_write_given_up_lands_only_before_the_clients_next_applied_write() {
+        assert!(matches!(
+            release_lost_then_renewed(120).check(),
+            Verdict::NotLinearizable { .. }
+        ));
+        // Sent while the release was still in flight, the renewal does not shut it out.
+        assert_eq!(release_lost_then_renewed(90).check(), Verdict::Linearizable);
     }
 
     #[test]

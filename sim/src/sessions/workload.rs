@@ -398,27 +398,28 @@ impl RunningSessions {
 type Served = Arc<Mutex<BTreeMap<String, (String, String)>>>;
 
 #[derive(Clone)]
-struct Context {
-    nodes: u64,
-    timeout: Duration,
+pub(super) struct Context {
+    pub(super) nodes: u64,
+    /// How long a client waits for one answer.
+    pub(super) timeout: Duration,
     started: tokio::time::Instant,
-    stopped: watch::Receiver<bool>,
+    pub(super) stopped: watch::Receiver<bool>,
     /// Clients create sessions until this simulated ms.
     create_until_ms: Arc<AtomicU64>,
-    shared: Shared,
-    seed: u64,
+    pub(super) shared: Shared,
+    pub(super) seed: u64,
 }
 
 impl Context {
-    fn stopping(&self) -> bool {
+    pub(super) fn stopping(&self) -> bool {
         *self.stopped.borrow()
     }
 
-    fn now_ms(&self) -> u64 {
+    pub(super) fn now_ms(&self) -> u64 {
         elapsed_ms(self.started)
     }
 
-    async fn connect(&self, node: u64) -> Option<SessionsClient<Channel>> {
+    pub(super) async fn connect(&self, node: u64) -> Option<SessionsClient<Channel>> {
         let channel = Endpoint::from_shared(format!("http://{}", endpoint(node)))
             .expect("a valid endpoint")
             .connect_timeout(Duration::from_millis(500))
@@ -429,7 +430,7 @@ impl Context {
         Some(SessionsClient::new(channel))
     }
 
-    fn violation(&self, what: String) {
+    pub(super) fn violation(&self, what: String) {
         tracing::error!(violation = %what, "sessions client saw a violation");
         self.shared.with(|history| history.violations.push(what));
     }
@@ -478,7 +479,11 @@ pub fn start(
             .name(format!("session-worker-{index}"))
             .ip(worker_ip(index))
             .build();
-        tasks.push(machine.spawn(work_challenges(index, workload.clone(), context.clone())));
+        tasks.push(machine.spawn(super::external_worker::work_challenges(
+            index,
+            workload.clone(),
+            context.clone(),
+        )));
     }
     RunningSessions { stop, tasks }
 }
@@ -694,181 +699,8 @@ async fn one_session(
     }
 }
 
-/// Waits past the claim's visibility until a read shows a newer claim on the session, or the
-/// session past testchallenge (recorded in `late.newer_token`); false if neither shows within a
-/// few seconds (the late completion is then not sent, and the claim simply lapsed).
-async fn wait_for_newer_claim(
-    context: &Context,
-    rng: &mut SeedRng,
-    late: &mut LateCompletion,
-    workload: &SessionWorkload,
-) -> bool {
-    tokio::time::sleep(Duration::from_millis(workload.worker_visibility_ms + 500)).await;
-    for _ in 0..10 {
-        if context.stopping() {
-            return false;
-        }
-        let node = rng.between(1, context.nodes);
-        if let Some(mut sessions) = context.connect(node).await
-            && let Ok(reply) = sessions
-                .get(v1::GetSessionRequest { id: late.session })
-                .await
-        {
-            let seen = reply.into_inner();
-            let stage = v1::Stage::try_from(seen.stage).unwrap_or(v1::Stage::Unspecified);
-            if stage != v1::Stage::TestChallenge {
-                late.newer_token = 0;
-                return true;
-            }
-            if seen.claim_token > late.token {
-                late.newer_token = seen.claim_token;
-                return true;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    false
-}
-
 /// The Ed25519 key of client `client`'s session `number`: from the seed, so replays send the
 /// same CSRs.
 fn client_key(seed: u64, client: u32, number: u64) -> KeyPair {
     ed25519_key(seed, &format!("session-{client}-{number}"))
-}
-
-/// An external worker on the gRPC worker API: claims testchallenge sessions, tests them with
-/// the same probe as the daemons, and completes — or, now and then, dies mid-step and comes
-/// back as a new worker after a pause.
-async fn work_challenges(index: u32, workload: SessionWorkload, context: Context) {
-    let mut rng = SeedRng::new(context.seed, 600 + u64::from(index));
-    let mut incarnation = 0u64;
-    let tester = SimTester;
-    while !context.stopping() {
-        let worker = format!("external-{index}-{incarnation}");
-        let node = rng.between(1, context.nodes);
-        let Some(mut sessions) = context.connect(node).await else {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            continue;
-        };
-        let claimed = sessions
-            .claim(v1::ClaimRequest {
-                stage: v1::Stage::TestChallenge.into(),
-                worker: worker.clone(),
-                visibility_ms: workload.worker_visibility_ms,
-                max: 1,
-                wait_ms: 0,
-            })
-            .await
-            .map(|reply| reply.into_inner().sessions);
-        let Ok(claimed) = claimed else {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            continue;
-        };
-        if claimed.is_empty() {
-            tokio::time::sleep(Duration::from_millis(rng.between(200, 500))).await;
-            continue;
-        }
-        for session in claimed {
-            let granted_ms = context.now_ms();
-            let record = ClaimRecord {
-                worker: worker.clone(),
-                session: session.id,
-                token: session.claim_token,
-                granted_ms,
-                granted_machine_ms: session
-                    .claim_deadline_ms
-                    .saturating_sub(workload.worker_visibility_ms),
-                deadline_machine_ms: session.claim_deadline_ms,
-                finished_ms: None,
-            };
-            let position = context.shared.with(|history| {
-                history.claims.push(record);
-                history.claims.len() - 1
-            });
-            let mut results = Vec::new();
-            for challenge in &session.challenges {
-                let outcome = if challenge.satisfied {
-                    TestOutcome::Satisfied
-                } else {
-                    tester
-                        .test(
-                            &challenge.name,
-                            &challenge.token,
-                            &challenge.key_authorization,
-                        )
-                        .await
-                };
-                results.push(v1::TestResult {
-                    name: challenge.name.clone(),
-                    satisfied: outcome.is_satisfied(),
-                    error: match outcome {
-                        TestOutcome::Satisfied => String::new(),
-                        TestOutcome::NotSatisfied { reason } => reason,
-                    },
-                });
-            }
-            let unsatisfied = results.iter().any(|result| !result.satisfied);
-            let late_per_mille = if unsatisfied {
-                workload.late_per_mille
-            } else {
-                workload.late_per_mille / 10
-            };
-            if rng.chance(late_per_mille) {
-                let mut late = LateCompletion {
-                    worker: worker.clone(),
-                    session: session.id,
-                    token: session.claim_token,
-                    newer_token: 0,
-                    sent_ms: 0,
-                    accepted: None,
-                };
-                if wait_for_newer_claim(&context, &mut rng, &mut late, &workload).await {
-                    late.sent_ms = context.now_ms();
-                    context.shared.with(|history| {
-                        history.claims[position].finished_ms = Some(late.sent_ms);
-                    });
-                    let answer = sessions
-                        .complete(v1::CompleteRequest {
-                            id: session.id,
-                            claim_token: session.claim_token,
-                            outcome: Some(v1::complete_request::Outcome::Tested(
-                                v1::complete_request::Tested { results },
-                            )),
-                        })
-                        .await;
-                    late.accepted = match answer {
-                        Ok(_) => Some(true),
-                        Err(status) if status.code() == tonic::Code::FailedPrecondition => {
-                            Some(false)
-                        }
-                        Err(_) => None,
-                    };
-                    context
-                        .shared
-                        .with(|history| history.late_completions.push(late));
-                }
-                continue;
-            }
-            if rng.chance(workload.abandon_per_mille) {
-                // Dies mid-step: the claim is left to expire; a new incarnation comes back.
-                tracing::info!(%worker, session = session.id, "external worker dies mid-step");
-                incarnation += 1;
-                tokio::time::sleep(Duration::from_millis(rng.between(500, 3_000))).await;
-                break;
-            }
-            let finished_ms = context.now_ms();
-            context
-                .shared
-                .with(|history| history.claims[position].finished_ms = Some(finished_ms));
-            let _ = sessions
-                .complete(v1::CompleteRequest {
-                    id: session.id,
-                    claim_token: session.claim_token,
-                    outcome: Some(v1::complete_request::Outcome::Tested(
-                        v1::complete_request::Tested { results },
-                    )),
-                })
-                .await;
-        }
-    }
 }
