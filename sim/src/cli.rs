@@ -39,6 +39,10 @@ struct Args {
     /// Run each seed twice and require identical traces and histories.
     #[arg(long)]
     check_determinism: bool,
+    /// Let a run pass whose linearizability search ran out of budget (not proven either way).
+    /// Without it, such a run fails the sweep: a history left unchecked is no evidence.
+    #[arg(long)]
+    allow_unproven: bool,
     /// How many seeds run at once (each in its own process). Default: the number of cores.
     #[arg(long)]
     jobs: Option<usize>,
@@ -316,7 +320,12 @@ fn sweep(plan: &[(Scenario, u64)], args: &Args) -> ExitCode {
                     total.simulated += Duration::from_millis(summary.simulated_ms);
                     total.wall += Duration::from_millis(summary.wall_ms);
                     total.operations += summary.operations;
-                    total.unproven += u64::from(summary.unproven);
+                    if summary.unproven {
+                        total.unproven.push(done.seed);
+                        if !args.allow_unproven && summary.failure.is_none() {
+                            failures += 1;
+                        }
+                    }
                     total.torn_writes += summary.torn_writes;
                     if let Some(failure) = &summary.failure {
                         total.failed.push(done.seed);
@@ -347,6 +356,21 @@ fn sweep(plan: &[(Scenario, u64)], args: &Args) -> ExitCode {
     });
     progress.finish_and_clear();
     print_summary(&totals, started.elapsed(), args.check_determinism, jobs);
+    for (name, total) in &totals {
+        if !total.unproven.is_empty() {
+            let seeds: Vec<String> = total.unproven.iter().map(u64::to_string).collect();
+            println!(
+                "linearizability not proven ({}): {name} seeds {}; replay: cargo xtask sim --seed {} --scenario {name}",
+                if args.allow_unproven {
+                    "allowed by --allow-unproven"
+                } else {
+                    "fails the sweep; --allow-unproven lets it pass"
+                },
+                seeds.join(" "),
+                total.unproven[0]
+            );
+        }
+    }
     if failures == 0 {
         ExitCode::SUCCESS
     } else {
@@ -362,7 +386,8 @@ struct Totals {
     simulated: Duration,
     wall: Duration,
     operations: u64,
-    unproven: u64,
+    /// Seeds whose linearizability search ran out of budget.
+    unproven: Vec<u64>,
     torn_writes: u64,
     nondeterministic: Vec<u64>,
 }
@@ -428,7 +453,7 @@ fn print_summary(totals: &BTreeMap<&str, Totals>, wall: Duration, determinism: b
                 failed.join(" ")
             },
             total.operations.to_string(),
-            total.unproven.to_string(),
+            total.unproven.len().to_string(),
             total.torn_writes.to_string(),
             format!("{:.0}", total.simulated.as_secs_f64()),
             format!("{:.1}", total.wall.as_secs_f64()),
