@@ -16,3 +16,6 @@ pub const TIMELINE_DECLARED_NODES_MAX: u64 = 64;
 /// How long (real time) a sled node restarted right after a crash waits for the crashed
 /// incarnation's sled, still in this process, to release the database's file lock.
 pub const SLED_LOCK_WAIT_MAX: Duration = Duration::from_secs(5);
+
+/// How many sessions the sessions scenario's long-polling external worker claims at once.
+pub const SESSION_LONG_POLL_CLAIM_MAX: u32 = 3;

@@ -8,7 +8,8 @@
 //! covers the unary path and most cover the others:
 //! - [`Path::Unary`]: `Claim` with no wait, one session at a time, `Complete` per session;
 //! - [`Path::LongPoll`]: `Claim` waiting for work (up to [`LONG_POLL_WAIT`]), up to
-//!   [`LONG_POLL_MAX`] sessions at once, their completions sent together in a `CompleteBatch`;
+//!   [`SESSION_LONG_POLL_CLAIM_MAX`] sessions at once, their completions sent together in a
+//!   `CompleteBatch`;
 //! - [`Path::Stream`]: the `Work` stream with credit 1: the node pushes a claim, the worker
 //!   answers with a complete step and grants the next credit. A stream that breaks, or stays
 //!   silent while a step waits, is opened again on another node under the same worker name and
@@ -26,13 +27,12 @@ use super::checkers::{ClaimRecord, LateCompletion};
 use certus_node::roles::session_daemons::ChallengeTester;
 
 use super::workload::{Context, SessionWorkload, SimTester};
+use crate::limits::SESSION_LONG_POLL_CLAIM_MAX;
 use crate::schedule::SeedRng;
 
 /// How long a long-polling claim waits for a session: below the client's attempt timeout, so
 /// an empty answer is not mistaken for a lost one.
 const LONG_POLL_WAIT: Duration = Duration::from_millis(1_000);
-/// How many sessions a long-polling claim takes at most.
-const LONG_POLL_MAX: u32 = 3;
 /// How long a stream worker waits for a claim before it tries another node. The node pushes
 /// only when work exists, so silence is usually an empty queue; a cut-off node is left after
 /// this long.
@@ -101,7 +101,7 @@ impl Worker<'_> {
     /// worker dies mid-step (true).
     async fn run_calls(&self, rng: &mut SeedRng) -> bool {
         let (wait_ms, max) = match self.path {
-            Path::LongPoll => (duration_ms(LONG_POLL_WAIT), LONG_POLL_MAX),
+            Path::LongPoll => (duration_ms(LONG_POLL_WAIT), SESSION_LONG_POLL_CLAIM_MAX),
             _ => (0, 1),
         };
         while !self.context.stopping() {
