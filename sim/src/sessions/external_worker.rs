@@ -4,8 +4,8 @@
 //! a pause), or complete on purpose after their claim expired and a newer one was granted (the
 //! completion must be refused).
 //!
-//! Each incarnation takes one of the three ways a worker can talk to the cluster, so every seed
-//! covers the unary path and most cover the others:
+//! Each incarnation takes one of the three ways a worker can talk to the cluster, drawn from the
+//! seed (a run has a few incarnations, so most runs take more than one):
 //! - [`Path::Unary`]: `Claim` with no wait, one session at a time, `Complete` per session;
 //! - [`Path::LongPoll`]: `Claim` waiting for work (up to [`LONG_POLL_WAIT`]), up to
 //!   [`SESSION_LONG_POLL_CLAIM_MAX`] sessions at once, their completions sent together in a
