@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use certus_proto::v1::RaftMessage;
 use certus_proto::v1::raft_client::RaftClient;
+#[cfg(not(madsim))]
+use openraft::error::Unreachable;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout as RpcTimeout,
-    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -54,6 +55,13 @@ pub enum PeerError {
         addr: String,
         /// What it answered.
         status: Box<tonic::Status>,
+    },
+    /// Under the simulation: replication to this peer pauses after finding it unreachable.
+    #[cfg(madsim)]
+    #[error("peer {addr} was unreachable; replication to it pauses before dialing again")]
+    Resting {
+        /// The address.
+        addr: String,
     },
     /// The peer did not answer in time.
     #[error("peer {addr} did not answer within {timeout:?}")]
@@ -201,9 +209,15 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             peers: self.peers.clone(),
             target,
             node: node.clone(),
+            resting_until: None,
         }
     }
 }
+
+/// How long replication to a peer that could not be reached waits before it dials again
+/// (openraft's own default backoff).
+#[cfg(madsim)]
+const UNREACHABLE_PAUSE: Duration = Duration::from_millis(500);
 
 /// openraft's view of one peer.
 #[derive(Debug)]
@@ -212,13 +226,22 @@ pub struct PeerClient {
     peers: Peers,
     target: NodeId,
     node: CertusNode,
+    /// Under the simulation: replication found the peer unreachable and does not dial it again
+    /// before then (see [`PeerClient::rpc`]).
+    #[cfg_attr(not(madsim), allow(dead_code))]
+    resting_until: Option<tokio::time::Instant>,
 }
 
 type RpcResult<T, E> = Result<T, RPCError<NodeId, CertusNode, RaftError<NodeId, E>>>;
 
 impl PeerClient {
+    /// A peer that could not be reached is openraft's `Unreachable`, which makes replication
+    /// back off. Under the simulation it is a network error instead, and the pause is taken
+    /// here: openraft's backoff waits in an unbiased `select!`, whose branch order tokio draws
+    /// from a per-process seed, so two runs of a seed in one process (madsim's determinism
+    /// check) would differ (see `ordered_watch`). Votes are never held back.
     async fn rpc<Req, Reply, E>(
-        &self,
+        &mut self,
         kind: RpcKind,
         request: &Req,
         option: &RPCOption,
@@ -229,28 +252,54 @@ impl PeerClient {
         E: std::error::Error + DeserializeOwned,
     {
         let timeout = option.hard_ttl();
-        let reply: Result<Reply, RaftError<NodeId, E>> = self
+        #[cfg(madsim)]
+        let replicating = matches!(kind, RpcKind::AppendEntries | RpcKind::InstallSnapshot);
+        #[cfg(madsim)]
+        if replicating && let Some(until) = self.resting_until {
+            // openraft cuts an append off at its timeout (the heartbeat interval): wait within
+            // it, and answer without dialing while the pause lasts.
+            let now = tokio::time::Instant::now();
+            if now < until {
+                tokio::time::sleep_until(until.min(now + timeout * 3 / 4)).await;
+            }
+            if tokio::time::Instant::now() < until {
+                return Err(RPCError::Network(NetworkError::new(&PeerError::Resting {
+                    addr: self.node.grpc_addr.clone(),
+                })));
+            }
+        }
+        let reply = self
             .peers
             .call(&self.node.grpc_addr, kind, request, timeout)
-            .await
-            .map_err(|error| match error {
-                PeerError::Timeout { .. } => RPCError::Timeout(RpcTimeout {
-                    action: match kind {
-                        RpcKind::Vote => openraft::network::RPCTypes::Vote,
-                        RpcKind::InstallSnapshot => openraft::network::RPCTypes::InstallSnapshot,
-                        RpcKind::AppendEntries | RpcKind::Forward => {
-                            openraft::network::RPCTypes::AppendEntries
-                        }
-                    },
-                    id: self.id,
-                    target: self.target,
-                    timeout,
-                }),
-                PeerError::Call { ref status, .. } if status.code() == tonic::Code::Unavailable => {
-                    RPCError::Unreachable(Unreachable::new(&error))
-                }
-                other => RPCError::Network(NetworkError::new(&other)),
-            })?;
+            .await;
+        #[cfg(madsim)]
+        {
+            let unreachable = matches!(
+                &reply,
+                Err(PeerError::Call { status, .. }) if status.code() == tonic::Code::Unavailable
+            );
+            self.resting_until = (replicating && unreachable)
+                .then(|| tokio::time::Instant::now() + UNREACHABLE_PAUSE);
+        }
+        let reply: Result<Reply, RaftError<NodeId, E>> = reply.map_err(|error| match error {
+            PeerError::Timeout { .. } => RPCError::Timeout(RpcTimeout {
+                action: match kind {
+                    RpcKind::Vote => openraft::network::RPCTypes::Vote,
+                    RpcKind::InstallSnapshot => openraft::network::RPCTypes::InstallSnapshot,
+                    RpcKind::AppendEntries | RpcKind::Forward => {
+                        openraft::network::RPCTypes::AppendEntries
+                    }
+                },
+                id: self.id,
+                target: self.target,
+                timeout,
+            }),
+            #[cfg(not(madsim))]
+            PeerError::Call { ref status, .. } if status.code() == tonic::Code::Unavailable => {
+                RPCError::Unreachable(Unreachable::new(&error))
+            }
+            other => RPCError::Network(NetworkError::new(&other)),
+        })?;
         reply.map_err(|remote| {
             RPCError::RemoteError(RemoteError::new_with_node(
                 self.target,
