@@ -419,8 +419,19 @@ impl<'h, M: Model> Search<'h, M> {
                     }
                     let frame = self.frame(state);
                     // Furthest is counted in completed ops: linearizing a pending op is no
-                    // progress, and would let padding decide which frontier gets reported.
-                    if self.remaining < self.best_remaining {
+                    // progress, and would let padding decide which frontier gets reported. At
+                    // a tie, a frontier with completed ops beats one without (a bounded pending
+                    // op can stand alone before the ops that wait on it).
+                    let completed_in = |window: &[usize]| {
+                        window
+                            .iter()
+                            .any(|&op| self.history[op].return_ms.is_some())
+                    };
+                    if self.remaining < self.best_remaining
+                        || (self.remaining == self.best_remaining
+                            && !completed_in(&self.best_window)
+                            && completed_in(&frame.frontier))
+                    {
                         self.best_remaining = self.remaining;
                         self.best_path.clone_from(&self.path);
                         self.best_window.clone_from(&frame.frontier);
