@@ -145,15 +145,14 @@ fn test(args: &[String]) -> Result<(), String> {
         "cargo",
         &sim_test,
     )?;
-    // The fixed sweep, each seed run twice to check it replays exactly. Seed 1 of `leases` is
-    // still beyond the linearizability search (see docs/simulation.md), so it may pass unproven.
+    // The fixed sweep, each seed run twice to check it replays exactly; a linearizability
+    // verdict not proven fails it.
     sim(&[
         "--seeds".to_owned(),
         SIM_SWEEP_SEEDS.to_owned(),
         "--scenario".to_owned(),
         "all".to_owned(),
         "--check-determinism".to_owned(),
-        "--allow-unproven".to_owned(),
     ])?;
     run(
         &root,
