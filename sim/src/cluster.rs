@@ -31,6 +31,16 @@ pub fn node_ip(id: u64) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
 }
 
+/// A node of `1..=nodes` other than `node`, drawn from `rng` (`node` itself when it is the
+/// only one): where a client goes when its node does not answer.
+pub fn another_node(rng: &mut crate::schedule::SeedRng, node: u64, nodes: u64) -> u64 {
+    if nodes < 2 {
+        return node;
+    }
+    let step = rng.between(1, nodes - 1);
+    (node - 1 + step) % nodes + 1
+}
+
 /// The gRPC endpoint of node `id`, as clients name it.
 pub fn endpoint(id: u64) -> String {
     format!("{}:{GRPC_PORT}", node_ip(id))

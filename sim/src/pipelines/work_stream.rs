@@ -25,7 +25,8 @@ use certus_proto::v1;
 use tokio::sync::{mpsc, oneshot};
 
 use super::workers::{Answer, Flow, Via, record_claim, work_transaction};
-use super::workload::{Context, FIRST_GROUP, SECOND_GROUP, another_node};
+use super::workload::{Context, FIRST_GROUP, SECOND_GROUP};
+use crate::cluster::another_node;
 use crate::schedule::SeedRng;
 
 /// A stream worker: its lanes (credit per node group), incarnation after incarnation, until the

@@ -19,8 +19,9 @@ use tonic::transport::Channel;
 use super::checkers::{ClaimRecord, ProgressRecord, SleepRecord, StepKind, StepRecord};
 use super::work_stream::{self, Lane};
 use super::workload::{
-    Context, FIRST_GROUP, PipelineWorkload, SECOND_GROUP, another_node, status_text, switch_name,
+    Context, FIRST_GROUP, PipelineWorkload, SECOND_GROUP, status_text, switch_name,
 };
+use crate::cluster::another_node;
 use crate::schedule::SeedRng;
 
 /// How a worker takes its work.

@@ -124,15 +124,6 @@ impl Default for PipelineWorkload {
     }
 }
 
-/// A node other than `node`, at random.
-pub(super) fn another_node(rng: &mut SeedRng, node: u64, nodes: u64) -> u64 {
-    if nodes < 2 {
-        return node;
-    }
-    let step = rng.between(1, nodes - 1);
-    (node - 1 + step) % nodes + 1
-}
-
 /// The simulated address of producer `index`.
 fn producer_ip(index: u32) -> IpAddr {
     let last = u8::try_from(index + 1).expect("at most 254 simulated producers");

@@ -27,6 +27,7 @@ use super::checkers::{ClaimRecord, LateCompletion};
 use certus_node::roles::session_daemons::ChallengeTester;
 
 use super::workload::{Context, SessionWorkload, SimTester};
+use crate::cluster::another_node;
 use crate::limits::SESSION_LONG_POLL_CLAIM_MAX;
 use crate::schedule::SeedRng;
 
@@ -192,7 +193,7 @@ impl Worker<'_> {
         let mut node = rng.between(1, self.context.nodes);
         'streams: while !self.context.stopping() {
             let Some(mut link) = self.open(node, 1).await else {
-                node = another_node(rng, self.context.nodes, node);
+                node = another_node(rng, node, self.context.nodes);
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 continue;
             };
@@ -201,13 +202,13 @@ impl Worker<'_> {
                     LinkEvent::Claimed(session) => session,
                     LinkEvent::Stopping => return false,
                     LinkEvent::Broken | LinkEvent::Silent => {
-                        node = another_node(rng, self.context.nodes, node);
+                        node = another_node(rng, node, self.context.nodes);
                         continue 'streams;
                     }
                     LinkEvent::Violation(what) => {
                         self.context
                             .violation(format!("node {node}, {}: {what}", self.name));
-                        node = another_node(rng, self.context.nodes, node);
+                        node = another_node(rng, node, self.context.nodes);
                         continue 'streams;
                     }
                 };
@@ -265,7 +266,7 @@ impl Worker<'_> {
     ) -> (Accepted, Option<(WorkLink, u64)>) {
         for attempt in 0..STREAM_STEP_ATTEMPTS {
             if attempt > 0 {
-                node = another_node(rng, self.context.nodes, node);
+                node = another_node(rng, node, self.context.nodes);
                 match self.open(node, 0).await {
                     Some(opened) => link = opened,
                     None => continue,
@@ -506,15 +507,6 @@ fn stale_or_applied(code: u32) -> Accepted {
 
 fn duration_ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A node other than `node`, at random (the same one when there is only one).
-fn another_node(rng: &mut SeedRng, nodes: u64, node: u64) -> u64 {
-    if nodes <= 1 {
-        return node;
-    }
-    let other = rng.between(1, nodes - 1);
-    if other >= node { other + 1 } else { other }
 }
 
 /// One open `Work` stream, as the worker sees it.
