@@ -308,6 +308,151 @@ async fn a_fourth_node_joins_as_voter_and_one_leaves() {
     assert_grants_survive(&direct, &after).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joining_under_a_voters_id_is_refused_unless_it_replaces_it() {
+    let mut cluster = Cluster::start(3, Tuning::default());
+    leader(&cluster).await;
+    let client = cluster.client();
+    let granted = acquire_many(&client, "before-replace", 5).await;
+    let original = cluster.nodes[cluster.index_of(3)].spec.grpc.to_string();
+
+    // A fresh node under id 3 while node 3 is a voter: refused, and the membership is unchanged.
+    let impostor = cluster.join_anew(3, "impostor", &[]);
+    let exit = cluster.nodes[impostor]
+        .exited_within(Duration::from_secs(30))
+        .expect("the impostor gives up");
+    assert!(!exit.success(), "refused: {exit:?}");
+    let log = std::fs::read_to_string(cluster.nodes[impostor].spec.data_dir.with_extension("log"))
+        .expect("its log");
+    assert!(log.contains("already a voter"), "says why: {log}");
+    let status = client.status().await.expect("status");
+    let member = |id: u64| {
+        status
+            .members
+            .iter()
+            .find(|member| member.id == id)
+            .cloned()
+    };
+    assert_eq!(status.members.len(), 3, "{:?}", status.members);
+    assert_eq!(member(3).expect("node 3").grpc_addr, original);
+
+    // Node 3 is gone for good; a fresh node takes its place with --replace.
+    let gone = cluster.index_of(3);
+    cluster.nodes[gone].kill();
+    let replacement = cluster.join_anew(3, "replacement", &["--replace"]);
+    let new_addr = cluster.nodes[replacement].spec.grpc.to_string();
+    let survivors = Client::with_config(
+        [
+            cluster.nodes[cluster.index_of(1)].spec.grpc.to_string(),
+            cluster.nodes[cluster.index_of(2)].spec.grpc.to_string(),
+        ],
+        ClientConfig::default(),
+    )
+    .expect("client");
+    let members = eventually(
+        ELECTION * 2,
+        "node 3 is a voter at its new address",
+        || async {
+            let status = survivors.status().await.ok()?;
+            status
+                .members
+                .iter()
+                .any(|member| member.id == 3 && member.voter && member.grpc_addr == new_addr)
+                .then_some(status.members)
+        },
+    )
+    .await;
+    assert_eq!(members.len(), 3, "{members:?}");
+    let direct = pinned(&new_addr);
+    assert_grants_survive(&direct, &granted).await;
+    let after = acquire_many(&survivors, "after-replace", 3).await;
+    assert_grants_survive(&direct, &after).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_tells_systemd_when_it_is_ready_and_the_probe_agrees() {
+    use std::os::unix::net::UnixDatagram;
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (grpc, http) = (support::free_addr(), support::free_addr());
+    let config_file = dir.path().join("node.toml");
+    std::fs::write(
+        &config_file,
+        format!(
+            "plaintext = true\nid = 1\ngrpc_addr = \"{grpc}\"\nhttp_addr = \"{http}\"\n\
+             data_dir = \"{}\"\n[[initial_members]]\nid = 1\ngrpc_addr = \"{grpc}\"\n\
+             http_addr = \"{http}\"\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .expect("config file");
+    let probe = |extra: &[&str]| {
+        Command::new(support::binary())
+            .args(["probe", "--timeout-ms", "2000", "--config"])
+            .arg(&config_file)
+            .args(extra)
+            .output()
+            .expect("certus probe runs")
+    };
+    let before = probe(&[]);
+    assert!(!before.status.success(), "no node yet: {before:?}");
+
+    let notify_path = dir.path().join("notify");
+    let notifications = UnixDatagram::bind(&notify_path).expect("the notify socket");
+    notifications
+        .set_read_timeout(Some(ELECTION))
+        .expect("timeout");
+    let log = std::fs::File::create(dir.path().join("node.log")).expect("log file");
+    let mut node = Command::new(support::binary())
+        .arg("serve")
+        .arg("--config")
+        .arg(&config_file)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("certus serve");
+    let mut received = Vec::new();
+    let next = || {
+        let mut buffer = [0u8; 512];
+        let read = notifications
+            .recv(&mut buffer)
+            .expect("a notification in time");
+        String::from_utf8_lossy(&buffer[..read]).into_owned()
+    };
+    while !received
+        .iter()
+        .any(|state: &String| state.contains("READY=1"))
+    {
+        received.push(next());
+    }
+    let ready = probe(&[]);
+    assert!(ready.status.success(), "ready once it said so: {ready:?}");
+    assert!(String::from_utf8_lossy(&ready.stdout).contains("ready"));
+    let live = probe(&["--live"]);
+    assert!(live.status.success(), "alive: {live:?}");
+
+    // SIGTERM: the node says it is stopping, stops cleanly, and the probe then fails.
+    let terminated = Command::new("kill")
+        .args(["-TERM", &node.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(terminated.success());
+    while !received.iter().any(|state| state.contains("STOPPING=1")) {
+        received.push(next());
+    }
+    let exit = node.wait().expect("the node exits");
+    assert!(exit.success(), "a clean stop: {exit:?}");
+    let after = probe(&["--live"]);
+    assert!(!after.status.success(), "stopped: {after:?}");
+    assert!(
+        String::from_utf8_lossy(&after.stderr).contains("no answer"),
+        "{after:?}"
+    );
+}
+
 fn refusal(error: ClientError) -> (Code, String) {
     match error {
         ClientError::Refused { code, reason, .. } => (code, reason),
@@ -340,18 +485,16 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         (code, reason.as_str()),
         (Code::InvalidArgument, "invalid-argument")
     );
-    let (code, _) = refusal(
+    let (code, reason) = refusal(
         client
             .put_challenge("token", &"k".repeat(512 * 1024))
             .await
             .unwrap_err(),
     );
-    assert!(
-        matches!(
-            code,
-            Code::OutOfRange | Code::ResourceExhausted | Code::InvalidArgument
-        ),
-        "an oversized message is refused, got {code:?}"
+    assert_eq!(
+        (code, reason.as_str()),
+        (Code::ResourceExhausted, "message-too-large"),
+        "an oversized message is refused by its size"
     );
 
     // A member that is not running, or is another node, is not added.

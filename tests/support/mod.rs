@@ -176,6 +176,22 @@ impl Cluster {
     /// Adds a node that joins through the current members.
     pub fn join(&mut self, id: u64) -> usize {
         let spec = spec(self.dir.path(), id);
+        self.join_with(spec, &[])
+    }
+
+    /// Adds a node under `id` with a data directory of its own (`node-{id}-{incarnation}`), as a
+    /// node that lost its data would come back, joining with `extra` flags.
+    pub fn join_anew(&mut self, id: u64, incarnation: &str, extra: &[&str]) -> usize {
+        let mut spec = spec(self.dir.path(), id);
+        spec.data_dir = self.dir.path().join(format!("node-{id}-{incarnation}"));
+        spec.config_file = self
+            .dir
+            .path()
+            .join(format!("node-{id}-{incarnation}.toml"));
+        self.join_with(spec, extra)
+    }
+
+    fn join_with(&mut self, spec: NodeSpec, extra: &[&str]) -> usize {
         write_config(&spec, &self.tuning, "");
         let join: Vec<String> = self
             .nodes
@@ -183,7 +199,10 @@ impl Cluster {
             .filter(|node| node.is_running())
             .map(|node| node.spec.grpc.to_string())
             .collect();
-        let process = launch(&spec, &["--join", &join.join(",")]);
+        let join = join.join(",");
+        let mut args = vec!["--join", join.as_str()];
+        args.extend_from_slice(extra);
+        let process = launch(&spec, &args);
         self.nodes.push(process);
         self.nodes.len() - 1
     }

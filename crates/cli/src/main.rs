@@ -14,8 +14,10 @@ mod ct_key;
 mod ctl;
 mod limits;
 mod pki;
+mod probe;
 mod rebuild;
 mod serve;
+mod systemd;
 mod up;
 
 /// Certus: replicated coordination state for certificate infrastructure.
@@ -61,6 +63,8 @@ enum Command {
     Pki(pki::PkiArgs),
     /// Replace a stopped node's damaged data with a copy caught up from its peers.
     Rebuild(rebuild::RebuildArgs),
+    /// Ask one node whether it is ready (or alive, with --live): exit 0 if so, 1 if not.
+    Probe(probe::ProbeArgs),
 }
 
 // mimalloc: a node allocates and frees many small buffers per request on every core (HTTP/2
@@ -91,6 +95,7 @@ fn main() -> ExitCode {
             Command::CtKeygen(args) => ct_key::run(&args),
             Command::Pki(args) => pki::run(args),
             Command::Rebuild(args) => rebuild::run(args).await,
+            Command::Probe(args) => probe::run(args).await,
         }
     });
     match result {

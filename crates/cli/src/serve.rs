@@ -42,6 +42,11 @@ pub(crate) struct ServeArgs {
     /// When joining, stay a learner (non-voting).
     #[arg(long, env = "CERTUS_LEARNER")]
     learner: bool,
+    /// When joining under the id of a voter (a node that lost its data for good and is not
+    /// coming back), remove that voter first and take its place. Without it such a join is
+    /// refused: an id is never reused by accident.
+    #[arg(long, env = "CERTUS_REPLACE")]
+    replace: bool,
     /// The CT log's signing key (PKCS#8 PEM, the same on every node; `certus ct-keygen` makes
     /// one). Without it this node takes no part in the CT log.
     #[arg(long, env = "CERTUS_CT_KEY_FILE")]
@@ -130,6 +135,7 @@ fn required<T>(value: Option<T>, name: &str) -> Result<T, String> {
 /// how it talks to its peers, and the peers it knows of.
 pub(crate) struct NodeFile {
     pub(crate) id: u64,
+    pub(crate) grpc_addr: Option<SocketAddr>,
     pub(crate) data_dir: PathBuf,
     pub(crate) tls: Option<certus_node::TlsSetup>,
     pub(crate) peers: Vec<String>,
@@ -155,6 +161,7 @@ pub(crate) fn node_file(path: &std::path::Path) -> Result<NodeFile, String> {
     peers.extend(file.join);
     Ok(NodeFile {
         id,
+        grpc_addr: file.grpc_addr,
         data_dir: required(file.data_dir, "data_dir")?,
         tls: file.tls,
         peers,
@@ -219,7 +226,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     let founded = if !file.initial_members.is_empty() {
         found(&node, &config, &file.initial_members).await
     } else if !join.is_empty() {
-        join_cluster(&node, &config, &join, learner).await
+        join_cluster(&node, &config, &join, learner, args.replace).await
     } else {
         Ok(())
     };
@@ -248,8 +255,16 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         }
     }
 
-    wait_for_stop().await?;
+    // Under systemd (Type=notify) the unit becomes active once the node is first ready.
+    let stop = wait_for_stop();
+    tokio::pin!(stop);
+    tokio::select! {
+        biased;
+        result = &mut stop => result?,
+        () = crate::systemd::notify_when_ready(&node) => stop.await?,
+    }
     info!(id = config.id, "stopping");
+    crate::systemd::notify_stopping();
     node.shutdown().await;
     Ok(())
 }
@@ -291,6 +306,7 @@ async fn join_cluster(
     config: &NodeConfig,
     join: &[String],
     learner: bool,
+    replace: bool,
 ) -> Result<(), String> {
     let id = config.id;
     let already = node
@@ -307,6 +323,7 @@ async fn join_cluster(
     let client_config = crate::connect::node_client_config(config.tls.as_ref())?;
     let client = Client::with_config(join.iter().cloned(), client_config)
         .map_err(|error| error.to_string())?;
+    replace_voter(&client, id, replace).await?;
     info!(id, "joining as a learner");
     client
         .add_learner(
@@ -344,6 +361,43 @@ async fn join_cluster(
         }
     }
     Err("could not become a voter after 10 attempts".into())
+}
+
+/// A join under the id of a current voter is refused unless `replace`: this node holds no data
+/// of the cluster, so it would be a second node under one id, voting afresh in terms the old one
+/// may have voted in. With `replace` the old voter is removed first (the operator says it is gone
+/// for good); once its removal is committed, no quorum can count its old votes, and this node
+/// joins as a new learner would.
+async fn replace_voter(client: &Client, id: u64, replace: bool) -> Result<(), String> {
+    let status = client
+        .status()
+        .await
+        .map_err(|error| format!("reading the cluster's members: {error}"))?;
+    let Some(existing) = status
+        .members
+        .iter()
+        .find(|member| member.id == id && member.voter)
+    else {
+        return Ok(());
+    };
+    if !replace {
+        return Err(format!(
+            "node id {id} is already a voter of this cluster (at {}), and this node's data              directory holds no part of it. A node that lost its data joins under a new id (ids              are never reused); to take the old node's place once it is gone for good, start              with --replace; to bring the old node back, start it on its own data directory",
+            existing.grpc_addr
+        ));
+    }
+    let voters: Vec<u64> = status
+        .members
+        .iter()
+        .filter(|member| member.voter && member.id != id)
+        .map(|member| member.id)
+        .collect();
+    info!(id, old = %existing.grpc_addr, "removing the voter this node replaces");
+    client
+        .change_membership(voters, false)
+        .await
+        .map_err(|error| format!("removing the voter with id {id} to replace it: {error}"))?;
+    Ok(())
 }
 
 /// Ctrl-C or SIGTERM (what service managers send).

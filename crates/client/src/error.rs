@@ -16,8 +16,8 @@ pub enum ClientError {
     Refused {
         /// The gRPC status code.
         code: Code,
-        /// The stable reason from the `certus-error` metadata entry, or `""` if there was none
-        /// (for example a refusal by the gRPC layer itself, such as an oversized message).
+        /// The stable reason from the `certus-error` metadata entry (an oversized message is
+        /// `message-too-large`), or `""` if there was none (a refusal by the gRPC layer itself).
         reason: String,
         /// What the node said was wrong.
         message: String,

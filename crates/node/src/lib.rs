@@ -29,6 +29,7 @@ mod random;
 pub mod roles;
 pub mod services;
 mod stop;
+pub mod tasks;
 
 pub use clock::Clock;
 pub use config::{CtFiles, NodeConfig, PipelinesSetup, RaftTuning, SessionsSetup, StoreSetup};

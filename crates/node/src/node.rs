@@ -292,19 +292,17 @@ impl Node {
             .await?,
         );
         if let Some(ct) = &ct {
-            servers.push(tokio::spawn(crate::ct::node::run(
-                Arc::clone(&replica),
-                Arc::clone(ct),
-                stopped.clone(),
-            )));
+            servers.push(replica.tasks.spawn(
+                "ct round",
+                crate::ct::node::run(Arc::clone(&replica), Arc::clone(ct), stopped.clone()),
+            ));
         }
         if config.sessions.daemons {
             let daemons = SessionDaemons::new(config.id, sessions, &config.sessions);
-            servers.push(tokio::spawn(crate::roles::session_daemons::run(
-                Arc::clone(&replica),
-                daemons,
-                stopped.clone(),
-            )));
+            servers.push(replica.tasks.spawn(
+                "session daemons",
+                crate::roles::session_daemons::run(Arc::clone(&replica), daemons, stopped.clone()),
+            ));
         }
         // Pipelines' webhooks: every node competes for the role; one at a time sends. The
         // simulation has no HTTP: its harness runs `pipeline_webhooks::run_with` on each node's
@@ -314,28 +312,32 @@ impl Node {
             let webhooks = crate::roles::pipeline_webhooks::WebhookProcessor::http(config.id)
                 .map_err(StartError::Config)?
                 .with_metrics(Arc::clone(&metrics));
-            servers.push(tokio::spawn(crate::roles::pipeline_webhooks::run_with(
-                Arc::clone(&replica),
-                webhooks,
-                stopped.clone(),
-            )));
+            servers.push(replica.tasks.spawn(
+                "pipeline webhooks",
+                crate::roles::pipeline_webhooks::run_with(
+                    Arc::clone(&replica),
+                    webhooks,
+                    stopped.clone(),
+                ),
+            ));
         }
-        servers.push(tokio::spawn(count_leader_changes(
-            replica.metrics(),
-            Arc::clone(&metrics),
-            stopped.clone(),
-        )));
-        servers.push(tokio::spawn(break_split_votes(
-            replica.raft.clone(),
-            config.raft.election_timeout_min_ms,
-            config.raft.election_timeout_max_ms,
-            stopped.clone(),
-        )));
-        servers.push(tokio::spawn(crate::roles::ticks::run(
-            Arc::clone(&replica),
-            config.clone(),
-            stopped,
-        )));
+        servers.push(replica.tasks.spawn(
+            "leader change counter",
+            count_leader_changes(replica.metrics(), Arc::clone(&metrics), stopped.clone()),
+        ));
+        servers.push(replica.tasks.spawn(
+            "split vote breaker",
+            break_split_votes(
+                replica.raft.clone(),
+                config.raft.election_timeout_min_ms,
+                config.raft.election_timeout_max_ms,
+                stopped.clone(),
+            ),
+        ));
+        servers.push(replica.tasks.spawn(
+            "ticks",
+            crate::roles::ticks::run(Arc::clone(&replica), config.clone(), stopped),
+        ));
         info!(id = config.id, grpc = %config.grpc_addr, http = %config.http_addr, "node started");
         let disk = Arc::downgrade(&disk);
         Ok(Node {
@@ -375,6 +377,7 @@ impl Node {
 
     /// Stops the servers and Raft; waits for them.
     pub async fn shutdown(self) {
+        self.replica.tasks.stopping();
         let _ = self.stop.send(true);
         for server in self.servers {
             let _ = server.await;
@@ -481,9 +484,12 @@ macro_rules! with_node_services {
                     .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
             )
             .add_service(
-                HealthServer::new(HealthService::new(Arc::clone(replica)))
-                    .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
-                    .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+                HealthServer::new(HealthService::new(
+                    Arc::clone(replica),
+                    crate::services::health::served_service_names(ct.is_some()),
+                ))
+                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
             )
             .add_service(
                 SessionsServer::new(SessionsService::new(Arc::clone(replica), stop.clone()))
@@ -550,13 +556,14 @@ async fn serve_grpc(
         .layer(
             crate::edge::client_limits::ClientLimitsLayer::new(config.client_limits)
                 .keyed_by(crate::edge::client_limits::tls_or_tcp_peer),
-        );
+        )
+        .layer(crate::edge::message_size::MessageSizeLayer);
     let router = with_node_services!(builder, &replica, ct.as_ref(), &stop)
         // Requests are small; replies (file descriptors) keep tonic's default bound.
         .add_service(reflection.max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX))
         .add_service(reflection_v1alpha.max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX));
     let id = config.id;
-    Ok(tokio::spawn(async move {
+    Ok(replica.tasks.spawn("gRPC server", async move {
         if let Err(error) = router
             .serve_with_incoming_shutdown(incoming, stopped(stop))
             .await
@@ -581,7 +588,7 @@ async fn serve_grpc(
     );
     let addr = config.grpc_addr;
     let id = config.id;
-    Ok(tokio::spawn(async move {
+    Ok(replica.tasks.spawn("gRPC server", async move {
         if let Err(error) = router.serve_with_shutdown(addr, stopped(stop)).await {
             warn!(id, %error, "gRPC server failed");
         }

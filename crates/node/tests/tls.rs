@@ -12,13 +12,17 @@ use std::time::Duration;
 
 use certus_node::TlsSetup;
 use certus_node::edge::security::{Role, TokenEntry, token_hash};
+use certus_node::limits::CLIENT_MESSAGE_BYTES_MAX;
 use certus_proto::health::HealthCheckRequest;
 use certus_proto::health::health_client::HealthClient;
 use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::raft_client::RaftClient;
 use certus_proto::v1::sessions_client::SessionsClient;
-use certus_proto::v1::{AcquireRequest, ChangeMembershipRequest, ClaimRequest, StatusRequest};
+use certus_proto::v1::{
+    AcquireRequest, ChangeMembershipRequest, ClaimRequest, PutChallengeRequest, StatusReply,
+    StatusRequest,
+};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
@@ -26,6 +30,7 @@ use rcgen::{
 use support::start_plain_cluster;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tonic::Code;
+use tonic::codegen::http;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 const CLIENT_TOKEN: &str = "c2VjcmV0LWNsaWVudC10b2tlbi1mb3ItdGVzdHM";
@@ -100,6 +105,20 @@ fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
         format!("Bearer {token}").parse().expect("header"),
     );
     request
+}
+
+/// Calls `/certus.v1.Admin/Teleport`, a method no node has.
+async fn call_unknown_method(channel: Channel) -> tonic::Status {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let codec = tonic_prost::ProstCodec::<StatusRequest, StatusReply>::default();
+    grpc.unary(
+        tonic::Request::new(StatusRequest {}),
+        http::uri::PathAndQuery::from_static("/certus.v1.Admin/Teleport"),
+        codec,
+    )
+    .await
+    .expect_err("no node has this method")
 }
 
 fn acquire(name: &str) -> AcquireRequest {
@@ -330,6 +349,51 @@ async fn only_the_right_identities_get_in() {
         .collect();
     names.sort();
     assert_eq!(names, ["tls/admin", "tls/token"]);
+
+    // gRPC conventions. A method this node does not have is UNIMPLEMENTED once the caller is
+    // known (how clients detect a feature), and still UNAUTHENTICATED for an unknown caller.
+    let unknown = call_unknown_method(worker_channel.clone()).await;
+    assert_eq!(unknown.code(), Code::Unimplemented, "{unknown:?}");
+    let unknown = call_unknown_method(anonymous.clone()).await;
+    assert_eq!(unknown.code(), Code::Unauthenticated, "{unknown:?}");
+    // A message over its service's bound is RESOURCE_EXHAUSTED with a reason, and changes
+    // nothing; one just under it reaches the service, which judges what it says.
+    let mut leases = LeasesClient::new(channel(addr, &ca, Some(&admin)).await.expect("admin"));
+    let oversized = leases
+        .put_challenge(PutChallengeRequest {
+            token: "tls-oversized".into(),
+            key_authorization: "k".repeat(CLIENT_MESSAGE_BYTES_MAX + 1),
+        })
+        .await
+        .expect_err("over the bound");
+    assert_eq!(oversized.code(), Code::ResourceExhausted, "{oversized:?}");
+    assert_eq!(reason(&oversized), "message-too-large");
+    assert!(
+        oversized
+            .message()
+            .contains(&CLIENT_MESSAGE_BYTES_MAX.to_string()),
+        "the bound is named: {oversized:?}"
+    );
+    let within = leases
+        .put_challenge(PutChallengeRequest {
+            token: "tls-oversized".into(),
+            key_authorization: "k".repeat(CLIENT_MESSAGE_BYTES_MAX - 64),
+        })
+        .await
+        .expect_err("a key authorization is at most 1 KiB");
+    assert_eq!(within.code(), Code::InvalidArgument, "{within:?}");
+    let absent = leases
+        .get_challenge(certus_proto::v1::GetChallengeRequest {
+            token: "tls-oversized".into(),
+        })
+        .await
+        .expect_err("neither call stored the token");
+    assert_eq!(absent.code(), Code::NotFound, "{absent:?}");
+    // The connection survives a refused message.
+    leases
+        .acquire(acquire("tls/after-oversized"))
+        .await
+        .expect("the same channel serves on");
 
     // HTTPS: health and ACME challenges are public; status and metrics need an identity.
     let http = configs[0].http_addr;

@@ -16,9 +16,20 @@ impl Client {
     /// standard gRPC health protocol. One attempt; a value this client does not know is
     /// reported as [`ServingStatus::Unknown`].
     pub async fn health_check(&self, endpoint: &str) -> Result<ServingStatus, ClientError> {
+        self.health_check_of(endpoint, "").await
+    }
+
+    /// The serving status of `service` on the node at `endpoint`: a gRPC service's name, `""`
+    /// for the node (ready to serve), or `liveness` (the node's Raft and tasks run). One
+    /// attempt; a name the node does not serve is refused with `NOT_FOUND`.
+    pub async fn health_check_of(
+        &self,
+        endpoint: &str,
+        service: &str,
+    ) -> Result<ServingStatus, ClientError> {
         let timeout = self.config().attempt_timeout;
         let request = HealthCheckRequest {
-            service: String::new(),
+            service: service.to_owned(),
         };
         let reply = self.call_one(endpoint, timeout, request).await?;
         Ok(ServingStatus::try_from(reply.status).unwrap_or(ServingStatus::Unknown))

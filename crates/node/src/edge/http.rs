@@ -18,7 +18,7 @@ use crate::ct::node::CtNode;
 use crate::edge::security::{Authorizer, Refusal};
 use crate::metrics::{LocalTree, Metrics, NodeSample, OTHER_PATH};
 use crate::raft::replica::Replica;
-use crate::services::health::readiness;
+use crate::services::health::{liveness, readiness};
 
 /// Every HTTP route of one node, each request counted: the routes of [`router`], `/metrics`,
 /// and the CT log's `/ct/v1/` routes when `ct` is given.
@@ -160,8 +160,14 @@ fn json_error(code: StatusCode, error: &str, message: impl Into<String>) -> Resp
         .into_response()
 }
 
-async fn live() -> Response {
-    axum::Json(json!({ "live": true })).into_response()
+async fn live(State(replica): State<Arc<Replica>>) -> Response {
+    let liveness = liveness(&replica);
+    let code = if liveness.live {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, axum::Json(liveness)).into_response()
 }
 
 async fn ready(State(replica): State<Arc<Replica>>) -> Response {

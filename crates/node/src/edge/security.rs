@@ -405,6 +405,26 @@ impl Authorizer {
         if permission == Permission::Public {
             return Ok(None);
         }
+        let identity = self.authenticate(what, certificate, authorization)?;
+        if identity.may(permission) {
+            Ok(Some(identity))
+        } else {
+            Err(Refusal::Forbidden(format!(
+                "{} ({}) may not call {what}",
+                identity.name,
+                identity.roles_text()
+            )))
+        }
+    }
+
+    /// Who is calling, whatever they call: a request for a method this node does not have is
+    /// still authenticated first, so that only an identity learns which methods exist.
+    pub fn authenticate(
+        &self,
+        what: &str,
+        certificate: Option<&[u8]>,
+        authorization: Option<&str>,
+    ) -> Result<Identity, Refusal> {
         let identity = match (certificate, authorization) {
             (Some(der), _) => self
                 .certificate_identity(der)
@@ -425,15 +445,7 @@ impl Authorizer {
                 )));
             }
         };
-        if identity.may(permission) {
-            Ok(Some(identity))
-        } else {
-            Err(Refusal::Forbidden(format!(
-                "{} ({}) may not call {what}",
-                identity.name,
-                identity.roles_text()
-            )))
-        }
+        Ok(identity)
     }
 }
 

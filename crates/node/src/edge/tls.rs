@@ -224,7 +224,8 @@ mod layer {
 
     /// Authorizes every gRPC call before it reaches a service: `UNAUTHENTICATED` without a
     /// known identity, `PERMISSION_DENIED` when the identity's roles do not allow the method
-    /// (the reason in the status's `certus-reason` metadata, as every refusal of the node).
+    /// (the reason in the status's `certus-error` metadata, as every refusal of the node), and
+    /// an unknown method let through to tonic's `UNIMPLEMENTED` once the caller is known.
     /// Without an authorizer (plain text) it lets every call through.
     #[derive(Debug, Clone)]
     pub struct AuthLayer {
@@ -279,25 +280,23 @@ mod layer {
                 return Box::pin(self.inner.call(request));
             };
             let path = request.uri().path();
+            let certificates = request
+                .extensions()
+                .get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(TlsConnectInfo::peer_certs);
+            let leaf = certificates
+                .as_ref()
+                .and_then(|chain| chain.first())
+                .map(|der| der.as_ref());
+            let authorization = request
+                .headers()
+                .get(http::header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok());
             let decision = match method_permission(path) {
-                None => Err(Refusal::Forbidden(format!(
-                    "{path} is not a method of this node"
-                ))),
-                Some(permission) => {
-                    let certificates = request
-                        .extensions()
-                        .get::<TlsConnectInfo<TcpConnectInfo>>()
-                        .and_then(TlsConnectInfo::peer_certs);
-                    let leaf = certificates
-                        .as_ref()
-                        .and_then(|chain| chain.first())
-                        .map(|der| der.as_ref());
-                    let authorization = request
-                        .headers()
-                        .get(http::header::AUTHORIZATION)
-                        .and_then(|value| value.to_str().ok());
-                    authorizer.check(path, permission, leaf, authorization)
-                }
+                // Not a method of this node: once the caller is known, tonic answers
+                // UNIMPLEMENTED, which is how gRPC clients detect a feature the server lacks.
+                None => authorizer.authenticate(path, leaf, authorization).map(Some),
+                Some(permission) => authorizer.check(path, permission, leaf, authorization),
             };
             match decision {
                 Ok(identity) => {

@@ -22,6 +22,7 @@ use crate::limits::{
     PROPOSAL_COMMANDS_MAX, PROPOSALS_IN_FLIGHT_MAX, PROPOSER_QUEUE_MAX, STEPPED_DOWN_ANSWER_WAIT,
 };
 use crate::raft::types::{NodeId, Raft};
+use crate::tasks::Tasks;
 
 /// What a write comes back with. `NotLeader` means nothing was proposed: retry elsewhere.
 #[derive(Debug)]
@@ -55,9 +56,9 @@ impl std::fmt::Debug for PendingWrite {
 
 impl Proposer {
     /// Starts the proposer task of node `id`.
-    pub fn start(id: NodeId, raft: Raft, clock: Clock) -> Proposer {
+    pub fn start(id: NodeId, raft: Raft, clock: Clock, tasks: &Arc<Tasks>) -> Proposer {
         let (queue, receiver) = mpsc::channel(PROPOSER_QUEUE_MAX);
-        tokio::spawn(run(id, raft, clock, receiver));
+        tasks.spawn("proposer", run(id, raft, clock, receiver));
         Proposer { queue }
     }
 

@@ -27,6 +27,7 @@ use crate::raft::forward::{
 use crate::raft::network::Peers;
 use crate::raft::proposer::{Proposer, WriteOutcome, write_error};
 use crate::raft::types::{CertusNode, NodeId, Raft, StateReader};
+use crate::tasks::Tasks;
 
 /// Who leads, as this node sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +75,8 @@ pub struct Replica {
     metrics: ordered_watch::Receiver<RaftMetrics<NodeId, CertusNode>>,
     /// openraft's data metrics (sent after every apply), relayed the same way.
     data_metrics: ordered_watch::Receiver<RaftDataMetrics<NodeId>>,
+    /// The node's long-running tasks (this replica's own and the node's roles), for liveness.
+    pub tasks: Arc<Tasks>,
 }
 
 /// A wait on this node's metrics that ran out.
@@ -116,15 +119,22 @@ impl Replica {
         peers: Peers,
         boot: BootLog,
     ) -> Arc<Replica> {
-        let proposer = Proposer::start(id, raft.clone(), clock.clone());
+        let tasks = Tasks::new();
+        let proposer = Proposer::start(id, raft.clone(), clock.clone(), &tasks);
         let (reads, read_queue) = mpsc::channel(READ_QUEUE_MAX);
         let (metrics_sender, metrics) = ordered_watch::channel(raft.metrics().borrow().clone());
-        tokio::spawn(ordered_watch::relay(raft.metrics(), metrics_sender));
+        tasks.spawn(
+            "raft metrics relay",
+            ordered_watch::relay(raft.metrics(), metrics_sender),
+        );
         #[allow(clippy::disallowed_methods)] // Its one subscriber is the relay.
         let raft_data_metrics = raft.data_metrics();
         let (data_sender, data_metrics) =
             ordered_watch::channel(raft_data_metrics.borrow().clone());
-        tokio::spawn(ordered_watch::relay(raft_data_metrics, data_sender));
+        tasks.spawn(
+            "raft data metrics relay",
+            ordered_watch::relay(raft_data_metrics, data_sender),
+        );
         let replica = Arc::new(Replica {
             id,
             raft,
@@ -138,8 +148,12 @@ impl Replica {
             boot,
             metrics,
             data_metrics,
+            tasks,
         });
-        tokio::spawn(run_read_barriers(Arc::downgrade(&replica), read_queue));
+        replica.tasks.spawn(
+            "read barriers",
+            run_read_barriers(Arc::downgrade(&replica), read_queue),
+        );
         replica
     }
 

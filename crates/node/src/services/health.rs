@@ -1,7 +1,12 @@
 //! Readiness, and the standard gRPC health service (`grpc.health.v1.Health`).
 //!
-//! Ready means: a leader is known, and this node has applied to within
+//! Live means: Raft runs and so does every long-running task of the node ([`liveness`]). Ready
+//! means: live, a member of the cluster, a leader is known, and this node has applied to within
 //! [`READY_APPLY_LAG_MAX`] entries of the commit index the leader last reported.
+//!
+//! The health service answers for every service the node serves, for "" (the node: ready) and
+//! for [`LIVENESS_SERVICE_NAME`] (alive), so that a gRPC probe can tell the two apart as
+//! Kubernetes' gRPC probes do, by service name.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,14 +23,44 @@ use crate::errors::status;
 use crate::limits::{HEALTH_SERVICE_NAME_BYTES_MAX, READY_APPLY_LAG_MAX};
 use crate::raft::replica::Replica;
 
-/// The services the health checker knows by name; "" is the whole node.
-pub const SERVICE_NAMES: &[&str] = &[
+/// The services every node serves, by the names the health checker answers for; "" is the whole
+/// node.
+const NODE_SERVICE_NAMES: &[&str] = &[
     "",
+    "grpc.health.v1.Health",
+    "certus.v1.Raft",
     "certus.v1.Leases",
     "certus.v1.Clients",
     "certus.v1.Admin",
-    "certus.v1.Raft",
+    "certus.v1.Sessions",
+    "certus.v1.Pipelines",
 ];
+
+/// The CT log's service, served by a node that runs the log.
+const LOG_SERVICE_NAME: &str = "certus.v1.Log";
+
+/// gRPC server reflection, served on real sockets.
+#[cfg(not(madsim))]
+const REFLECTION_SERVICE_NAMES: &[&str] = &[
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
+
+/// The health service's name for the node's liveness (not a gRPC service): `SERVING` while
+/// [`liveness`] holds.
+pub const LIVENESS_SERVICE_NAME: &str = "liveness";
+
+/// The names of every service a node serves: those of every node, the CT log's when it runs
+/// one, and reflection on real sockets.
+pub fn served_service_names(serves_log: bool) -> Vec<&'static str> {
+    let mut names = NODE_SERVICE_NAMES.to_vec();
+    if serves_log {
+        names.push(LOG_SERVICE_NAME);
+    }
+    #[cfg(not(madsim))]
+    names.extend_from_slice(REFLECTION_SERVICE_NAMES);
+    names
+}
 
 /// Whether this node can serve, and why not.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -43,15 +78,48 @@ pub struct Readiness {
     pub reason: Option<String>,
 }
 
+/// Whether this node still works, and why not: what a supervisor restarts a node on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Liveness {
+    /// Alive: Raft runs and every task the node needs does.
+    pub live: bool,
+    /// Why not, when not alive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Judges liveness now: Raft's core has not stopped, and no long-running task of the node
+/// ([`crate::tasks::Tasks`]) has ended while the node runs.
+pub fn liveness(replica: &Replica) -> Liveness {
+    let reason = if let Err(error) = &replica.raft.metrics().borrow().running_state {
+        Some(format!("Raft has stopped: {error}"))
+    } else {
+        let ended = replica.tasks.ended();
+        (!ended.is_empty()).then(|| format!("node tasks ended: {}", ended.join(", ")))
+    };
+    Liveness {
+        live: reason.is_none(),
+        reason,
+    }
+}
+
 /// Judges readiness now.
 pub fn readiness(replica: &Replica) -> Readiness {
     let commit_index = replica.commit_index();
+    let liveness = liveness(replica);
     let metrics = replica.raft.metrics();
     let metrics = metrics.borrow();
     let applied_index = metrics.last_applied.map_or(0, |log_id| log_id.index);
     let leader_id = metrics.current_leader.unwrap_or(0);
-    let reason = if metrics.running_state.is_err() {
-        Some("Raft has stopped".to_owned())
+    let reason = if let Some(reason) = liveness.reason {
+        Some(reason)
+    } else if metrics
+        .membership_config
+        .membership()
+        .get_node(&replica.id)
+        .is_none()
+    {
+        Some("this node is not a member of the cluster (removed, or not added yet)".to_owned())
     } else if metrics.current_leader.is_none() {
         Some("no leader is known".to_owned())
     } else if commit_index.saturating_sub(applied_index) > READY_APPLY_LAG_MAX {
@@ -74,17 +142,27 @@ pub fn readiness(replica: &Replica) -> Readiness {
 #[derive(Debug, Clone)]
 pub struct HealthService {
     replica: Arc<Replica>,
+    services: Arc<[&'static str]>,
 }
 
 impl HealthService {
-    /// The health service of `replica`.
-    pub fn new(replica: Arc<Replica>) -> HealthService {
-        HealthService { replica }
+    /// The health service of `replica`, which serves `services` ([`served_service_names`]).
+    pub fn new(replica: Arc<Replica>, services: Vec<&'static str>) -> HealthService {
+        HealthService {
+            replica,
+            services: services.into(),
+        }
     }
 }
 
-fn serving_status(replica: &Replica, service: &str) -> ServingStatus {
-    if !SERVICE_NAMES.contains(&service) {
+fn serving_status(replica: &Replica, services: &[&str], service: &str) -> ServingStatus {
+    if service == LIVENESS_SERVICE_NAME {
+        if liveness(replica).live {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        }
+    } else if !services.contains(&service) {
         ServingStatus::ServiceUnknown
     } else if readiness(replica).ready {
         ServingStatus::Serving
@@ -122,7 +200,7 @@ impl Health for HealthService {
         request: Request<HealthCheckRequest>,
     ) -> Result<Response<HealthCheckResponse>, Status> {
         let service = service_name(request)?;
-        match serving_status(&self.replica, &service) {
+        match serving_status(&self.replica, &self.services, &service) {
             ServingStatus::ServiceUnknown => {
                 Err(Status::not_found(format!("unknown service {service:?}")))
             }
@@ -140,12 +218,13 @@ impl Health for HealthService {
     ) -> Result<Response<Self::WatchStream>, Status> {
         let service = service_name(request)?;
         let replica = Arc::clone(&self.replica);
+        let services = Arc::clone(&self.services);
         let (sender, receiver) = tokio::sync::mpsc::channel(4);
         tokio::spawn(async move {
             // Sends the first status at once, then each change; ends when the client goes away.
             let mut last = None;
             loop {
-                let now = serving_status(&replica, &service);
+                let now = serving_status(&replica, &services, &service);
                 if last != Some(now) {
                     let response = HealthCheckResponse { status: now.into() };
                     if sender.send(Ok(response)).await.is_err() {
