@@ -365,6 +365,19 @@ impl Node {
         &self,
         members: BTreeMap<NodeId, CertusNode>,
     ) -> Result<(), StartError> {
+        // openraft refuses to initialize a node with a vote, a log or a snapshot, and logs that
+        // refusal as an ERROR: on every restart of a founding node, so ask it only when new.
+        let founded = {
+            let metrics = self.replica.metrics();
+            let metrics = metrics.borrow();
+            metrics.vote != openraft::Vote::default()
+                || metrics.last_log_index.is_some()
+                || metrics.snapshot.is_some()
+        };
+        if founded {
+            debug!(id = self.replica.id, "already initialized");
+            return Ok(());
+        }
         match self.replica.raft.initialize(members).await {
             Ok(()) => Ok(()),
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
