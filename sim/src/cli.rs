@@ -24,14 +24,31 @@ use crate::schedule::Schedule;
 )]
 struct Args {
     /// Replay this one seed.
-    #[arg(long, conflicts_with = "seeds")]
+    #[arg(long, conflicts_with_all = ["seeds", "deep"])]
     seed: Option<u64>,
-    /// Sweep this many seeds (from --first), spread over the scenarios.
+    /// Sweep seeds: `N` (N seeds from --first), or a range `A..B` (B excluded) or `A..=B`.
     #[arg(long)]
-    seeds: Option<u64>,
-    /// The first seed of a sweep.
+    seeds: Option<String>,
+    /// The first seed of a sweep given as a count.
     #[arg(long, default_value_t = 1)]
     first: u64,
+    /// A deep sweep: 10,000 seeds (from --first) spread over every scenario, unless --seeds
+    /// and --scenario say otherwise; the progress bar shows the time left.
+    #[arg(long)]
+    deep: bool,
+    /// Run only this part of the sweep, `I/N` (I from 0 to N-1): the seeds whose offset from
+    /// the sweep's first seed is I modulo N, every scenario of a seed in the same shard. N
+    /// machines running shards 0/N to N-1/N cover the sweep once (`--merge` adds them up).
+    #[arg(long, value_parser = parse_shard)]
+    shard: Option<Shard>,
+    /// Append one JSON line per run to this file, and a last line for the shard (its sweep,
+    /// shard and run count), so that shards' files concatenate and `--merge` adds them up.
+    #[arg(long)]
+    summary: Option<PathBuf>,
+    /// Add up the JSON lines files of a sweep's shards (`--summary`), print the table, and fail
+    /// if a run failed, or a shard is missing or incomplete.
+    #[arg(long, num_args = 1.., conflicts_with_all = ["seed", "seeds", "deep"])]
+    merge: Vec<PathBuf>,
     /// Run only this scenario (default: `leases` for one seed; all for a sweep). `all` spreads a
     /// sweep's seeds over the scenarios; `each` runs every seed in every scenario.
     #[arg(long)]
@@ -115,22 +132,50 @@ pub fn main() -> ExitCode {
         None if args.seeds.is_some() => all.clone(),
         None => vec![all[0].clone()],
     };
-    let plan: Vec<(Scenario, u64)> = match (args.seed, args.seeds) {
+    if !args.merge.is_empty() {
+        return merge(&args.merge, args.allow_unproven);
+    }
+    let seeds = match (&args.seeds, args.deep) {
+        (Some(text), _) => match SeedRange::parse(text, args.first) {
+            Ok(range) => Some(range),
+            Err(error) => {
+                eprintln!("--seeds {text}: {error}");
+                return ExitCode::from(2);
+            }
+        },
+        (None, true) => Some(SeedRange {
+            first: args.first,
+            count: DEEP_SWEEP_SEEDS,
+        }),
+        (None, false) => None,
+    };
+    let sweep_label = seeds.map_or_else(String::new, |range| {
+        format!("{}..{}", range.first, range.first + range.count)
+    });
+    let plan: Vec<(Scenario, u64)> = match (args.seed, seeds) {
         (Some(seed), _) => chosen.iter().map(|s| (s.clone(), seed)).collect(),
-        (None, Some(count)) if each => (0..count)
-            .flat_map(|i| chosen.iter().map(move |s| (s.clone(), args.first + i)))
+        (None, Some(range)) if each => (0..range.count)
+            .filter(|i| args.shard.is_none_or(|shard| shard.holds(*i)))
+            .flat_map(|i| chosen.iter().map(move |s| (s.clone(), range.first + i)))
             .collect(),
-        (None, Some(count)) => (0..count)
+        (None, Some(range)) => (0..range.count)
+            .filter(|i| args.shard.is_none_or(|shard| shard.holds(*i)))
             .map(|i| {
                 let index = usize::try_from(i).unwrap_or(0) % chosen.len();
-                (chosen[index].clone(), args.first + i)
+                (chosen[index].clone(), range.first + i)
             })
             .collect(),
         (None, None) => {
-            eprintln!("give --seed S to replay one seed or --seeds N to sweep");
+            eprintln!(
+                "give --seed S to replay one seed, or --seeds N, --seeds A..B or --deep to sweep"
+            );
             return ExitCode::from(2);
         }
     };
+    if plan.is_empty() {
+        eprintln!("this shard of the sweep holds no seed");
+        return ExitCode::from(2);
+    }
     if args.schedule_only {
         for (scenario, seed) in &plan {
             println!(
@@ -144,7 +189,7 @@ pub fn main() -> ExitCode {
     if args.child {
         return child(&plan[0].0, plan[0].1, &args);
     }
-    sweep(&plan, &args)
+    sweep(&plan, &args, &sweep_label)
 }
 
 /// Runs one seed in this process (fresh, so no global state of another run can leak into it:
@@ -254,7 +299,7 @@ fn run_one(scenario: &'static str, seed: u64, deterministic: bool, args: &Args) 
 
 /// Runs the planned seeds (one right here; more in child processes, `--jobs` at once), then
 /// prints the table of the sweep.
-fn sweep(plan: &[(Scenario, u64)], args: &Args) -> ExitCode {
+fn sweep(plan: &[(Scenario, u64)], args: &Args, sweep_label: &str) -> ExitCode {
     let single = plan.len() == 1 && !args.check_determinism;
     if single {
         // One seed: run it right here, so a debugger or a log sees it.
@@ -275,7 +320,7 @@ fn sweep(plan: &[(Scenario, u64)], args: &Args) -> ExitCode {
     let progress = indicatif::ProgressBar::new(plan.len() as u64);
     progress.set_style(
         indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} seeds ({per_sec}) {msg}",
+            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} seeds ({per_sec}, {eta} left) {msg}",
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
@@ -289,8 +334,15 @@ fn sweep(plan: &[(Scenario, u64)], args: &Args) -> ExitCode {
             .collect(),
     );
     let (sender, receiver) = std::sync::mpsc::channel::<Done>();
-    let mut totals: BTreeMap<&str, Totals> = BTreeMap::new();
+    let mut totals: BTreeMap<String, Totals> = BTreeMap::new();
     let mut failures = 0u64;
+    let mut lines = match args.summary.as_deref().map(open_summary).transpose() {
+        Ok(lines) => lines,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::from(2);
+        }
+    };
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(plan.len()) {
             let sender = sender.clone();
@@ -312,8 +364,9 @@ fn sweep(plan: &[(Scenario, u64)], args: &Args) -> ExitCode {
         }
         drop(sender);
         for done in receiver {
-            let total = totals.entry(done.scenario).or_default();
+            let total = totals.entry(done.scenario.to_owned()).or_default();
             total.runs += 1;
+            let mut line = RunLine::of(&done);
             progress.set_message(format!("{} seed {}", done.scenario, done.seed));
             match &done.summary {
                 Ok(summary) => {
@@ -347,21 +400,52 @@ fn sweep(plan: &[(Scenario, u64)], args: &Args) -> ExitCode {
                     let _ = std::fs::remove_dir_all(first.parent().unwrap_or(first));
                 } else {
                     total.nondeterministic.push(done.seed);
+                    line.nondeterministic = true;
                     failures += 1;
                     progress.suspend(|| report_nondeterminism(&done, first, second));
                 }
+            }
+            if let Some(lines) = lines.as_mut()
+                && let Err(error) = write_line(lines, &line)
+            {
+                progress.suspend(|| eprintln!("--summary: {error}"));
+                failures += 1;
             }
             progress.inc(1);
         }
     });
     progress.finish_and_clear();
+    if let Some(lines) = lines.as_mut() {
+        let footer = ShardLine {
+            sweep: sweep_label.to_owned(),
+            scenario: args.scenario.clone().unwrap_or_else(|| "all".to_owned()),
+            shard: args
+                .shard
+                .map_or_else(|| "0/1".to_owned(), |shard| shard.to_string()),
+            runs: plan.len() as u64,
+        };
+        if let Err(error) = write_line(lines, &footer) {
+            eprintln!("--summary: {error}");
+            failures += 1;
+        }
+    }
     print_summary(&totals, started.elapsed(), args.check_determinism, jobs);
-    for (name, total) in &totals {
+    report_unproven(&totals, args.allow_unproven);
+    if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Lists the seeds whose linearizability was not proven.
+fn report_unproven(totals: &BTreeMap<String, Totals>, allowed: bool) {
+    for (name, total) in totals {
         if !total.unproven.is_empty() {
             let seeds: Vec<String> = total.unproven.iter().map(u64::to_string).collect();
             println!(
                 "linearizability not proven ({}): {name} seeds {}; replay: cargo xtask sim --seed {} --scenario {name}",
-                if args.allow_unproven {
+                if allowed {
                     "allowed by --allow-unproven"
                 } else {
                     "fails the sweep; --allow-unproven lets it pass"
@@ -370,11 +454,6 @@ fn sweep(plan: &[(Scenario, u64)], args: &Args) -> ExitCode {
                 total.unproven[0]
             );
         }
-    }
-    if failures == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
     }
 }
 
@@ -415,7 +494,12 @@ fn report_nondeterminism(done: &Done, first: &Path, second: &Path) {
 }
 
 /// Prints the table of a sweep, a row per scenario, and how fast it went.
-fn print_summary(totals: &BTreeMap<&str, Totals>, wall: Duration, determinism: bool, jobs: usize) {
+fn print_summary(
+    totals: &BTreeMap<String, Totals>,
+    wall: Duration,
+    determinism: bool,
+    jobs: usize,
+) {
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
     let mut header = vec![
@@ -444,7 +528,7 @@ fn print_summary(totals: &BTreeMap<&str, Totals>, wall: Duration, determinism: b
             total.simulated.as_secs_f64() / total.wall.as_secs_f64()
         };
         let mut row = vec![
-            (*name).to_owned(),
+            name.clone(),
             total.runs.to_string(),
             (total.runs - total.failed.len() as u64).to_string(),
             if failed.is_empty() {
@@ -484,4 +568,427 @@ fn print_summary(totals: &BTreeMap<&str, Totals>, wall: Duration, determinism: b
         },
         if determinism { ", each run twice" } else { "" }
     );
+}
+
+/// How many seeds `--deep` sweeps.
+const DEEP_SWEEP_SEEDS: u64 = 10_000;
+
+/// The seeds of a sweep: `count` seeds from `first`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SeedRange {
+    first: u64,
+    count: u64,
+}
+
+impl SeedRange {
+    /// `N` (from `first`), `A..B` (B excluded) or `A..=B`.
+    fn parse(text: &str, first: u64) -> Result<SeedRange, String> {
+        let number = |part: &str| {
+            part.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{part:?} is not a seed number"))
+        };
+        let (start, end) = if let Some((start, end)) = text.split_once("..=") {
+            (
+                number(start)?,
+                number(end)?
+                    .checked_add(1)
+                    .ok_or("the range ends past the last seed")?,
+            )
+        } else if let Some((start, end)) = text.split_once("..") {
+            (number(start)?, number(end)?)
+        } else {
+            let count = number(text)?;
+            return Ok(SeedRange { first, count });
+        };
+        if end <= start {
+            return Err(format!("the range {text} holds no seed"));
+        }
+        Ok(SeedRange {
+            first: start,
+            count: end - start,
+        })
+    }
+}
+
+/// One part of a sweep run on its own: the seeds whose offset is `index` modulo `count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shard {
+    index: u64,
+    count: u64,
+}
+
+impl Shard {
+    /// Whether the seed at `offset` from the sweep's first seed belongs to this shard.
+    fn holds(self, offset: u64) -> bool {
+        offset % self.count == self.index
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+/// `I/N` with N at least 1 and I below N (Kubernetes' completion index is such an I).
+fn parse_shard(text: &str) -> Result<Shard, String> {
+    let (index, count) = text
+        .split_once('/')
+        .ok_or_else(|| format!("{text:?}: a shard is I/N, e.g. 3/10"))?;
+    let index: u64 = index
+        .trim()
+        .parse()
+        .map_err(|_| format!("{index:?} is not a shard index"))?;
+    let count: u64 = count
+        .trim()
+        .parse()
+        .map_err(|_| format!("{count:?} is not a shard count"))?;
+    if count == 0 || index >= count {
+        return Err(format!(
+            "shard {index}/{count}: I runs from 0 to N-1, N at least 1"
+        ));
+    }
+    Ok(Shard { index, count })
+}
+
+/// One run of a sweep, as a line of `--summary`.
+#[derive(Debug, Serialize, Deserialize)]
+struct RunLine {
+    scenario: String,
+    seed: u64,
+    passed: bool,
+    #[serde(default)]
+    fingerprint: u64,
+    #[serde(default)]
+    simulated_ms: u64,
+    #[serde(default)]
+    wall_ms: u64,
+    #[serde(default)]
+    operations: u64,
+    #[serde(default)]
+    unproven: bool,
+    #[serde(default)]
+    torn_writes: u64,
+    #[serde(default)]
+    nondeterministic: bool,
+    /// The first line of what failed (the whole text is in the run's report folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failure: Option<String>,
+}
+
+impl RunLine {
+    fn of(done: &Done) -> RunLine {
+        match &done.summary {
+            Ok(summary) => RunLine {
+                scenario: done.scenario.to_owned(),
+                seed: done.seed,
+                passed: summary.passed,
+                fingerprint: summary.fingerprint,
+                simulated_ms: summary.simulated_ms,
+                wall_ms: summary.wall_ms,
+                operations: summary.operations,
+                unproven: summary.unproven,
+                torn_writes: summary.torn_writes,
+                nondeterministic: false,
+                failure: summary
+                    .failure
+                    .as_deref()
+                    .map(|text| text.trim().lines().next().unwrap_or_default().to_owned()),
+            },
+            Err(error) => RunLine {
+                scenario: done.scenario.to_owned(),
+                seed: done.seed,
+                passed: false,
+                fingerprint: 0,
+                simulated_ms: 0,
+                wall_ms: 0,
+                operations: 0,
+                unproven: false,
+                torn_writes: 0,
+                nondeterministic: false,
+                failure: Some(error.clone()),
+            },
+        }
+    }
+}
+
+/// The last line a shard writes to `--summary`: what it was asked to run, and how many runs.
+#[derive(Debug, Serialize, Deserialize)]
+struct ShardLine {
+    sweep: String,
+    scenario: String,
+    shard: String,
+    runs: u64,
+}
+
+/// A `--summary` line of either kind.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Line {
+    Shard(ShardLine),
+    Run(RunLine),
+}
+
+fn open_summary(path: &Path) -> Result<std::fs::File, String> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|error| format!("--summary {}: {error}", path.display()))
+}
+
+fn write_line(file: &mut std::fs::File, line: &impl Serialize) -> Result<(), String> {
+    use std::io::Write as _;
+    let mut text = serde_json::to_string(line).map_err(|error| error.to_string())?;
+    text.push('\n');
+    file.write_all(text.as_bytes())
+        .map_err(|error| error.to_string())
+}
+
+/// `--merge`: the shards' lines added up into one table. Fails on a failed or nondeterministic
+/// run, a verdict not proven (unless allowed), a run counted twice, or a sweep whose shards are
+/// not all there with every run.
+fn merge(paths: &[PathBuf], allow_unproven: bool) -> ExitCode {
+    let mut totals: BTreeMap<String, Totals> = BTreeMap::new();
+    let mut seen: std::collections::BTreeSet<(String, u64)> = std::collections::BTreeSet::new();
+    let mut shards: BTreeMap<String, ShardLine> = BTreeMap::new();
+    let mut problems: Vec<String> = Vec::new();
+    let mut wall = Duration::ZERO;
+    let mut determinism = false;
+    for path in paths {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) => {
+                eprintln!("{}: {error}", path.display());
+                return ExitCode::from(2);
+            }
+        };
+        for (number, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, line)| !line.trim().is_empty())
+        {
+            match serde_json::from_str::<Line>(line) {
+                Ok(Line::Shard(shard)) => {
+                    let key = format!("{} {} {}", shard.sweep, shard.scenario, shard.shard);
+                    if shards.insert(key.clone(), shard).is_some() {
+                        problems.push(format!("shard {key} appears twice"));
+                    }
+                }
+                Ok(Line::Run(run)) => {
+                    if !seen.insert((run.scenario.clone(), run.seed)) {
+                        problems.push(format!("{} seed {} appears twice", run.scenario, run.seed));
+                        continue;
+                    }
+                    let total = totals.entry(run.scenario.clone()).or_default();
+                    total.runs += 1;
+                    total.simulated += Duration::from_millis(run.simulated_ms);
+                    total.wall += Duration::from_millis(run.wall_ms);
+                    wall += Duration::from_millis(run.wall_ms);
+                    total.operations += run.operations;
+                    total.torn_writes += run.torn_writes;
+                    if run.unproven {
+                        total.unproven.push(run.seed);
+                    }
+                    if !run.passed {
+                        total.failed.push(run.seed);
+                        problems.push(format!(
+                            "{} seed {} failed: {}",
+                            run.scenario,
+                            run.seed,
+                            run.failure.as_deref().unwrap_or("?")
+                        ));
+                    }
+                    if run.nondeterministic {
+                        determinism = true;
+                        total.nondeterministic.push(run.seed);
+                        problems.push(format!(
+                            "{} seed {} is nondeterministic",
+                            run.scenario, run.seed
+                        ));
+                    }
+                }
+                Err(error) => {
+                    eprintln!(
+                        "{}:{}: not a summary line: {error}",
+                        path.display(),
+                        number + 1
+                    );
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    }
+    problems.extend(shard_gaps(&shards, seen.len() as u64));
+    print_summary(&totals, wall, determinism, 1);
+    report_unproven(&totals, allow_unproven);
+    let unproven = totals.values().any(|total| !total.unproven.is_empty());
+    for problem in &problems {
+        println!("{problem}");
+    }
+    if problems.is_empty() && (allow_unproven || !unproven) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// What is missing from a sweep's shards: every shard of each sweep must have reported, and the
+/// runs they reported must all be there.
+fn shard_gaps(shards: &BTreeMap<String, ShardLine>, runs_seen: u64) -> Vec<String> {
+    let mut gaps = Vec::new();
+    if shards.is_empty() {
+        gaps.push(
+            "no shard reported its end (a shard still running, or its file cut short)".to_owned(),
+        );
+        return gaps;
+    }
+    let mut sweeps: BTreeMap<(String, String), Vec<&ShardLine>> = BTreeMap::new();
+    for shard in shards.values() {
+        sweeps
+            .entry((shard.sweep.clone(), shard.scenario.clone()))
+            .or_default()
+            .push(shard);
+    }
+    let mut runs_expected = 0;
+    for ((sweep, scenario), parts) in &sweeps {
+        let Some(count) = parts
+            .first()
+            .and_then(|part| parse_shard(&part.shard).ok())
+            .map(|shard| shard.count)
+        else {
+            gaps.push(format!("sweep {sweep}: a shard is not I/N"));
+            continue;
+        };
+        let present: std::collections::BTreeSet<u64> = parts
+            .iter()
+            .filter_map(|part| parse_shard(&part.shard).ok())
+            .filter(|shard| shard.count == count)
+            .map(|shard| shard.index)
+            .collect();
+        let missing: Vec<String> = (0..count)
+            .filter(|index| !present.contains(index))
+            .map(|index| format!("{index}/{count}"))
+            .collect();
+        if !missing.is_empty() {
+            gaps.push(format!(
+                "sweep {sweep} (--scenario {scenario}): shards {} did not report",
+                missing.join(" ")
+            ));
+        }
+        runs_expected += parts.iter().map(|part| part.runs).sum::<u64>();
+    }
+    if runs_expected != runs_seen {
+        gaps.push(format!(
+            "the shards reported {runs_expected} runs, the files hold {runs_seen}"
+        ));
+    }
+    gaps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_are_a_count_or_a_range() {
+        assert_eq!(
+            SeedRange::parse("100", 7),
+            Ok(SeedRange {
+                first: 7,
+                count: 100
+            })
+        );
+        assert_eq!(
+            SeedRange::parse("5..15", 1),
+            Ok(SeedRange {
+                first: 5,
+                count: 10
+            })
+        );
+        assert_eq!(
+            SeedRange::parse("5..=15", 1),
+            Ok(SeedRange {
+                first: 5,
+                count: 11
+            })
+        );
+        assert!(SeedRange::parse("15..5", 1).is_err());
+        assert!(SeedRange::parse("5..5", 1).is_err());
+        assert!(SeedRange::parse("five", 1).is_err());
+    }
+
+    #[test]
+    fn shards_cover_a_sweep_once() {
+        let shards: Vec<Shard> = (0..4)
+            .map(|index| parse_shard(&format!("{index}/4")).expect("a shard"))
+            .collect();
+        for offset in 0..100 {
+            assert_eq!(
+                shards.iter().filter(|shard| shard.holds(offset)).count(),
+                1,
+                "seed offset {offset}"
+            );
+        }
+        assert!(parse_shard("4/4").is_err());
+        assert!(parse_shard("0/0").is_err());
+        assert!(parse_shard("1").is_err());
+        assert_eq!(parse_shard("3/10").expect("a shard").to_string(), "3/10");
+    }
+
+    #[test]
+    fn a_merge_finds_missing_shards_and_runs() {
+        let shard = |index: u64, runs: u64| ShardLine {
+            sweep: "1..101".to_owned(),
+            scenario: "each".to_owned(),
+            shard: format!("{index}/3"),
+            runs,
+        };
+        let mut shards = BTreeMap::new();
+        shards.insert("a".to_owned(), shard(0, 10));
+        shards.insert("b".to_owned(), shard(2, 10));
+        let gaps = shard_gaps(&shards, 20);
+        assert_eq!(gaps.len(), 1, "{gaps:?}");
+        assert!(gaps[0].contains("shards 1/3 did not report"), "{gaps:?}");
+        shards.insert("c".to_owned(), shard(1, 10));
+        assert!(shard_gaps(&shards, 30).is_empty());
+        let gaps = shard_gaps(&shards, 29);
+        assert!(
+            gaps[0].contains("reported 30 runs, the files hold 29"),
+            "{gaps:?}"
+        );
+        assert!(!shard_gaps(&BTreeMap::new(), 0).is_empty());
+    }
+
+    #[test]
+    fn summary_lines_read_back_as_runs_and_shards() {
+        let run = RunLine {
+            scenario: "leases".to_owned(),
+            seed: 9,
+            passed: true,
+            fingerprint: 1,
+            simulated_ms: 2,
+            wall_ms: 3,
+            operations: 4,
+            unproven: false,
+            torn_writes: 0,
+            nondeterministic: false,
+            failure: None,
+        };
+        let text = serde_json::to_string(&run).expect("encodes");
+        assert!(
+            matches!(serde_json::from_str::<Line>(&text), Ok(Line::Run(line)) if line.seed == 9)
+        );
+        let footer = ShardLine {
+            sweep: "1..11".to_owned(),
+            scenario: "all".to_owned(),
+            shard: "0/1".to_owned(),
+            runs: 10,
+        };
+        let text = serde_json::to_string(&footer).expect("encodes");
+        assert!(
+            matches!(serde_json::from_str::<Line>(&text), Ok(Line::Shard(line)) if line.runs == 10)
+        );
+    }
 }

@@ -19,9 +19,10 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "sim",
-        "`sim --seed S [--scenario NAME]` replays one run; `sim --seeds N [--scenario all|each|NAME] \
-         [--check-determinism] [--allow-unproven]` sweeps (`all` spreads the seeds over the scenarios, `each` runs \
-         every seed in every scenario)",
+        "`sim --seed S [--scenario NAME]` replays one run; `sim --seeds N|A..B [--scenario all|each|NAME] \
+         [--check-determinism] [--allow-unproven] [--shard I/N] [--summary FILE]` sweeps (`all` spreads the seeds \
+         over the scenarios, `each` runs every seed in every scenario); `sim --deep` sweeps 10,000 seeds; \
+         `sim --merge FILE...` adds up the shards' summaries",
     ),
     (
         "bench",
