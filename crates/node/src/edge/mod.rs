@@ -1,10 +1,13 @@
 //! Where the node meets the outside: transport security and who may call what, per-client
-//! bounds and request metrics in front of the gRPC services, and the HTTP endpoints.
+//! bounds and request metrics in front of the gRPC services, the HTTP endpoints and the
+//! listeners that serve them.
 
 pub mod client_limits;
 #[cfg(not(madsim))]
 pub mod grpc_metrics;
 #[cfg(not(madsim))]
 pub mod http;
+#[cfg(not(madsim))]
+pub mod http_server;
 pub mod security;
 pub mod tls;
