@@ -289,7 +289,13 @@ impl Node {
                 Arc::clone(&metrics),
                 stopped.clone(),
             )
-            .await?,
+            .await
+            .map_err(|error| match error {
+                crate::edge::http_server::ListenError::Config(reason) => StartError::Config(reason),
+                crate::edge::http_server::ListenError::Bind { addr, reason } => {
+                    StartError::Bind { addr, reason }
+                }
+            })?,
         );
         if let Some(ct) = &ct {
             servers.push(tokio::spawn(crate::ct::node::run(

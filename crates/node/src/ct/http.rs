@@ -66,7 +66,7 @@ fn bad_request(message: impl Into<String>) -> Response {
 /// A body that could not be read, as a JSON error: 413 past [`ADD_CHAIN_BODY_BYTES_MAX`], 408
 /// when it did not arrive within the listener's body deadline (`[http] body_read_timeout_ms`).
 fn body_rejected(rejection: &BytesRejection) -> Response {
-    if crate::edge::http_server::is_body_timeout(rejection) {
+    if crate::errors::is_body_timeout(rejection) {
         return error_body(
             StatusCode::REQUEST_TIMEOUT,
             "timeout",

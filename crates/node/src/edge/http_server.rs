@@ -32,17 +32,31 @@ use crate::ct::node::CtNode;
 use crate::edge::http::PeerCertificate;
 use crate::edge::security::Authorizer;
 use crate::edge::tls::TlsMaterial;
+use crate::errors::BodyTimeout;
 use crate::limits::HTTPS_HANDSHAKE_TIMEOUT;
 use crate::metrics::Metrics;
-use crate::node::StartError;
 use crate::ordered_watch as watch;
 use crate::raft::replica::Replica;
 use crate::raft::types::NodeId;
 use crate::stop::stopped;
 
+/// Why the HTTP listeners did not start (the node reports it as its own start error).
+#[derive(Debug)]
+pub enum ListenError {
+    /// The TLS configuration of the HTTP port is wrong (a file missing or unreadable).
+    Config(String),
+    /// A listening address could not be bound.
+    Bind {
+        /// Where.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+}
+
 /// Starts the HTTP port's listener and, when `config.acme_http_addr` is set, the ACME listener;
 /// returns their accept loops. A port that cannot be bound, or an `[http]` certificate that
-/// cannot be read, is a [`StartError`].
+/// cannot be read, is a [`ListenError`].
 pub(crate) async fn serve_http(
     config: &NodeConfig,
     tls: Option<&TlsMaterial>,
@@ -51,10 +65,10 @@ pub(crate) async fn serve_http(
     ct: Option<Arc<CtNode>>,
     metrics: Arc<Metrics>,
     stop: watch::Receiver<bool>,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, StartError> {
+) -> Result<Vec<tokio::task::JoinHandle<()>>, ListenError> {
     let acceptor = match tls.filter(|tls| tls.https()) {
         Some(tls) => Some(tokio_rustls::TlsAcceptor::from(
-            https_config(tls, &config.http).map_err(StartError::Config)?,
+            https_config(tls, &config.http).map_err(ListenError::Config)?,
         )),
         None => None,
     };
@@ -93,10 +107,10 @@ pub(crate) async fn serve_http(
     Ok(servers)
 }
 
-async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, ListenError> {
     tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|error| StartError::Bind {
+        .map_err(|error| ListenError::Bind {
             addr: addr.to_string(),
             reason: error.to_string(),
         })
@@ -308,24 +322,6 @@ impl Drop for OpenConnection {
     }
 }
 
-/// Why a request body was cut: it did not arrive within the body deadline.
-#[derive(Debug, thiserror::Error)]
-#[error("the request body did not arrive within {0:?}")]
-pub struct BodyTimeout(Duration);
-
-/// Whether `error` (or an error it wraps) is a [`BodyTimeout`]: routes that read a body answer
-/// 408 for it.
-pub fn is_body_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut current = Some(error);
-    while let Some(error) = current {
-        if error.is::<BodyTimeout>() {
-            return true;
-        }
-        current = error.source();
-    }
-    false
-}
-
 /// A request body that fails with [`BodyTimeout`] once its deadline passes before its end. The
 /// deadline is fixed when the headers arrive; the timer is made only if the body makes a reader
 /// wait.
@@ -400,16 +396,5 @@ mod tests {
             counts.open.lock().expect("counts").is_empty(),
             "clients without connections are forgotten"
         );
-    }
-
-    #[test]
-    fn a_body_timeout_is_found_through_the_errors_that_wrap_it() {
-        #[derive(Debug, thiserror::Error)]
-        #[error("wrapped")]
-        struct Wrapper(#[source] BodyTimeout);
-        let wrapped = Wrapper(BodyTimeout(Duration::from_secs(1)));
-        assert!(is_body_timeout(&wrapped));
-        let other = std::io::Error::other("reset");
-        assert!(!is_body_timeout(&other));
     }
 }
