@@ -522,6 +522,31 @@ mod tests {
     }
 
     #[test]
+    fn an_acme_port_that_cannot_be_bound_says_what_to_do() {
+        let mut config = NodeConfig::new(
+            1,
+            "127.0.0.1:7101".parse().expect("addr"),
+            "127.0.0.1:7181".parse().expect("addr"),
+            PathBuf::from("d"),
+        );
+        config.acme_http_addr = Some("127.0.0.1:80".parse().expect("addr"));
+        let refused = certus_node::StartError::Bind {
+            addr: "127.0.0.1:80".into(),
+            reason: "Permission denied (os error 13)".into(),
+        };
+        let message = start_error(&refused, &config);
+        assert!(message.starts_with(&refused.to_string()), "{message}");
+        for hint in ["CAP_NET_BIND_SERVICE", "forwarded", "\"off\""] {
+            assert!(message.contains(hint), "{hint}: {message}");
+        }
+        let other = certus_node::StartError::Bind {
+            addr: "127.0.0.1:7181".into(),
+            reason: "Address already in use".into(),
+        };
+        assert_eq!(start_error(&other, &config), other.to_string());
+    }
+
+    #[test]
     fn the_config_file_takes_an_http_table() {
         let file: ServeFile = toml::from_str(
             "[http]\ncert_file = \"public.pem\"\nkey_file = \"public-key.pem\"\n\

@@ -252,7 +252,7 @@ async fn serve_connection<I>(
     let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(io), service);
     tokio::pin!(connection);
     tokio::select! {
-        // Polled in order, not at random: the simulation replays a seed exactly.
+        // Polled in order, as every select of the node: the connection first, then the stop.
         biased;
         result = connection.as_mut() => {
             if let Err(error) = result {
