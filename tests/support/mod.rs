@@ -284,6 +284,8 @@ fn launch(spec: &NodeSpec, extra: &[&str]) -> Process {
         .arg("--config")
         .arg(&spec.config_file)
         .args(extra)
+        // Several nodes share this host: none takes port 80 for ACME challenges.
+        .env("CERTUS_ACME_HTTP_ADDR", "off")
         .env("RUST_LOG", "info,openraft=warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -58,12 +58,12 @@ pub(crate) async fn await_leader(nodes: &[Node], timeout: Duration) -> Option<u6
     }
 }
 
-/// A table of nodes: id, role, gRPC and HTTP endpoints, data directory.
-pub(crate) fn node_table(nodes: &[(&Node, String)]) -> Table {
+/// A table of nodes: id, role, gRPC and HTTP endpoints, the ACME listener, data directory.
+pub(crate) fn node_table(nodes: &[(&Node, &NodeConfig)]) -> Table {
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
-    table.set_header(["node", "role", "gRPC", "HTTP", "data"]);
-    for (node, data_dir) in nodes {
+    table.set_header(["node", "role", "gRPC", "HTTP", "ACME HTTP", "data"]);
+    for (node, config) in nodes {
         let replica = node.replica();
         let role = certus_node::convert::admin::role_name(replica.raft.metrics().borrow().state);
         table.add_row([
@@ -71,7 +71,10 @@ pub(crate) fn node_table(nodes: &[(&Node, String)]) -> Table {
             role.to_owned(),
             replica.node.grpc_addr.clone(),
             replica.node.http_addr.clone(),
-            data_dir.clone(),
+            config
+                .acme_http_addr
+                .map_or_else(|| "off".to_owned(), |addr| addr.to_string()),
+            config.data_dir.display().to_string(),
         ]);
     }
     table

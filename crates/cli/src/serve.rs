@@ -33,6 +33,10 @@ pub(crate) struct ServeArgs {
     /// HTTP listen address (health, ACME challenges).
     #[arg(long, env = "CERTUS_HTTP_ADDR")]
     http_addr: Option<SocketAddr>,
+    /// Where the plain-HTTP listener for ACME HTTP-01 challenges listens (`ip:port`), or `off`.
+    /// Default: port 80 on the host of the HTTP address.
+    #[arg(long, env = "CERTUS_ACME_HTTP_ADDR")]
+    acme_http_addr: Option<AcmeHttpAddr>,
     /// Data directory.
     #[arg(long, env = "CERTUS_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -66,6 +70,7 @@ struct ServeFile {
     id: Option<u64>,
     grpc_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
+    acme_http_addr: Option<AcmeHttpAddr>,
     data_dir: Option<PathBuf>,
     #[serde(default)]
     initial_members: Vec<InitialMember>,
@@ -92,6 +97,10 @@ struct ServeFile {
     pipelines: certus_node::PipelinesSetup,
     /// The `[tls]` table: `ca_cert_file`, `cert_file`, `key_file`, `https`.
     tls: Option<certus_node::TlsSetup>,
+    /// The `[http]` table: `cert_file`, `key_file`, `header_read_timeout_ms`,
+    /// `body_read_timeout_ms`, `connections_per_client_max`.
+    #[serde(default)]
+    http: certus_node::HttpSetup,
     /// `[[tokens]]`: `name`, `roles`, `sha256`.
     #[serde(default)]
     tokens: Vec<certus_node::edge::security::TokenEntry>,
@@ -102,6 +111,65 @@ struct ServeFile {
     /// `requests_per_second`, `burst`, `clients_max`.
     #[serde(default)]
     client_limits: certus_node::edge::client_limits::ClientLimits,
+}
+
+/// Where the ACME listener listens, as `certus serve` is told: an address, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcmeHttpAddr {
+    /// No ACME listener.
+    Off,
+    /// This address.
+    At(SocketAddr),
+}
+
+impl std::str::FromStr for AcmeHttpAddr {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<AcmeHttpAddr, String> {
+        if text == "off" {
+            return Ok(AcmeHttpAddr::Off);
+        }
+        text.parse().map(AcmeHttpAddr::At).map_err(|_| {
+            format!("acme_http_addr is {text:?}; expected an ip:port address or \"off\"")
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for AcmeHttpAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// The ACME listener's address: as given, or port 80 (where HTTP-01 validators connect) on the
+/// host of the HTTP address.
+fn acme_http_addr(given: Option<AcmeHttpAddr>, http_addr: SocketAddr) -> Option<SocketAddr> {
+    match given {
+        Some(AcmeHttpAddr::Off) => None,
+        Some(AcmeHttpAddr::At(addr)) => Some(addr),
+        None => Some(SocketAddr::new(
+            http_addr.ip(),
+            certus_ca::http01::HTTP01_PORT,
+        )),
+    }
+}
+
+/// A start that failed on the ACME listener's port says how to give it one.
+fn start_error(error: &certus_node::StartError, config: &NodeConfig) -> String {
+    match (error, config.acme_http_addr) {
+        (certus_node::StartError::Bind { addr, .. }, Some(acme)) if *addr == acme.to_string() => {
+            format!(
+                "{error} (acme_http_addr: the plain-HTTP listener ACME HTTP-01 validators fetch \
+                 challenges from; port 80 by default). Give the process the right to bind it \
+                 (CAP_NET_BIND_SERVICE, as deploy/systemd/certus.service does), set \
+                 acme_http_addr to a port that port 80 is forwarded to, or set it to \"off\" if \
+                 this node serves no HTTP-01 challenges"
+            )
+        }
+        _ => error.to_string(),
+    }
 }
 
 /// The CT files of the config file, each overridden by its flag (or environment variable).
@@ -179,6 +247,11 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         required(args.http_addr.or(file.http_addr), "http_addr")?,
         required(args.data_dir.or(file.data_dir), "data_dir")?,
     );
+    config.acme_http_addr = acme_http_addr(
+        args.acme_http_addr.or(file.acme_http_addr),
+        config.http_addr,
+    );
+    config.http = file.http;
     if let Some(raft) = file.raft {
         config.raft = raft;
     }
@@ -222,7 +295,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
 
     let node = Node::start(config.clone())
         .await
-        .map_err(|error| error.to_string())?;
+        .map_err(|error| start_error(&error, &config))?;
     let founded = if !file.initial_members.is_empty() {
         found(&node, &config, &file.initial_members).await
     } else if !join.is_empty() {
@@ -234,10 +307,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         node.shutdown().await;
         return Err(error);
     }
-    println!(
-        "{}",
-        node_table(&[(&node, config.data_dir.display().to_string())])
-    );
+    println!("{}", node_table(&[(&node, &config)]));
     if let Some(key_file) = &config.ct.key_file {
         // The node loaded this key to start; this only shows who it is.
         match LogKey::of_file(key_file) {
@@ -483,6 +553,68 @@ mod tests {
 
         let error = toml::from_str::<ServeFile>("[ct]\nkey = \"x.pem\"\n").expect_err("unknown");
         assert!(error.to_string().contains("key"), "{error}");
+    }
+
+    #[test]
+    fn the_acme_listener_is_on_port_80_of_the_http_host_unless_told() {
+        let http: SocketAddr = "10.0.0.1:7181".parse().expect("addr");
+        assert_eq!(
+            acme_http_addr(None, http),
+            Some("10.0.0.1:80".parse().expect("addr"))
+        );
+        let file: ServeFile =
+            toml::from_str("acme_http_addr = \"10.0.0.1:8080\"\n").expect("parses");
+        assert_eq!(
+            acme_http_addr(file.acme_http_addr, http),
+            Some("10.0.0.1:8080".parse().expect("addr"))
+        );
+        let file: ServeFile = toml::from_str("acme_http_addr = \"off\"\n").expect("parses");
+        assert_eq!(acme_http_addr(file.acme_http_addr, http), None);
+        let error = toml::from_str::<ServeFile>("acme_http_addr = \"port 80\"\n")
+            .expect_err("neither an address nor off");
+        assert!(error.to_string().contains("\"off\""), "{error}");
+    }
+
+    #[test]
+    fn an_acme_port_that_cannot_be_bound_says_what_to_do() {
+        let mut config = NodeConfig::new(
+            1,
+            "127.0.0.1:7101".parse().expect("addr"),
+            "127.0.0.1:7181".parse().expect("addr"),
+            PathBuf::from("d"),
+        );
+        config.acme_http_addr = Some("127.0.0.1:80".parse().expect("addr"));
+        let refused = certus_node::StartError::Bind {
+            addr: "127.0.0.1:80".into(),
+            reason: "Permission denied (os error 13)".into(),
+        };
+        let message = start_error(&refused, &config);
+        assert!(message.starts_with(&refused.to_string()), "{message}");
+        for hint in ["CAP_NET_BIND_SERVICE", "forwarded", "\"off\""] {
+            assert!(message.contains(hint), "{hint}: {message}");
+        }
+        let other = certus_node::StartError::Bind {
+            addr: "127.0.0.1:7181".into(),
+            reason: "Address already in use".into(),
+        };
+        assert_eq!(start_error(&other, &config), other.to_string());
+    }
+
+    #[test]
+    fn the_config_file_takes_an_http_table() {
+        let file: ServeFile = toml::from_str(
+            "[http]\ncert_file = \"public.pem\"\nkey_file = \"public-key.pem\"\n\
+             header_read_timeout_ms = 5000\nbody_read_timeout_ms = 20000\n\
+             connections_per_client_max = 32\n",
+        )
+        .expect("parses");
+        assert_eq!(file.http.cert_file, Some(PathBuf::from("public.pem")));
+        assert_eq!(file.http.header_read_timeout_ms, 5000);
+        assert_eq!(file.http.body_read_timeout_ms, 20000);
+        assert_eq!(file.http.connections_per_client_max, 32);
+        let file: ServeFile = toml::from_str("id = 1\n").expect("parses");
+        assert_eq!(file.http, certus_node::HttpSetup::default());
+        toml::from_str::<ServeFile>("[http]\ntimeout_ms = 1\n").expect_err("unknown key");
     }
 
     #[test]

@@ -4,13 +4,14 @@
 //! The nodes also run the CT log: its key is made on the first start in
 //! `<data_dir>/ct-log-key.pem` and reused after; the roots it accepts come from `--ct-roots`.
 //! And they issue certificates for CA sessions with a cluster CA made the same way
-//! (`<data_dir>/ca-key.pem`, `ca-cert.pem`).
+//! (`<data_dir>/ca-key.pem`, `ca-cert.pem`), serving HTTP-01 challenges in plain HTTP on an ACME
+//! port each (7190 + N when free).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use certus_node::{CtFiles, Node, NodeConfig, SessionsSetup, TlsSetup};
+use certus_node::{CtFiles, HttpSetup, Node, NodeConfig, SessionsSetup, TlsSetup};
 
 use crate::ca_files::ensure_ca;
 use crate::cluster::{await_leader, node_table, start_local};
@@ -21,6 +22,9 @@ use crate::pki::{CA_CERT_FILE, ensure_local, identity_files};
 pub(crate) const GRPC_PORT_BASE: u16 = 7100;
 /// The first HTTP port of `certus up`; node N listens on this + N.
 pub(crate) const HTTP_PORT_BASE: u16 = 7180;
+/// The first plain-HTTP ACME port of `certus up`; node N listens on this + N when it is free,
+/// else on a port the system picks.
+pub(crate) const ACME_HTTP_PORT_BASE: u16 = 7190;
 /// The CT log's key, in the data directory.
 pub(crate) const CT_KEY_FILE: &str = "ct-log-key.pem";
 
@@ -40,6 +44,54 @@ pub(crate) struct UpArgs {
     /// Serve plain text, without TLS or authorization (local experiments only).
     #[arg(long)]
     plaintext: bool,
+    /// Serve the HTTP port (health, status, metrics, `/ct/v1/`) in plain HTTP while gRPC keeps
+    /// mutual TLS; status and metrics then take bearer tokens only.
+    #[arg(long, conflicts_with_all = ["plaintext", "http_cert"])]
+    http_plaintext: bool,
+    /// A certificate (PEM, leaf first) for the HTTP port to present instead of the nodes' own,
+    /// e.g. a public one for CT monitors; gRPC keeps the cluster's. Needs --http-key.
+    #[arg(long, requires = "http_key", conflicts_with = "plaintext")]
+    http_cert: Option<PathBuf>,
+    /// The private key (PKCS#8 PEM) of --http-cert.
+    #[arg(long, requires = "http_cert")]
+    http_key: Option<PathBuf>,
+}
+
+/// What the local nodes' HTTP port speaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HttpPort {
+    /// As the cluster: HTTPS with each node's certificate, or plain text with `--plaintext`.
+    AsCluster,
+    /// Plain HTTP, gRPC over TLS.
+    Plain,
+    /// HTTPS with this certificate and key.
+    Certificate(PathBuf, PathBuf),
+}
+
+impl UpArgs {
+    fn http_port(&self) -> HttpPort {
+        match (&self.http_cert, &self.http_key) {
+            (Some(cert), Some(key)) => HttpPort::Certificate(cert.clone(), key.clone()),
+            _ if self.http_plaintext => HttpPort::Plain,
+            _ => HttpPort::AsCluster,
+        }
+    }
+}
+
+/// The ACME port of each of `nodes` nodes: `ACME_HTTP_PORT_BASE + N` when it can be bound now,
+/// else one the system picks (free a moment ago).
+fn acme_addrs(nodes: u8) -> Result<Vec<SocketAddr>, String> {
+    (1..=nodes)
+        .map(|id| {
+            let preferred = local(ACME_HTTP_PORT_BASE + u16::from(id));
+            std::net::TcpListener::bind(preferred)
+                .or_else(|_| std::net::TcpListener::bind(local(0)))
+                .and_then(|listener| listener.local_addr())
+                .map_err(|error| {
+                    format!("cannot find a free port for node {id}'s ACME listener: {error}")
+                })
+        })
+        .collect()
 }
 
 /// Where `certus up` keeps the cluster's transport PKI, in the data directory.
@@ -56,6 +108,8 @@ fn local_configs(
     ct: &CtFiles,
     sessions: &SessionsSetup,
     tls: bool,
+    http_port: &HttpPort,
+    acme: &[SocketAddr],
 ) -> Vec<NodeConfig> {
     (1..=u64::from(nodes))
         .map(|id| {
@@ -68,6 +122,14 @@ fn local_configs(
             );
             config.ct = ct.clone();
             config.sessions = sessions.clone();
+            config.acme_http_addr = acme.get(usize::from(offset) - 1).copied();
+            if let HttpPort::Certificate(cert_file, key_file) = http_port {
+                config.http = HttpSetup {
+                    cert_file: Some(cert_file.clone()),
+                    key_file: Some(key_file.clone()),
+                    ..HttpSetup::default()
+                };
+            }
             if tls {
                 let pki = data_dir.join(PKI_DIR);
                 let (cert_file, key_file) = identity_files(&pki, &format!("node-{id}"));
@@ -75,7 +137,7 @@ fn local_configs(
                     ca_cert_file: pki.join(CA_CERT_FILE),
                     cert_file,
                     key_file,
-                    https: true,
+                    https: *http_port != HttpPort::Plain,
                 });
             }
             config
@@ -106,15 +168,20 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
     } else {
         Some(ensure_local(&args.data_dir.join(PKI_DIR), args.nodes)?)
     };
-    let configs = local_configs(&args.data_dir, args.nodes, &ct, &sessions, !args.plaintext);
+    let http_port = args.http_port();
+    let configs = local_configs(
+        &args.data_dir,
+        args.nodes,
+        &ct,
+        &sessions,
+        !args.plaintext,
+        &http_port,
+        &acme_addrs(args.nodes)?,
+    );
     let nodes = start_local(&configs).await?;
     let leader = await_leader(&nodes, Duration::from_secs(10)).await;
 
-    let rows: Vec<(&Node, String)> = nodes
-        .iter()
-        .zip(&configs)
-        .map(|(node, config)| (node, config.data_dir.display().to_string()))
-        .collect();
+    let rows: Vec<(&Node, &NodeConfig)> = nodes.iter().zip(&configs).collect();
     println!("{}", node_table(&rows));
     match leader {
         Some(leader) => println!("leader: node {leader}"),
@@ -126,7 +193,11 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
         key_file.display(),
         if created { "new" } else { "reused" }
     );
-    let scheme = if args.plaintext { "http" } else { "https" };
+    let scheme = if args.plaintext || http_port == HttpPort::Plain {
+        "http"
+    } else {
+        "https"
+    };
     for config in &configs {
         println!(
             "  node {}: {scheme}://{}/ct/v1/",
@@ -144,10 +215,21 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
         ),
     }
     println!(
-        "CA for sessions: {} ({}); HTTP-01 challenges are fetched from each name's port 80",
+        "CA for sessions: {} ({}); HTTP-01 challenges are fetched from each name's port 80, \
+         and every node serves them in plain HTTP on its ACME HTTP port (above)",
         ca_cert_file.display(),
         if ca_created { "new" } else { "reused" }
     );
+    match &http_port {
+        HttpPort::AsCluster => {}
+        HttpPort::Plain => println!(
+            "HTTP port: plain HTTP (--http-plaintext); /status and /metrics take bearer tokens only"
+        ),
+        HttpPort::Certificate(cert, _) => println!(
+            "HTTP port: HTTPS with {} (--http-cert); gRPC keeps the cluster's certificates",
+            cert.display()
+        ),
+    }
     let pki = args.data_dir.join(PKI_DIR);
     match pki_created {
         Some(created) => println!(
@@ -190,13 +272,28 @@ mod tests {
             ca_cert_file: Some(PathBuf::from("data/ca-cert.pem")),
             ..SessionsSetup::default()
         };
-        let configs = local_configs(Path::new("data"), 3, &ct, &sessions, true);
+        let acme: Vec<SocketAddr> = (1..=3).map(|n| local(7290 + n)).collect();
+        let configs = local_configs(
+            Path::new("data"),
+            3,
+            &ct,
+            &sessions,
+            true,
+            &HttpPort::AsCluster,
+            &acme,
+        );
         assert_eq!(configs.len(), 3);
         for (config, id) in configs.iter().zip(1..) {
             assert_eq!(config.id, id);
             assert_eq!(config.ct, ct);
             assert_eq!(config.sessions, sessions);
+            assert_eq!(
+                config.acme_http_addr,
+                Some(acme[usize::try_from(id - 1).expect("small")])
+            );
+            assert_eq!(config.http, HttpSetup::default());
             let tls = config.tls.as_ref().expect("TLS by default");
+            assert!(tls.https);
             assert_eq!(tls.ca_cert_file, Path::new("data/pki/ca.pem"));
             assert_eq!(
                 tls.cert_file,
@@ -219,6 +316,49 @@ mod tests {
     }
 
     #[test]
+    fn the_http_port_can_be_plain_or_present_another_certificate() {
+        let ct = CtFiles::default();
+        let sessions = SessionsSetup::default();
+        let acme = [local(7291)];
+        let plain = local_configs(
+            Path::new("data"),
+            1,
+            &ct,
+            &sessions,
+            true,
+            &HttpPort::Plain,
+            &acme,
+        );
+        let tls = plain[0].tls.as_ref().expect("gRPC keeps TLS");
+        assert!(!tls.https);
+        plain[0].validate().expect("valid");
+        let public = local_configs(
+            Path::new("data"),
+            1,
+            &ct,
+            &sessions,
+            true,
+            &HttpPort::Certificate("public.pem".into(), "public-key.pem".into()),
+            &acme,
+        );
+        assert!(public[0].tls.as_ref().expect("TLS").https);
+        assert_eq!(
+            public[0].http.cert_file.as_deref(),
+            Some(Path::new("public.pem"))
+        );
+        public[0].validate().expect("valid");
+    }
+
+    #[test]
+    fn the_acme_ports_are_distinct_and_bindable() {
+        let addrs = acme_addrs(3).expect("free ports");
+        assert_eq!(addrs.len(), 3);
+        let distinct: std::collections::BTreeSet<_> = addrs.iter().collect();
+        assert_eq!(distinct.len(), 3, "{addrs:?}");
+        assert!(addrs.iter().all(|addr| addr.ip().is_loopback()));
+    }
+
+    #[test]
     fn up_takes_ct_roots_from_a_flag() {
         use clap::Parser;
         #[derive(Debug, Parser)]
@@ -230,5 +370,17 @@ mod tests {
             .expect("parses");
         assert_eq!(cli.up.ct_roots, Some(PathBuf::from("roots.pem")));
         assert_eq!(cli.up.data_dir, PathBuf::from("d"));
+        assert_eq!(cli.up.http_port(), HttpPort::AsCluster);
+        let cli = Cli::try_parse_from(["up", "--http-plaintext"]).expect("parses");
+        assert_eq!(cli.up.http_port(), HttpPort::Plain);
+        let cli = Cli::try_parse_from(["up", "--http-cert", "c.pem", "--http-key", "k.pem"])
+            .expect("parses");
+        assert_eq!(
+            cli.up.http_port(),
+            HttpPort::Certificate("c.pem".into(), "k.pem".into())
+        );
+        Cli::try_parse_from(["up", "--http-cert", "c.pem"]).expect_err("needs the key");
+        Cli::try_parse_from(["up", "--plaintext", "--http-plaintext"])
+            .expect_err("one or the other");
     }
 }

@@ -104,6 +104,8 @@ impl Cluster {
                 .arg("serve")
                 .arg("--config")
                 .arg(&config_file)
+                // Several nodes share this host: none takes port 80 for ACME challenges.
+                .env("CERTUS_ACME_HTTP_ADDR", "off")
                 .env("RUST_LOG", "info,openraft=warn")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

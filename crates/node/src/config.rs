@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits::{LOG_SEGMENT_BYTES_MIN, STORE_CACHE_MIB_MIN};
+use crate::limits::{
+    HTTP_BODY_READ_TIMEOUT_MS_DEFAULT, HTTP_CONNECTIONS_PER_CLIENT_LIMIT,
+    HTTP_CONNECTIONS_PER_CLIENT_MAX_DEFAULT, HTTP_HEADER_READ_TIMEOUT_MS_DEFAULT,
+    HTTP_TIMEOUT_MS_MAX, HTTP_TIMEOUT_MS_MIN, LOG_SEGMENT_BYTES_MIN, STORE_CACHE_MIB_MIN,
+};
 use crate::raft::types::NodeId;
 
 /// Everything one node needs to run.
@@ -18,8 +22,17 @@ pub struct NodeConfig {
     /// Where the gRPC server listens (Raft transport and client services); peers and clients
     /// use this address.
     pub grpc_addr: SocketAddr,
-    /// Where the HTTP server listens (health, ACME challenges).
+    /// Where the HTTP server listens (health, ACME challenges, status, metrics, the CT log).
     pub http_addr: SocketAddr,
+    /// Where the plain-HTTP ACME listener listens: it serves
+    /// `/.well-known/acme-challenge/{token}` only, in plain HTTP whatever the HTTP port speaks,
+    /// because HTTP-01 validators (RFC 8555 §8.3) fetch `http://NAME:80/...`. `None`: no such
+    /// listener (the library's default; `certus serve` defaults to port 80).
+    #[serde(default)]
+    pub acme_http_addr: Option<SocketAddr>,
+    /// The HTTP listeners: the HTTP port's certificate, timeouts, connections per client.
+    #[serde(default)]
+    pub http: HttpSetup,
     /// Where the Raft log (`raft-log`), the vote and snapshots (`raft`) are kept.
     pub data_dir: PathBuf,
     /// Raft timing and log compaction.
@@ -56,6 +69,85 @@ pub struct NodeConfig {
     /// server (`crate::edge::client_limits`).
     #[serde(default)]
     pub client_limits: crate::edge::client_limits::ClientLimits,
+}
+
+/// The HTTP listeners (`[http]` in `certus serve`'s file). Whether the HTTP port speaks TLS at
+/// all is `[tls] https`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSetup {
+    /// The certificate the HTTP port presents over HTTPS instead of the node's cluster
+    /// certificate (PEM, leaf first): a publicly trusted one, so that CT monitors and browsers
+    /// verify it. Needs `key_file`, and `[tls]` with `https = true`. gRPC keeps the cluster
+    /// certificate.
+    pub cert_file: Option<PathBuf>,
+    /// The private key of `cert_file` (PKCS#8 PEM).
+    pub key_file: Option<PathBuf>,
+    /// How long a listener waits for a request's headers, from the connection's start or the
+    /// end of the previous answer (so also how long a kept-alive connection may idle), in
+    /// milliseconds.
+    pub header_read_timeout_ms: u64,
+    /// How long a listener waits for a request's whole body after its headers, in milliseconds.
+    pub body_read_timeout_ms: u64,
+    /// Connections one client IP address may have open on each HTTP listener.
+    pub connections_per_client_max: usize,
+}
+
+impl Default for HttpSetup {
+    fn default() -> HttpSetup {
+        HttpSetup {
+            cert_file: None,
+            key_file: None,
+            header_read_timeout_ms: HTTP_HEADER_READ_TIMEOUT_MS_DEFAULT,
+            body_read_timeout_ms: HTTP_BODY_READ_TIMEOUT_MS_DEFAULT,
+            connections_per_client_max: HTTP_CONNECTIONS_PER_CLIENT_MAX_DEFAULT,
+        }
+    }
+}
+
+impl HttpSetup {
+    /// Checks the ranges and that the certificate and key go together; says what is wrong.
+    fn validate(&self, https: bool) -> Result<(), String> {
+        for (name, value) in [
+            ("header_read_timeout_ms", self.header_read_timeout_ms),
+            ("body_read_timeout_ms", self.body_read_timeout_ms),
+        ] {
+            if !(HTTP_TIMEOUT_MS_MIN..=HTTP_TIMEOUT_MS_MAX).contains(&value) {
+                return Err(format!(
+                    "http.{name} is {value}; it must be within \
+                     {HTTP_TIMEOUT_MS_MIN}..={HTTP_TIMEOUT_MS_MAX}"
+                ));
+            }
+        }
+        if !(1..=HTTP_CONNECTIONS_PER_CLIENT_LIMIT).contains(&self.connections_per_client_max) {
+            return Err(format!(
+                "http.connections_per_client_max is {}; it must be within \
+                 1..={HTTP_CONNECTIONS_PER_CLIENT_LIMIT}",
+                self.connections_per_client_max
+            ));
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err("http.cert_file and http.key_file go together: set both or neither".into());
+        }
+        if self.cert_file.is_some() && !https {
+            return Err(
+                "http.cert_file is set but the HTTP port does not speak TLS: it needs \
+                        [tls] with https = true"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// How long a listener waits for a request's headers.
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_read_timeout_ms)
+    }
+
+    /// How long a listener waits for a request's body.
+    pub fn body_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.body_read_timeout_ms)
+    }
 }
 
 /// What a node does for transaction pipelines (`[pipelines]` in `certus serve`'s file).
@@ -214,6 +306,8 @@ impl NodeConfig {
             id,
             grpc_addr,
             http_addr,
+            acme_http_addr: None,
+            http: HttpSetup::default(),
             data_dir,
             raft: RaftTuning::default(),
             tick_interval_ms: default_tick_interval_ms(),
@@ -239,6 +333,15 @@ impl NodeConfig {
                 self.grpc_addr
             ));
         }
+        if let Some(acme) = self.acme_http_addr
+            && (acme == self.grpc_addr || acme == self.http_addr)
+        {
+            return Err(format!(
+                "acme_http_addr is {acme}, also the gRPC or HTTP address; it needs its own port"
+            ));
+        }
+        self.http
+            .validate(self.tls.as_ref().is_some_and(|tls| tls.https))?;
         let raft = &self.raft;
         if raft.heartbeat_interval_ms == 0
             || raft.heartbeat_interval_ms >= raft.election_timeout_min_ms

@@ -200,6 +200,25 @@ pub fn stopping() -> Status {
     )
 }
 
+/// Why an HTTP request body was cut: it did not arrive within the listener's body deadline
+/// (`edge::http_server`). Routes that read a body answer 408 for it.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {0:?}")]
+pub struct BodyTimeout(pub std::time::Duration);
+
+/// Whether `error` (or an error it wraps) is a [`BodyTimeout`]: routes that read a body answer
+/// 408 for it.
+pub fn is_body_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if error.is::<BodyTimeout>() {
+            return true;
+        }
+        current = error.source();
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,5 +231,16 @@ mod tests {
         };
         assert_eq!(ct_status(&error).code(), Code::ResourceExhausted);
         assert_eq!(ct_status(&CtError::Frozen).code(), Code::FailedPrecondition);
+    }
+
+    #[test]
+    fn a_body_timeout_is_found_through_the_errors_that_wrap_it() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("wrapped")]
+        struct Wrapper(#[source] BodyTimeout);
+        let wrapped = Wrapper(BodyTimeout(std::time::Duration::from_secs(1)));
+        assert!(is_body_timeout(&wrapped));
+        let other = std::io::Error::other("reset");
+        assert!(!is_body_timeout(&other));
     }
 }

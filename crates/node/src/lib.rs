@@ -32,7 +32,9 @@ mod stop;
 pub mod tasks;
 
 pub use clock::Clock;
-pub use config::{CtFiles, NodeConfig, PipelinesSetup, RaftTuning, SessionsSetup, StoreSetup};
+pub use config::{
+    CtFiles, HttpSetup, NodeConfig, PipelinesSetup, RaftTuning, SessionsSetup, StoreSetup,
+};
 pub use ct::node::CtNode;
 pub use ct::setup::CtSetup;
 pub use edge::tls::{TlsMaterial, TlsSetup};

@@ -162,6 +162,29 @@ pub const CLIENTS_TRACKED_MAX: usize = 65_536;
 /// server, below [`CLIENT_STREAMS_MAX`] per address.
 pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;
 
+/// How long a client has to finish the TLS handshake on an HTTPS listener.
+pub const HTTPS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an HTTP listener waits for a request's headers by default (`[http]
+/// header_read_timeout_ms`). The clock runs from the connection's start, and on a kept-alive
+/// connection from the end of the previous answer, so it is also the idle keep-alive limit: a
+/// client that sends half a request line, or nothing, is disconnected when it runs out.
+pub const HTTP_HEADER_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// How long an HTTP listener waits for a request's whole body by default (`[http]
+/// body_read_timeout_ms`), from the end of its headers. A route reading the body answers 408;
+/// the connection is closed.
+pub const HTTP_BODY_READ_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// The shortest HTTP timeout a node accepts (`[http]`'s `*_timeout_ms`).
+pub const HTTP_TIMEOUT_MS_MIN: u64 = 100;
+/// The longest HTTP timeout a node accepts (`[http]`'s `*_timeout_ms`).
+pub const HTTP_TIMEOUT_MS_MAX: u64 = 600_000;
+/// Connections one client (one peer IP address) may have open on each HTTP listener by default
+/// (`[http] connections_per_client_max`); past it a new connection is closed at once. Room for a
+/// TLS-terminating proxy's pool or a monitor's parallel fetches; raise it behind a proxy that
+/// carries every client.
+pub const HTTP_CONNECTIONS_PER_CLIENT_MAX_DEFAULT: usize = 256;
+/// The most `[http] connections_per_client_max` may be set to.
+pub const HTTP_CONNECTIONS_PER_CLIENT_LIMIT: usize = 65_536;
+
 /// The shortest bearer token accepted, in bytes: 128 bits of base64url at least.
 pub const BEARER_TOKEN_BYTES_MIN: usize = 22;
 /// The longest `authorization` header value looked at, in bytes.

@@ -279,8 +279,8 @@ impl Node {
         let grpc = serve_grpc(&config, Arc::clone(&replica), ct.clone(), stopped.clone());
         let mut servers = vec![grpc.await?];
         #[cfg(not(madsim))]
-        servers.push(
-            serve_http(
+        servers.extend(
+            crate::edge::http_server::serve_http(
                 &config,
                 tls.as_ref(),
                 authorizer.map(Arc::new),
@@ -289,7 +289,13 @@ impl Node {
                 Arc::clone(&metrics),
                 stopped.clone(),
             )
-            .await?,
+            .await
+            .map_err(|error| match error {
+                crate::edge::http_server::ListenError::Config(reason) => StartError::Config(reason),
+                crate::edge::http_server::ListenError::Bind { addr, reason } => {
+                    StartError::Bind { addr, reason }
+                }
+            })?,
         );
         if let Some(ct) = &ct {
             servers.push(replica.tasks.spawn(
@@ -338,7 +344,13 @@ impl Node {
             "ticks",
             crate::roles::ticks::run(Arc::clone(&replica), config.clone(), stopped),
         ));
-        info!(id = config.id, grpc = %config.grpc_addr, http = %config.http_addr, "node started");
+        info!(
+            id = config.id,
+            grpc = %config.grpc_addr,
+            http = %config.http_addr,
+            acme_http = ?config.acme_http_addr,
+            "node started"
+        );
         let disk = Arc::downgrade(&disk);
         Ok(Node {
             replica,
@@ -606,119 +618,6 @@ async fn serve_grpc(
             warn!(id, %error, "gRPC server failed");
         }
     }))
-}
-
-#[cfg(not(madsim))]
-async fn serve_http(
-    config: &NodeConfig,
-    tls: Option<&crate::edge::tls::TlsMaterial>,
-    authorizer: Option<Arc<crate::edge::security::Authorizer>>,
-    replica: Arc<Replica>,
-    ct: Option<Arc<CtNode>>,
-    metrics: Arc<crate::metrics::Metrics>,
-    stop: watch::Receiver<bool>,
-) -> Result<tokio::task::JoinHandle<()>, StartError> {
-    let listener = tokio::net::TcpListener::bind(config.http_addr)
-        .await
-        .map_err(|error| StartError::Bind {
-            addr: config.http_addr.to_string(),
-            reason: error.to_string(),
-        })?;
-    let router = crate::edge::http::node_router(replica, metrics, ct, authorizer);
-    let id = config.id;
-    if let Some(tls) = tls.filter(|tls| tls.https()) {
-        let acceptor =
-            tokio_rustls::TlsAcceptor::from(tls.https_server().map_err(StartError::Config)?);
-        return Ok(tokio::spawn(serve_https(
-            id, listener, acceptor, router, stop,
-        )));
-    }
-    Ok(tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, router)
-            .with_graceful_shutdown(stopped(stop))
-            .await
-        {
-            warn!(id, %error, "HTTP server failed");
-        }
-    }))
-}
-
-/// How long a client has to finish the TLS handshake on the HTTP port.
-#[cfg(not(madsim))]
-const HTTPS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The HTTP routes over TLS: each connection's verified client certificate (if any) goes into
-/// its requests' extensions for the authorization layer.
-#[cfg(not(madsim))]
-async fn serve_https(
-    id: NodeId,
-    listener: tokio::net::TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
-    router: axum::Router,
-    stop: watch::Receiver<bool>,
-) {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-    use hyper_util::service::TowerToHyperService;
-    loop {
-        let (socket, peer) = tokio::select! {
-            biased;
-            () = stopped(stop.clone()) => return,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of descriptors and the like: wait a little rather than spin.
-                    warn!(id, %error, "HTTPS accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let stream = match tokio::time::timeout(
-                HTTPS_HANDSHAKE_TIMEOUT,
-                acceptor.accept(socket),
-            )
-            .await
-            {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => {
-                    tracing::debug!(id, %peer, %error, "HTTPS handshake failed");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let certificate = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .map(|der| crate::edge::http::PeerCertificate(Arc::new(der.as_ref().to_vec())));
-            let router = match certificate {
-                Some(certificate) => router.layer(axum::Extension(certificate)),
-                None => router,
-            };
-            let service = TowerToHyperService::new(router);
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            tokio::select! {
-                // Polled in order, not at random: the simulation replays a seed exactly.
-                biased;
-                result = connection.as_mut() => {
-                    if let Err(error) = result {
-                        tracing::debug!(id, %peer, %error, "HTTPS connection ended");
-                    }
-                }
-                () = stopped(stop) => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
-            }
-        });
-    }
 }
 
 /// Counts each time this node sees a different node become leader, the first one included (as

@@ -2,7 +2,8 @@
 //!
 //! Reads are answered from this node's local tree at the serving STH (never past it); bad
 //! parameters get a 400 with a JSON body naming what was wrong, and so does a query string that
-//! does not parse; a body past [`ADD_CHAIN_BODY_BYTES_MAX`] gets a 413 with a JSON body. One
+//! does not parse; a body past [`ADD_CHAIN_BODY_BYTES_MAX`] gets a 413 with a JSON body, and one
+//! that does not arrive within the listener's body deadline a 408 with a JSON body. One
 //! get-entries answers at most [`GET_ENTRIES_MAX`](crate::limits::GET_ENTRIES_MAX) entries and
 //! [`CT_HTTP_GET_ENTRIES_BYTES_MAX`] bytes of them (after at least one). A node that has not integrated
 //! the serving tree answers 503 with a `Retry-After`, so a client (or a load balancer) moves on
@@ -62,8 +63,16 @@ fn bad_request(message: impl Into<String>) -> Response {
     error_body(StatusCode::BAD_REQUEST, "bad-request", message)
 }
 
-/// A body that could not be read, as a JSON error: 413 past [`ADD_CHAIN_BODY_BYTES_MAX`].
+/// A body that could not be read, as a JSON error: 413 past [`ADD_CHAIN_BODY_BYTES_MAX`], 408
+/// when it did not arrive within the listener's body deadline (`[http] body_read_timeout_ms`).
 fn body_rejected(rejection: &BytesRejection) -> Response {
+    if crate::errors::is_body_timeout(rejection) {
+        return error_body(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            "the request body did not arrive in time (http.body_read_timeout_ms)",
+        );
+    }
     let code = rejection.status();
     if code == StatusCode::PAYLOAD_TOO_LARGE {
         error_body(

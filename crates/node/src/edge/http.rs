@@ -1,12 +1,15 @@
 //! The HTTP endpoints of a node: `/health/live`, `/health/ready`, `/status`,
 //! `/.well-known/acme-challenge/{token}` and `/metrics` (with the CT log's `/ct/v1/` routes on a
-//! node that runs it). Errors are JSON bodies with a 4xx or 5xx status.
+//! node that runs it), and the ACME listener's one route ([`acme_router`]). Errors are JSON
+//! bodies with a 4xx or 5xx status: unknown paths (404), wrong methods (405), parameters that do
+//! not parse (400) and refusals alike.
 //!
 //! Real sockets only: the simulation reaches nodes over gRPC.
 
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -39,9 +42,22 @@ pub fn node_router(
     if let Some(ct) = ct {
         routes = crate::ct::http::router(replica, ct).merge(routes);
     }
+    // After every merge: it applies to the routes the router has when it is called.
+    routes = routes.method_not_allowed_fallback(method_not_allowed);
     if let Some(authorizer) = authorizer {
         routes = routes.layer(axum::middleware::from_fn_with_state(authorizer, authorize));
     }
+    count_requests(routes, metrics)
+}
+
+/// The plain-HTTP ACME listener's routes: `/.well-known/acme-challenge/{token}` only (every
+/// other path a JSON 404), public, each request counted with the HTTP port's.
+pub fn acme_router(replica: Arc<Replica>, metrics: Arc<Metrics>) -> Router {
+    let routes = Router::new()
+        .route("/.well-known/acme-challenge/{token}", get(acme_challenge))
+        .fallback(not_found)
+        .with_state(replica)
+        .method_not_allowed_fallback(method_not_allowed);
     count_requests(routes, metrics)
 }
 
@@ -211,8 +227,18 @@ async fn status(State(replica): State<Arc<Replica>>) -> Response {
 /// applied state: a validator is better served by a token that is there than by an error.
 async fn acme_challenge(
     State(replica): State<Arc<Replica>>,
-    Path(token): Path<String>,
+    token: Result<Path<String>, PathRejection>,
 ) -> Response {
+    let token = match token {
+        Ok(Path(token)) => token,
+        Err(rejection) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                "invalid-token",
+                rejection.body_text(),
+            );
+        }
+    };
     let token = match certus_core::ChallengeToken::new(token) {
         Ok(token) => token,
         Err(error) => {
@@ -244,4 +270,17 @@ async fn acme_challenge(
 
 async fn not_found() -> Response {
     json_error(StatusCode::NOT_FOUND, "not-found", "no such endpoint")
+}
+
+/// A known path asked with a method it does not answer. Axum adds the `Allow` header.
+async fn method_not_allowed(request: Request) -> Response {
+    json_error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        format!(
+            "{} does not answer {}",
+            request.uri().path(),
+            request.method()
+        ),
+    )
 }

@@ -27,9 +27,10 @@ pub struct TlsSetup {
     pub cert_file: std::path::PathBuf,
     /// This node's private key (PKCS#8 PEM).
     pub key_file: std::path::PathBuf,
-    /// Serve the HTTP port over TLS too (default). Set false to serve it in plain text behind a
-    /// TLS-terminating proxy, or for ACME validators that fetch challenges over plain HTTP; the
-    /// routes that need an identity then accept only bearer tokens.
+    /// Serve the HTTP port over TLS too (default), with the node's certificate or the one
+    /// `[http] cert_file` names. Set false to serve it in plain text behind a TLS-terminating
+    /// proxy; the routes that need an identity then accept only bearer tokens. ACME validators
+    /// fetch challenges over plain HTTP from the ACME listener (`acme_http_addr`) either way.
     #[serde(default = "https_by_default")]
     pub https: bool,
 }
@@ -140,6 +141,25 @@ impl TlsMaterial {
     /// The HTTPS server's rustls configuration: as the gRPC server's, for HTTP/1.1.
     #[cfg(not(madsim))]
     pub fn https_server(&self) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+        self.https_server_presenting(
+            &self.cert_pem,
+            &self.key_pem,
+            "tls.cert_file",
+            "tls.key_file",
+        )
+    }
+
+    /// The HTTPS server's rustls configuration presenting another certificate than the node's
+    /// (`[http] cert_file`, a public one): client certificates from the cluster CA are still
+    /// asked for, not required. `cert_what` and `key_what` name the files in errors.
+    #[cfg(not(madsim))]
+    pub fn https_server_presenting(
+        &self,
+        cert_pem: &str,
+        key_pem: &str,
+        cert_what: &str,
+        key_what: &str,
+    ) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
         use rustls::pki_types::pem::PemObject as _;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
@@ -157,17 +177,20 @@ impl TlsMaterial {
         .allow_unauthenticated()
         .build()
         .map_err(|error| format!("tls.ca_cert_file: {error}"))?;
-        let chain = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
+        let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|error| format!("tls.cert_file: {error}"))?;
-        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
-            .map_err(|error| format!("tls.key_file: {error}"))?;
+            .map_err(|error| format!("{cert_what}: {error}"))?;
+        if chain.is_empty() {
+            return Err(format!("{cert_what}: no certificate in it"));
+        }
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+            .map_err(|error| format!("{key_what}: {error}"))?;
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|error| error.to_string())?
             .with_client_cert_verifier(verifier)
             .with_single_cert(chain, key)
-            .map_err(|error| format!("tls.cert_file and key_file: {error}"))?;
+            .map_err(|error| format!("{cert_what} and {key_what}: {error}"))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(std::sync::Arc::new(config))
     }
