@@ -381,6 +381,7 @@ async fn a_node_tells_systemd_when_it_is_ready_and_the_probe_agrees() {
         &config_file,
         format!(
             "plaintext = true\nid = 1\ngrpc_addr = \"{grpc}\"\nhttp_addr = \"{http}\"\n\
+             acme_http_addr = \"off\"\n\
              data_dir = \"{}\"\n[[initial_members]]\nid = 1\ngrpc_addr = \"{grpc}\"\n\
              http_addr = \"{http}\"\n",
             dir.path().join("data").display()
