@@ -32,7 +32,9 @@ impl MemberAddr {
             if let SocketAddr::V6(v6) = socket
                 && v6.scope_id() != 0
             {
-                return Err(format!("{text:?}: an IPv6 scope id is not a member address"));
+                return Err(format!(
+                    "{text:?}: an IPv6 scope id is not a member address"
+                ));
             }
             return Ok(MemberAddr(socket.to_string()));
         }
@@ -145,10 +147,7 @@ mod tests {
             ("[fd00::0001]:7000", "[fd00::1]:7000"),
             ("localhost:7000", "localhost:7000"),
             ("certus-0.certus.ns.svc:7000", "certus-0.certus.ns.svc:7000"),
-            (
-                "Node-1.Certus.Test:65535",
-                "node-1.certus.test:65535",
-            ),
+            ("Node-1.Certus.Test:65535", "node-1.certus.test:65535"),
             ("a1:1", "a1:1"),
             ("1a.example:1", "1a.example:1"),
         ] {
@@ -157,11 +156,15 @@ mod tests {
             assert_eq!(addr.to_string().parse::<MemberAddr>(), Ok(addr));
         }
         assert_eq!(
-            MemberAddr::parse("10.0.0.1:7000").expect("ip").socket_addr(),
+            MemberAddr::parse("10.0.0.1:7000")
+                .expect("ip")
+                .socket_addr(),
             Some("10.0.0.1:7000".parse().expect("socket"))
         );
         assert_eq!(
-            MemberAddr::parse("node.test:7000").expect("name").socket_addr(),
+            MemberAddr::parse("node.test:7000")
+                .expect("name")
+                .socket_addr(),
             None
         );
         let longest_label = format!("{}.test:1", "a".repeat(HOST_LABEL_BYTES_MAX));
@@ -202,14 +205,21 @@ mod tests {
             let error = MemberAddr::parse(text).expect_err(text);
             assert!(error.contains(why), "{text:?}: {error}");
         }
-        assert!(!MemberAddr::parse(&overlong).expect_err("long").contains("aaaa"));
+        assert!(
+            !MemberAddr::parse(&overlong)
+                .expect_err("long")
+                .contains("aaaa")
+        );
     }
 
     #[test]
     fn serde_runs_the_same_check() {
         let addr: MemberAddr = serde_json::from_str("\"node.test:7000\"").expect("valid");
         assert_eq!(addr.as_str(), "node.test:7000");
-        assert_eq!(serde_json::to_string(&addr).expect("encodes"), "\"node.test:7000\"");
+        assert_eq!(
+            serde_json::to_string(&addr).expect("encodes"),
+            "\"node.test:7000\""
+        );
         let error = serde_json::from_str::<MemberAddr>("\"node_1:7000\"").expect_err("invalid");
         assert!(error.to_string().contains("RFC 1123"), "{error}");
     }

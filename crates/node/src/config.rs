@@ -408,7 +408,9 @@ mod tests {
     #[test]
     fn an_unspecified_listening_address_needs_an_advertised_one() {
         let mut config = config("0.0.0.0:7000", "10.0.0.1:8000");
-        let error = config.validate().expect_err("0.0.0.0 is no address to reach");
+        let error = config
+            .validate()
+            .expect_err("0.0.0.0 is no address to reach");
         assert!(error.contains("advertise_grpc"), "{error}");
         config.advertise_grpc = Some(MemberAddr::parse("node-1.test:7000").expect("ok"));
         assert_eq!(config.validate(), Ok(()));

@@ -7,8 +7,8 @@ use certus_proto::v1;
 use openraft::ServerState;
 use tonic::{Code, Status};
 
-use crate::errors::status;
 use crate::address::MemberAddr;
+use crate::errors::status;
 use crate::raft::forward::MembershipView;
 use crate::raft::types::{CertusNode, NodeId};
 
@@ -93,7 +93,13 @@ fn member_id(id: u64) -> Result<NodeId, Status> {
 fn member_addr(field: &str, addr: &str) -> Result<String, Status> {
     MemberAddr::parse(addr)
         .map(|addr| addr.to_string())
-        .map_err(|why| status(Code::InvalidArgument, "invalid-argument", format!("{field}: {why}")))
+        .map_err(|why| {
+            status(
+                Code::InvalidArgument,
+                "invalid-argument",
+                format!("{field}: {why}"),
+            )
+        })
 }
 
 /// `ChangeMembership`'s voters: at least one, each already a member of `known`.

@@ -552,7 +552,12 @@ impl Replica {
                 .await
             }
             ForwardRequest::SetMemberAddress { id, node } => {
-                if !self.membership().members.iter().any(|member| member.id == id) {
+                if !self
+                    .membership()
+                    .members
+                    .iter()
+                    .any(|member| member.id == id)
+                {
                     return ForwardReply::Refused(ForwardRefusal::FailedPrecondition(format!(
                         "node {id} is not a member; add it as a learner instead"
                     )));
