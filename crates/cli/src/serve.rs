@@ -145,6 +145,7 @@ fn required<T>(value: Option<T>, name: &str) -> Result<T, String> {
 pub(crate) struct NodeFile {
     pub(crate) id: u64,
     pub(crate) grpc_addr: Option<SocketAddr>,
+    pub(crate) advertise_grpc: Option<MemberAddr>,
     pub(crate) data_dir: PathBuf,
     pub(crate) tls: Option<certus_node::TlsSetup>,
     pub(crate) peers: Vec<String>,
@@ -171,6 +172,7 @@ pub(crate) fn node_file(path: &std::path::Path) -> Result<NodeFile, String> {
     Ok(NodeFile {
         id,
         grpc_addr: file.grpc_addr,
+        advertise_grpc: file.advertise_grpc,
         data_dir: required(file.data_dir, "data_dir")?,
         tls: file.tls,
         peers,
