@@ -1,16 +1,17 @@
-//! `certus.v1.Admin`: membership requests checked before anything reaches Raft, and the
-//! membership and roles for the wire.
+//! `certus.v1.Admin`: membership requests checked before anything reaches Raft, the membership
+//! and roles for the wire, and an exported snapshot's messages.
 
 use std::collections::BTreeSet;
 
+use certus_core::State;
 use certus_proto::v1;
-use openraft::ServerState;
+use openraft::{ServerState, StoredMembership};
 use tonic::{Code, Status};
 
 use crate::errors::status;
 use crate::limits::MEMBER_ADDR_BYTES_MAX;
 use crate::raft::forward::MembershipView;
-use crate::raft::types::{CertusNode, NodeId};
+use crate::raft::types::{CertusNode, LogId, NodeId};
 
 /// The name a role is shown by.
 pub fn role_name(state: ServerState) -> &'static str {
@@ -108,4 +109,120 @@ pub fn voters(
         ));
     }
     Ok(voters)
+}
+
+/// The members of an applied membership for the wire (an exported snapshot's header).
+pub fn stored_members(stored: &StoredMembership<NodeId, CertusNode>) -> Vec<v1::Member> {
+    let membership = stored.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, node)| v1::Member {
+            id: *id,
+            grpc_addr: node.grpc_addr.clone(),
+            http_addr: node.http_addr.clone(),
+            voter: voters.contains(id),
+        })
+        .collect()
+}
+
+/// Whether `state` can be exported whole. A CT log that ever took an entry is refused: entries
+/// cleaned up from the replicated state live only in each node's local CT database, which an
+/// export does not carry, so the copy could lack acknowledged entries.
+pub fn check_exportable(state: &State) -> Result<(), Status> {
+    if state.ct_next_sequence() > 0 || state.ct_unsequenced_count() > 0 {
+        return Err(status(
+            Code::FailedPrecondition,
+            "ct-log-not-exportable",
+            format!(
+                "the CT log holds entries ({} numbered, {} waiting): its cleaned-up entries live \
+                 only in the nodes' local CT databases, which a snapshot export does not carry \
+                 yet; back up a CT cluster by copying a stopped node's data directory",
+                state.ct_next_sequence(),
+                state.ct_unsequenced_count()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// What `ExportSnapshot` sends: the header (naming the node, the log id and membership the
+/// snapshot covers, the time, and the snapshot's length and SHA-256), then `data` in chunks of
+/// at most `chunk_bytes` (at least one chunk, empty for an empty snapshot).
+pub fn snapshot_export(
+    node_id: NodeId,
+    exported_at_ms: u64,
+    last_log_id: LogId,
+    members: Vec<v1::Member>,
+    data: &[u8],
+    chunk_bytes: usize,
+) -> Vec<v1::ExportSnapshotChunk> {
+    assert!(chunk_bytes > 0, "a chunk holds at least one byte");
+    let header = v1::SnapshotHeader {
+        node_id,
+        last_log_term: last_log_id.leader_id.term,
+        last_log_index: last_log_id.index,
+        members,
+        exported_at_ms,
+        data_bytes: data.len() as u64,
+        data_sha256: ring::digest::digest(&ring::digest::SHA256, data)
+            .as_ref()
+            .to_vec(),
+    };
+    let mut chunks = vec![v1::ExportSnapshotChunk {
+        part: Some(v1::export_snapshot_chunk::Part::Header(header)),
+    }];
+    chunks.extend(
+        data.chunks(chunk_bytes)
+            .map(|chunk| v1::ExportSnapshotChunk {
+                part: Some(v1::export_snapshot_chunk::Part::Data(chunk.to_vec())),
+            }),
+    );
+    chunks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data_of(chunks: &[v1::ExportSnapshotChunk]) -> Vec<u8> {
+        chunks
+            .iter()
+            .skip(1)
+            .flat_map(|chunk| match &chunk.part {
+                Some(v1::export_snapshot_chunk::Part::Data(data)) => data.clone(),
+                other => panic!("a data chunk, not {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_export_is_a_header_then_bounded_chunks_of_the_bytes_it_names() {
+        let data: Vec<u8> = (0..2500u32).map(|n| (n % 251) as u8).collect();
+        let log_id = LogId::new(openraft::CommittedLeaderId::new(7, 0), 42);
+        let chunks = snapshot_export(3, 1_000, log_id, Vec::new(), &data, 1000);
+        assert_eq!(chunks.len(), 4, "a header and three chunks");
+        let Some(v1::export_snapshot_chunk::Part::Header(header)) = &chunks[0].part else {
+            panic!("the header comes first");
+        };
+        assert_eq!(
+            (header.node_id, header.last_log_term, header.last_log_index),
+            (3, 7, 42)
+        );
+        assert_eq!(header.data_bytes, 2500);
+        assert_eq!(
+            header.data_sha256,
+            ring::digest::digest(&ring::digest::SHA256, &data).as_ref()
+        );
+        assert!(chunks[1..].iter().all(|chunk| match &chunk.part {
+            Some(v1::export_snapshot_chunk::Part::Data(bytes)) => bytes.len() <= 1000,
+            _ => false,
+        }));
+        assert_eq!(data_of(&chunks), data);
+    }
+
+    #[test]
+    fn a_state_without_ct_entries_is_exportable() {
+        assert!(check_exportable(&State::new()).is_ok());
+    }
 }

@@ -1,16 +1,21 @@
-//! `certus.v1.Admin`: status, membership and snapshots. Its conversions are
+//! `certus.v1.Admin`: status, membership, snapshots and snapshot exports. Its conversions are
 //! [`crate::convert::admin`].
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use certus_proto::v1;
 use certus_proto::v1::admin_server::Admin;
+use futures_util::Stream;
 use tonic::{Code, Request, Response, Status};
 
 use crate::convert::admin as convert;
 use crate::errors::status;
-use crate::limits::LEADER_WAIT;
+use crate::limits::{LEADER_WAIT, SNAPSHOT_EXPORT_CHUNK_BYTES_MAX};
 use crate::raft::replica::Replica;
+
+/// The stream `ExportSnapshot` answers with.
+type SnapshotStream = Pin<Box<dyn Stream<Item = Result<v1::ExportSnapshotChunk, Status>> + Send>>;
 
 /// `certus.v1.Admin` for one node.
 #[derive(Debug, Clone)]
@@ -158,5 +163,43 @@ impl Admin for AdminService {
         Ok(Response::new(v1::TriggerSnapshotReply {
             snapshot_index: waited.snapshot.map_or(0, |log_id| log_id.index),
         }))
+    }
+
+    type ExportSnapshotStream = SnapshotStream;
+
+    /// After a read barrier, so the copy holds every write acknowledged before the call; encoded
+    /// under one read of the applied state, so it is the state at exactly one log index.
+    async fn export_snapshot(
+        &self,
+        _request: Request<v1::ExportSnapshotRequest>,
+    ) -> Result<Response<SnapshotStream>, Status> {
+        self.replica.read_barrier().await?;
+        let exported_at_ms = self.replica.clock.now_ms();
+        let (last_log_id, members, data) = self.replica.reader.read(|applied| {
+            convert::check_exportable(&applied.state)?;
+            let last_log_id = applied.last_applied.ok_or_else(|| {
+                status(
+                    Code::FailedPrecondition,
+                    "not-initialized",
+                    "this node has applied nothing yet: the cluster is not initialized",
+                )
+            })?;
+            Ok::<_, Status>((
+                last_log_id,
+                convert::stored_members(&applied.membership),
+                applied.state.to_snapshot(),
+            ))
+        })?;
+        let chunks = convert::snapshot_export(
+            self.replica.id,
+            exported_at_ms,
+            last_log_id,
+            members,
+            &data,
+            SNAPSHOT_EXPORT_CHUNK_BYTES_MAX,
+        );
+        Ok(Response::new(Box::pin(futures_util::stream::iter(
+            chunks.into_iter().map(Ok),
+        ))))
     }
 }
