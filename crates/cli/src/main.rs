@@ -1,11 +1,12 @@
 //! `certus`: run a local cluster (`up`), one node (`serve`), talk to a cluster (`ctl`), or make
-//! a CT log key (`ct-keygen`).
+//! a CT log key (`ct-keygen`), back up and restore (`ctl snapshot export`, `restore`).
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+mod backup;
 mod bench;
 mod ca_files;
 mod cluster;
@@ -65,6 +66,8 @@ enum Command {
     Rebuild(rebuild::RebuildArgs),
     /// Ask one node whether it is ready (or alive, with --live): exit 0 if so, 1 if not.
     Probe(probe::ProbeArgs),
+    /// Seed a new node's data directory from a backup (`certus ctl snapshot export`).
+    Restore(backup::RestoreArgs),
 }
 
 // mimalloc: a node allocates and frees many small buffers per request on every core (HTTP/2
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
             Command::Pki(args) => pki::run(args),
             Command::Rebuild(args) => rebuild::run(args).await,
             Command::Probe(args) => probe::run(args).await,
+            Command::Restore(args) => backup::run(&args),
         }
     });
     match result {

@@ -1,0 +1,350 @@
+//! Online backup and restore on real processes: a snapshot exported with `certus ctl snapshot
+//! export` while clients keep writing, restored with `certus restore` into a new cluster (new
+//! ids, ports and data directories), which starts, holds every write acknowledged before the
+//! export began, and takes new writes after it.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use certus_client::Client;
+use certus_proto::v1::enqueue_request::Route;
+use certus_proto::v1::{EnqueueRequest, GetStateRequest, QueueType};
+use serde_json::Value;
+use support::{Cluster, Tuning, binary, eventually};
+
+const SERVE_WAIT: Duration = Duration::from_secs(30);
+const PIPELINE: &str = "backup-pipeline";
+const NODE_GROUP: &str = "backup-group";
+/// Long enough that no lease of the test expires before it ends.
+const LEASE_TTL_MS: u64 = 600_000;
+
+/// What the clients were told was done.
+#[derive(Debug, Clone, Default)]
+struct Acknowledged {
+    /// Lease name → fencing token.
+    leases: BTreeMap<String, u64>,
+    /// Challenge token → key authorization.
+    tokens: BTreeMap<String, String>,
+    /// External id → transaction id.
+    transactions: BTreeMap<String, u64>,
+}
+
+impl Acknowledged {
+    fn count(&self) -> usize {
+        self.leases.len() + self.tokens.len() + self.transactions.len()
+    }
+}
+
+type Shared = Arc<Mutex<Acknowledged>>;
+
+fn record(acknowledged: &Shared, change: impl FnOnce(&mut Acknowledged)) {
+    change(&mut acknowledged.lock().expect("not poisoned"));
+}
+
+/// A client writing leases, challenge tokens or transactions (by `kind`) until `stop`; every
+/// write it is told succeeded is recorded. Failures are not (their outcome may be unknown).
+async fn writer(client: Client, kind: usize, stop: Arc<AtomicBool>, acknowledged: Shared) {
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        match kind {
+            0 => {
+                let name = format!("lease-{n}");
+                if let Ok(reply) = client.acquire(&name, "holder-a", LEASE_TTL_MS).await {
+                    let token = reply
+                        .lease
+                        .expect("an acquire returns the lease")
+                        .fencing_token;
+                    record(&acknowledged, |a| {
+                        a.leases.insert(name, token);
+                    });
+                }
+            }
+            1 => {
+                let token = format!("token-{n}");
+                let key_authorization = format!("{token}.thumbprint");
+                if client
+                    .put_challenge(&token, &key_authorization)
+                    .await
+                    .is_ok()
+                {
+                    record(&acknowledged, |a| {
+                        a.tokens.insert(token, key_authorization);
+                    });
+                }
+            }
+            _ => {
+                let external_id = format!("tx-{n}");
+                let request = EnqueueRequest {
+                    owner: "backup".into(),
+                    external_id: external_id.clone(),
+                    route: Some(Route::Pipeline(PIPELINE.into())),
+                    queue: QueueType::In.into(),
+                    state: format!("{{\"n\":{n}}}"),
+                    ..EnqueueRequest::default()
+                };
+                if let Ok(reply) = client.enqueue(request).await {
+                    record(&acknowledged, |a| {
+                        a.transactions.insert(external_id, reply.transaction_id);
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Runs the `certus` binary with `args`; (success, stdout, stderr).
+async fn certus(args: Vec<String>) -> (bool, String, String) {
+    tokio::task::spawn_blocking(move || {
+        let output = Command::new(binary())
+            .args(&args)
+            .output()
+            .expect("run certus");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    })
+    .await
+    .expect("the command's thread")
+}
+
+fn restore_args(file: &Path, config: &Path) -> Vec<String> {
+    vec![
+        "restore".into(),
+        file.display().to_string(),
+        "--config".into(),
+        config.display().to_string(),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_export_under_load_restores_into_a_new_cluster_holding_every_write_acknowledged_before_it()
+ {
+    let backups = tempfile::tempdir().expect("a directory for the backup");
+    let file = backups.path().join("cluster.certus-backup");
+    let old = Cluster::start(
+        3,
+        Tuning {
+            // Snapshots and log compaction happen while the load runs, as in production.
+            snapshot_after_entries: 300,
+            entries_kept_after_snapshot: 100,
+            ..Tuning::default()
+        },
+    );
+    let client = old.client();
+    eventually(SERVE_WAIT, "the old cluster serves", || async {
+        client.define_pipeline(PIPELINE, NODE_GROUP).await.ok()
+    })
+    .await;
+
+    let acknowledged: Shared = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..6)
+        .map(|kind| {
+            tokio::spawn(writer(
+                old.client(),
+                kind % 3,
+                Arc::clone(&stop),
+                Arc::clone(&acknowledged),
+            ))
+        })
+        .collect();
+    eventually(SERVE_WAIT, "writes of every kind acknowledged", || async {
+        let seen = acknowledged.lock().expect("not poisoned").clone();
+        (seen.leases.len() >= 30 && seen.tokens.len() >= 30 && seen.transactions.len() >= 30)
+            .then_some(())
+    })
+    .await;
+
+    // Everything acknowledged before the export begins must be in it.
+    let before = acknowledged.lock().expect("not poisoned").clone();
+    let (ok, stdout, stderr) = certus(vec![
+        "ctl".into(),
+        "--plaintext".into(),
+        "--json".into(),
+        "--endpoints".into(),
+        old.endpoints().join(","),
+        "snapshot".into(),
+        "export".into(),
+        file.display().to_string(),
+    ])
+    .await;
+    assert!(ok, "the export succeeds: {stderr}");
+    let exported: Value = serde_json::from_str(&stdout).expect("the export's JSON");
+    let last_log_index = exported["last_log_index"].as_u64().expect("last_log_index");
+    let old_ids: Vec<u64> = exported["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|member| member["id"].as_u64().expect("id"))
+        .collect();
+    assert_eq!(
+        old_ids,
+        vec![1, 2, 3],
+        "the header names the old membership"
+    );
+    assert!(
+        exported["data_bytes"].as_u64().expect("data_bytes") > 0,
+        "{exported}"
+    );
+
+    // The writes go on after the export; then the old cluster goes away.
+    let at_export = acknowledged.lock().expect("not poisoned").count();
+    eventually(
+        SERVE_WAIT,
+        "writes acknowledged after the export",
+        || async {
+            (acknowledged.lock().expect("not poisoned").count() > at_export + 30).then_some(())
+        },
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let all = acknowledged.lock().expect("not poisoned").clone();
+    drop(old);
+
+    // A second export never overwrites the backup.
+    let (ok, _, stderr) = certus(vec![
+        "ctl".into(),
+        "--plaintext".into(),
+        "--endpoints".into(),
+        "127.0.0.1:1".into(),
+        "snapshot".into(),
+        "export".into(),
+        file.display().to_string(),
+    ])
+    .await;
+    assert!(!ok && stderr.contains("never overwrites"), "{stderr}");
+
+    // A damaged copy is refused before anything is written.
+    let damaged = backups.path().join("damaged.certus-backup");
+    let mut bytes = std::fs::read(&file).expect("read the backup");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&damaged, bytes).expect("write the damaged copy");
+    let refused_dir = backups.path().join("refused");
+    let (ok, _, stderr) = certus(vec![
+        "restore".into(),
+        damaged.display().to_string(),
+        "--id".into(),
+        "21".into(),
+        "--data-dir".into(),
+        refused_dir.display().to_string(),
+        "--member".into(),
+        "21=127.0.0.1:7121,127.0.0.1:7181".into(),
+    ])
+    .await;
+    assert!(!ok, "a damaged backup is refused");
+    assert!(stderr.contains("SHA-256 does not match"), "{stderr}");
+    assert!(!refused_dir.exists(), "nothing was written");
+
+    // The new cluster: other ids, ports and data directories, every node restored from the file.
+    let mut restored = Vec::new();
+    let new = Cluster::start_prepared(&[11, 12, 13], Tuning::default(), |specs| {
+        for spec in specs {
+            let output = Command::new(binary())
+                .args(restore_args(&file, &spec.config_file))
+                .output()
+                .expect("run certus restore");
+            assert!(
+                output.status.success(),
+                "restore node {}: {}",
+                spec.id,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            restored.push(spec.clone());
+        }
+    });
+    assert_eq!(restored.len(), 3);
+    // Restoring into a data directory that holds anything is refused.
+    let (ok, _, stderr) = certus(restore_args(&file, &restored[0].config_file)).await;
+    assert!(!ok && stderr.contains("is not empty"), "{stderr}");
+
+    let client = new.client();
+    let status = eventually(
+        SERVE_WAIT,
+        "the restored cluster elects a leader",
+        || async {
+            let status = client.status().await.ok()?;
+            (status.leader_id != 0).then_some(status)
+        },
+    )
+    .await;
+    let new_ids: Vec<u64> = status.members.iter().map(|member| member.id).collect();
+    assert_eq!(
+        new_ids,
+        vec![11, 12, 13],
+        "the new cluster's own membership"
+    );
+    assert!(status.members.iter().all(|member| member.voter));
+    assert!(
+        status.applied_index >= last_log_index,
+        "the new cluster goes on after the snapshot's index {last_log_index}: {status:?}"
+    );
+
+    // Every write acknowledged before the export is there.
+    for (name, token) in &before.leases {
+        let lease = client
+            .get_lease(name)
+            .await
+            .unwrap_or_else(|error| panic!("lease {name} acknowledged before the export: {error}"));
+        assert_eq!(
+            (lease.holder.as_str(), lease.fencing_token),
+            ("holder-a", *token)
+        );
+    }
+    for (token, key_authorization) in &before.tokens {
+        let challenge = client.get_challenge(token).await.unwrap_or_else(|error| {
+            panic!("token {token} acknowledged before the export: {error}")
+        });
+        assert_eq!(&challenge.key_authorization, key_authorization);
+    }
+    for (external_id, id) in &before.transactions {
+        let reply = client
+            .get_state(GetStateRequest {
+                transaction_id: *id,
+                ..GetStateRequest::default()
+            })
+            .await
+            .unwrap_or_else(|error| {
+                panic!("transaction {external_id} acknowledged before the export: {error}")
+            });
+        let transaction = reply.transaction.expect("a transaction");
+        assert_eq!(&transaction.external_id, external_id);
+    }
+    // A lease's fencing token is at least the log index of its grant: one granted at or below
+    // the snapshot's index is in it, whenever its client heard back.
+    for (name, token) in all
+        .leases
+        .iter()
+        .filter(|(_, token)| **token <= last_log_index)
+    {
+        let lease = client
+            .get_lease(name)
+            .await
+            .unwrap_or_else(|error| panic!("lease {name} granted at index {token}: {error}"));
+        assert_eq!(lease.fencing_token, *token);
+    }
+
+    // The new cluster takes writes, after the old cluster's history.
+    let reply = client
+        .acquire("after-restore", "holder-b", LEASE_TTL_MS)
+        .await
+        .expect("a write on the restored cluster");
+    let token = reply.lease.expect("the lease").fencing_token;
+    let largest_restored = before.leases.values().max().copied().unwrap_or(0);
+    assert!(
+        token > last_log_index && token > largest_restored,
+        "token {token} after index {last_log_index} and token {largest_restored}"
+    );
+}
