@@ -1,7 +1,8 @@
 //! Online backup and restore on real processes: a snapshot exported with `certus ctl snapshot
 //! export` while clients keep writing, restored with `certus restore` into a new cluster (new
 //! ids, ports and data directories), which starts, holds every write acknowledged before the
-//! export began, and takes new writes after it.
+//! export began, and takes new writes after it; and a CT log whose entries were cleaned up from
+//! the replicated state, restored whole from the exporting node's local database.
 
 mod support;
 
@@ -15,6 +16,7 @@ use std::time::Duration;
 use certus_client::Client;
 use certus_proto::v1::enqueue_request::Route;
 use certus_proto::v1::{EnqueueRequest, GetStateRequest, QueueType};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use serde_json::Value;
 use support::{Cluster, Tuning, binary, eventually};
 
@@ -346,5 +348,230 @@ async fn an_export_under_load_restores_into_a_new_cluster_holding_every_write_ac
     assert!(
         token > last_log_index && token > largest_restored,
         "token {token} after index {last_log_index} and token {largest_restored}"
+    );
+}
+
+/// A root the CT log accepts, and leaves under it.
+struct Root {
+    params: CertificateParams,
+    key: KeyPair,
+    der: Vec<u8>,
+    pem: String,
+}
+
+impl Root {
+    fn new() -> Root {
+        let mut params = CertificateParams::default();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "Certus Backup Test Root");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let key = KeyPair::generate().expect("root key");
+        let root = params.self_signed(&key).expect("root");
+        Root {
+            der: root.der().to_vec(),
+            pem: root.pem(),
+            params,
+            key,
+        }
+    }
+
+    fn leaf(&self, name: &str) -> Vec<u8> {
+        let params = CertificateParams::new(vec![name.to_owned()]).expect("params");
+        let key = KeyPair::generate().expect("leaf key");
+        let issuer = Issuer::from_params(&self.params, &self.key);
+        params
+            .signed_by(&key, &issuer)
+            .expect("leaf")
+            .der()
+            .to_vec()
+    }
+}
+
+/// Submits leaves until `stop`; records the leaves that got an SCT.
+async fn submitter(
+    client: Client,
+    root: Arc<Root>,
+    stop: Arc<AtomicBool>,
+    logged: Arc<Mutex<Vec<Vec<u8>>>>,
+) {
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let leaf = root.leaf(&format!("load-{n}.backup.test"));
+        n += 1;
+        if client
+            .add_chain(vec![leaf.clone(), root.der.clone()], false)
+            .await
+            .is_ok()
+        {
+            logged.lock().expect("not poisoned").push(leaf);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The leaf inputs of entries 0 to `size` (exclusive), page by page.
+async fn entries(client: &Client, size: u64) -> Vec<Vec<u8>> {
+    let mut entries = Vec::new();
+    while (entries.len() as u64) < size {
+        let start = entries.len() as u64;
+        let page = client
+            .get_entries(start, size - 1)
+            .await
+            .expect("get-entries")
+            .entries;
+        assert!(
+            !page.is_empty(),
+            "get-entries from {start} answered nothing"
+        );
+        entries.extend(page.into_iter().map(|entry| entry.leaf_input));
+    }
+    entries
+}
+
+/// Each leaf is in exactly one of the entries.
+fn assert_each_logged_once(entries: &[Vec<u8>], leaves: &[Vec<u8>]) {
+    let contains =
+        |input: &[u8], leaf: &[u8]| input.windows(leaf.len()).any(|window| window == leaf);
+    for (number, leaf) in leaves.iter().enumerate() {
+        let places = entries.iter().filter(|input| contains(input, leaf)).count();
+        assert_eq!(
+            places,
+            1,
+            "leaf {number} is in {places} of the {} entries",
+            entries.len()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ct_log_is_restored_with_the_entries_cleaned_up_from_the_replicated_state() {
+    let files = tempfile::tempdir().expect("files");
+    let root = Arc::new(Root::new());
+    let key_file = files.path().join("log-key.pem");
+    let roots_file = files.path().join("roots.pem");
+    std::fs::write(
+        &key_file,
+        certus_ct::signer::EcdsaP256Signer::generate_pkcs8_pem().expect("log key"),
+    )
+    .expect("key file");
+    std::fs::write(&roots_file, &root.pem).expect("roots file");
+    let tuning = || Tuning {
+        ct: Some((key_file.clone(), roots_file.clone())),
+        ..Tuning::default()
+    };
+    let file = files.path().join("ct.certus-backup");
+
+    let old = Cluster::start(3, tuning());
+    let client = old.client();
+    let mut first = Vec::new();
+    for n in 0..20 {
+        let leaf = root.leaf(&format!("first-{n}.backup.test"));
+        eventually(SERVE_WAIT, "a submission gets its SCT", || async {
+            client
+                .add_chain(vec![leaf.clone(), root.der.clone()], false)
+                .await
+                .ok()
+        })
+        .await;
+        first.push(leaf);
+    }
+    // Every one of them published and cleaned up from the replicated state: from now on only
+    // the nodes' local databases hold them.
+    eventually(SERVE_WAIT, "the first entries cleaned up", || async {
+        let status = client.log_status().await.ok()?;
+        (status.next_sequence == 20 && status.held == 0).then_some(())
+    })
+    .await;
+
+    let logged: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn(submitter(
+        old.client(),
+        Arc::clone(&root),
+        Arc::clone(&stop),
+        Arc::clone(&logged),
+    ));
+    eventually(SERVE_WAIT, "submissions under load", || async {
+        (logged.lock().expect("not poisoned").len() >= 10).then_some(())
+    })
+    .await;
+    let before: Vec<Vec<u8>> = logged.lock().expect("not poisoned").clone();
+    let (ok, stdout, stderr) = certus(vec![
+        "ctl".into(),
+        "--plaintext".into(),
+        "--json".into(),
+        "--endpoints".into(),
+        old.endpoints().join(","),
+        "snapshot".into(),
+        "export".into(),
+        file.display().to_string(),
+    ])
+    .await;
+    assert!(ok, "the export succeeds: {stderr}");
+    let exported: Value = serde_json::from_str(&stdout).expect("the export's JSON");
+    let ct_entries = exported["ct_entries"].as_u64().expect("ct_entries");
+    assert!(
+        ct_entries >= 20,
+        "the cleaned-up entries are in the file: {exported}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    load.await.expect("submitter");
+    drop(old);
+
+    let new = Cluster::start_prepared(&[21, 22, 23], tuning(), |specs| {
+        for spec in specs {
+            let output = Command::new(binary())
+                .args(restore_args(&file, &spec.config_file))
+                .output()
+                .expect("run certus restore");
+            assert!(
+                output.status.success(),
+                "restore node {}: {}",
+                spec.id,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    });
+    let client = new.client();
+    // Every submission acknowledged before the export reaches a serving STH of the new cluster,
+    // each under one number.
+    let needed = (first.len() + before.len()) as u64;
+    let size = eventually(
+        SERVE_WAIT,
+        "a serving STH over the restored entries",
+        || async {
+            let sth = client.get_sth().await.ok()?;
+            (sth.tree_size >= needed).then_some(sth.tree_size)
+        },
+    )
+    .await;
+    let restored = entries(&client, size).await;
+    assert_each_logged_once(&restored, &first);
+    assert_each_logged_once(&restored, &before);
+    // The first twenty, submitted one at a time, kept their numbers.
+    assert_each_logged_once(&restored[..20], &first);
+
+    // The restored log takes new submissions, numbered after everything it holds.
+    let leaf = root.leaf("after-restore.backup.test");
+    eventually(SERVE_WAIT, "a submission to the restored log", || async {
+        client
+            .add_chain(vec![leaf.clone(), root.der.clone()], false)
+            .await
+            .ok()
+    })
+    .await;
+    let grown = eventually(SERVE_WAIT, "the new entry in a serving STH", || async {
+        let sth = client.get_sth().await.ok()?;
+        (sth.tree_size > size.max(ct_entries)).then_some(sth.tree_size)
+    })
+    .await;
+    let all = entries(&client, grown).await;
+    assert_each_logged_once(&all, std::slice::from_ref(&leaf));
+    assert_eq!(
+        &all[..restored.len()],
+        &restored[..],
+        "the restored entries stay as they were"
     );
 }

@@ -1,39 +1,45 @@
-//! Online backup and restore: `certus ctl snapshot export FILE` writes a consistent snapshot of a
+//! Online backup and restore: `certus ctl snapshot export FILE` writes a consistent copy of a
 //! running cluster into a checksummed file; `certus restore FILE` seeds a data directory of a
 //! new cluster from it.
 //!
 //! What a backup covers: the replicated state at one applied log index, encoded by one node
 //! after a read barrier (`Admin/ExportSnapshot`), so every write acknowledged before the export
-//! began is in it, and writes after it may or may not be. It names the log id it covers (term
-//! and index) and the membership at that index: there is no cluster id, that log id and
-//! membership are what identify the cluster and the point in its history. It does not hold the
-//! Raft log (the new cluster starts its log after the snapshot's index) nor a node's local CT
-//! database: a cluster whose CT log holds entries is refused at export.
+//! began is in it, and writes after it may or may not be; and the CT log's entries that state
+//! numbered, read from that node's local CT database (entries cleaned up from the replicated
+//! state live only there). It names the log id it covers (term and index) and the membership
+//! at that index: there is no cluster id, that log id and membership are what identify the
+//! cluster and the point in its history. The Raft log is not in it: the new cluster's log
+//! starts after the snapshot's index.
 //!
 //! The file: the magic `CERTUSBK`, the format version (u32, big-endian), the header's length
-//! (u32, big-endian), the header (JSON: [`BackupHeader`]), the snapshot's bytes, and the
-//! SHA-256 of everything before it. `certus restore` checks all of it before it writes anything.
+//! (u32, big-endian), the header (JSON: [`BackupHeader`]), the snapshot's bytes, the CT entries
+//! (each: leaf input, extra data and SCT, each a u32 big-endian length then its bytes, then
+//! the SCT's timestamp as a u64 big-endian), and the SHA-256 of everything before it.
+//! `certus restore` checks the checksum and the snapshot before it writes anything, and the
+//! restored CT tree against the serving STH the state names.
 //!
 //! A new cluster of several nodes is restored by restoring every node's data directory from the
 //! same file, each with its own id and the same member list; started with `certus serve`, the
 //! nodes elect a leader among themselves and go on from the snapshot.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use certus_client::Client;
 use certus_core::State;
 use certus_node::raft::types::{CertusNode, TypeConfig};
 use certus_proto::v1;
 use certus_proto::v1::export_snapshot_chunk::Part;
-use certus_store::SledDisk;
+use certus_store::{CtDatabase, Disk, LocalEntry, OsFiles, SledDisk};
 use openraft::{CommittedLeaderId, LogId, Membership};
 use ring::digest::{Context, SHA256, SHA256_OUTPUT_LEN};
 use serde::{Deserialize, Serialize};
 
-use crate::limits::BACKUP_HEADER_BYTES_MAX;
+use crate::limits::{BACKUP_CT_BATCH_ENTRIES, BACKUP_HEADER_BYTES_MAX};
 
 /// The first bytes of a backup file.
 const MAGIC: &[u8; 8] = b"CERTUSBK";
@@ -69,6 +75,8 @@ pub(crate) struct BackupHeader {
     pub(crate) data_bytes: u64,
     /// The snapshot's SHA-256, in hex.
     pub(crate) data_sha256: String,
+    /// How many CT entries follow the snapshot (numbers 0 to `ct_entries` - 1).
+    pub(crate) ct_entries: u64,
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -94,65 +102,173 @@ fn prefix(header: &BackupHeader) -> Vec<u8> {
     bytes
 }
 
-/// A whole backup file of `header` and `data` (for tests; the export writes as chunks arrive).
+/// One CT entry as the file holds it.
+fn encode_ct_entry(out: &mut Vec<u8>, entry: &v1::CtLocalEntry) {
+    for field in [&entry.leaf_input, &entry.extra_data, &entry.sct] {
+        let len = u32::try_from(field.len()).expect("an entry field is far below 4 GiB");
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(field);
+    }
+    out.extend_from_slice(&entry.sct_timestamp_ms.to_be_bytes());
+}
+
+/// A whole backup file (for tests; the export writes as chunks arrive).
 #[cfg(test)]
-fn encode(header: &BackupHeader, data: &[u8]) -> Vec<u8> {
+fn encode(header: &BackupHeader, data: &[u8], ct: &[v1::CtLocalEntry]) -> Vec<u8> {
     let mut bytes = prefix(header);
     bytes.extend_from_slice(data);
+    for entry in ct {
+        encode_ct_entry(&mut bytes, entry);
+    }
     let digest = ring::digest::digest(&SHA256, &bytes);
     bytes.extend_from_slice(digest.as_ref());
     bytes
 }
 
-/// A backup read back and checked: the file's checksum, its header, the snapshot's length and
+/// A backup opened and checked: the file's checksum, its header, the snapshot's length and
 /// SHA-256, and the snapshot itself (it loads as a valid state no later than the log index the
-/// header names).
-#[derive(Debug)]
+/// header names). The CT entries are read afterwards, a batch at a time.
 pub(crate) struct Backup {
     pub(crate) header: BackupHeader,
+    pub(crate) state: State,
     pub(crate) data: Vec<u8>,
+    ct: CtEntries,
 }
 
-/// Checks the bytes of a backup file.
-pub(crate) fn decode(bytes: &[u8]) -> Result<Backup, String> {
-    if bytes.len() < PREFIX_BYTES + SHA256_OUTPUT_LEN || &bytes[..MAGIC.len()] != MAGIC {
+/// The CT entries of an open backup, not read yet.
+struct CtEntries {
+    reader: BufReader<File>,
+    /// Entries not read yet.
+    left: u64,
+    /// Bytes before the checksum not read yet.
+    bytes_left: u64,
+}
+
+impl CtEntries {
+    fn take(&mut self, len: u64) -> Result<Vec<u8>, String> {
+        if len > self.bytes_left {
+            return Err("a CT entry runs past the end of the file".into());
+        }
+        self.bytes_left -= len;
+        let mut bytes = vec![0; usize::try_from(len).expect("bounded by the file")];
+        self.reader
+            .read_exact(&mut bytes)
+            .map_err(|error| format!("reading the CT entries: {error}"))?;
+        Ok(bytes)
+    }
+
+    fn number(&mut self, width: u64) -> Result<u64, String> {
+        let bytes = self.take(width)?;
+        Ok(bytes
+            .iter()
+            .fold(0u64, |value, byte| (value << 8) | u64::from(*byte)))
+    }
+
+    /// The next entries, at most `max`; empty once all are read (then the checksum must follow).
+    fn next_batch(&mut self, max: usize) -> Result<Vec<LocalEntry>, String> {
+        let mut entries = Vec::new();
+        while self.left > 0 && entries.len() < max {
+            let mut fields = Vec::with_capacity(3);
+            for _ in 0..3 {
+                let len = self.number(4)?;
+                fields.push(self.take(len)?);
+            }
+            let sct_timestamp_ms = self.number(8)?;
+            let sct = fields.pop().expect("three fields");
+            let extra_data = fields.pop().expect("three fields");
+            let leaf_input = fields.pop().expect("three fields");
+            entries.push(LocalEntry {
+                leaf_input,
+                extra_data,
+                sct,
+                sct_timestamp_ms,
+            });
+            self.left -= 1;
+        }
+        if self.left == 0 && self.bytes_left != 0 {
+            return Err(format!(
+                "{} bytes follow the last CT entry",
+                self.bytes_left
+            ));
+        }
+        Ok(entries)
+    }
+}
+
+fn read_err(path: &Path) -> impl Fn(std::io::Error) -> String + '_ {
+    move |error| format!("cannot read {}: {error}", path.display())
+}
+
+/// Opens the backup at `path` and checks it: its SHA-256 over the whole file first, then the
+/// header and the snapshot.
+pub(crate) fn open(path: &Path) -> Result<Backup, String> {
+    let len = std::fs::metadata(path).map_err(read_err(path))?.len();
+    let mut reader = BufReader::new(File::open(path).map_err(read_err(path))?);
+    let mut magic = [0u8; 8];
+    if len < (PREFIX_BYTES + SHA256_OUTPUT_LEN) as u64
+        || reader.read_exact(&mut magic).is_err()
+        || &magic != MAGIC
+    {
         return Err("not a Certus backup (it does not start with CERTUSBK)".into());
     }
-    let (body, checksum) = bytes.split_at(bytes.len() - SHA256_OUTPUT_LEN);
-    if ring::digest::digest(&SHA256, body).as_ref() != checksum {
+    let body_len = len - SHA256_OUTPUT_LEN as u64;
+    let mut whole = Context::new(&SHA256);
+    whole.update(&magic);
+    let mut body = (&mut reader).take(body_len - magic.len() as u64);
+    let mut buffer = vec![0u8; 1 << 16];
+    loop {
+        let read = body.read(&mut buffer).map_err(read_err(path))?;
+        if read == 0 {
+            break;
+        }
+        whole.update(&buffer[..read]);
+    }
+    let mut checksum = [0u8; SHA256_OUTPUT_LEN];
+    reader.read_exact(&mut checksum).map_err(read_err(path))?;
+    if whole.finish().as_ref() != checksum {
         return Err(
             "the file's SHA-256 does not match its contents: the backup is damaged or truncated; \
              use another copy"
                 .into(),
         );
     }
-    let version = u32::from_be_bytes(body[8..12].try_into().expect("4 bytes"));
+
+    let mut reader = BufReader::new(File::open(path).map_err(read_err(path))?);
+    let mut prefix = [0u8; PREFIX_BYTES];
+    reader.read_exact(&mut prefix).map_err(read_err(path))?;
+    let version = u32::from_be_bytes(prefix[8..12].try_into().expect("4 bytes"));
     if version != FORMAT_VERSION {
         return Err(format!(
             "backup format {version}; this certus reads format {FORMAT_VERSION}"
         ));
     }
-    let header_bytes = u32::from_be_bytes(body[12..16].try_into().expect("4 bytes")) as usize;
-    if header_bytes > BACKUP_HEADER_BYTES_MAX || PREFIX_BYTES + header_bytes > body.len() {
+    let header_bytes = u64::from(u32::from_be_bytes(
+        prefix[12..16].try_into().expect("4 bytes"),
+    ));
+    let mut bytes_left = body_len - PREFIX_BYTES as u64;
+    if header_bytes > BACKUP_HEADER_BYTES_MAX as u64 || header_bytes > bytes_left {
         return Err(format!(
             "the header's length ({header_bytes} bytes) does not fit the file"
         ));
     }
-    let header: BackupHeader =
-        serde_json::from_slice(&body[PREFIX_BYTES..PREFIX_BYTES + header_bytes])
-            .map_err(|error| format!("the header does not decode: {error}"))?;
-    let data = &body[PREFIX_BYTES + header_bytes..];
-    if data.len() as u64 != header.data_bytes {
+    let mut header = vec![0u8; usize::try_from(header_bytes).expect("bounded")];
+    reader.read_exact(&mut header).map_err(read_err(path))?;
+    bytes_left -= header_bytes;
+    let header: BackupHeader = serde_json::from_slice(&header)
+        .map_err(|error| format!("the header does not decode: {error}"))?;
+    if header.data_bytes > bytes_left {
         return Err(format!(
-            "the header names a snapshot of {} bytes; the file holds {}",
-            header.data_bytes,
-            data.len()
+            "the header names a snapshot of {} bytes; the file holds {bytes_left} after it",
+            header.data_bytes
         ));
     }
-    if sha256(data) != header.data_sha256 {
+    let mut data = vec![0u8; usize::try_from(header.data_bytes).expect("bounded by the file")];
+    reader.read_exact(&mut data).map_err(read_err(path))?;
+    bytes_left -= header.data_bytes;
+    if sha256(&data) != header.data_sha256 {
         return Err("the snapshot's SHA-256 does not match the header's".into());
     }
-    let state = State::from_snapshot(data)
+    let state = State::from_snapshot(&data)
         .map_err(|error| format!("the snapshot does not load: {error}"))?;
     if state.applied_index() > header.last_log_index {
         return Err(format!(
@@ -161,9 +277,27 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Backup, String> {
             header.last_log_index
         ));
     }
+    if header.ct_entries < state.ct_first_held_sequence()
+        || header.ct_entries > state.ct_next_sequence()
+    {
+        return Err(format!(
+            "the file holds CT entries 0 to {} (exclusive); the state needs those below {} and \
+             numbered none from {}",
+            header.ct_entries,
+            state.ct_first_held_sequence(),
+            state.ct_next_sequence()
+        ));
+    }
+    let ct = CtEntries {
+        reader,
+        left: header.ct_entries,
+        bytes_left,
+    };
     Ok(Backup {
         header,
-        data: data.to_vec(),
+        state,
+        data,
+        ct,
     })
 }
 
@@ -211,6 +345,7 @@ pub(crate) async fn export(
         exported_at_ms: header.exported_at_ms,
         data_bytes: header.data_bytes,
         data_sha256: hex(&header.data_sha256),
+        ct_entries: header.ct_entries,
     };
     let partial = partial_name(file);
     let written = write_file(&partial, &header, &mut stream).await;
@@ -232,22 +367,25 @@ fn partial_name(file: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Writes the file: prefix, the data chunks as they arrive (checked against the header's
-/// length and SHA-256), the checksum; synced.
+/// Writes the file: prefix, the snapshot's chunks and then the CT entries as they arrive
+/// (checked against the header's length, SHA-256 and count), the checksum; synced.
 async fn write_file(
     path: &Path,
     header: &BackupHeader,
     stream: &mut tonic::Streaming<v1::ExportSnapshotChunk>,
 ) -> Result<(), String> {
     let io = |error: std::io::Error| format!("cannot write {}: {error}", path.display());
-    let mut out = std::fs::File::options()
+    let file = File::options()
         .write(true)
         .create_new(true)
         .open(path)
         .map_err(io)?;
+    let mut out = BufWriter::new(file);
     let mut whole = Context::new(&SHA256);
     let mut data = Context::new(&SHA256);
     let mut data_bytes = 0u64;
+    let mut ct_entries = 0u64;
+    let mut encoded = Vec::new();
     let prefix = prefix(header);
     whole.update(&prefix);
     out.write_all(&prefix).map_err(io)?;
@@ -256,31 +394,54 @@ async fn write_file(
         .await
         .map_err(|error| format!("snapshot export broke off: {}", error.message()))?
     {
-        let Some(Part::Data(bytes)) = chunk.part else {
-            return Err("the node sent a second header".into());
-        };
-        data_bytes += bytes.len() as u64;
-        if data_bytes > header.data_bytes {
-            return Err(format!(
-                "the node sent more than the {} bytes its header named",
-                header.data_bytes
-            ));
+        match chunk.part {
+            Some(Part::Data(bytes)) if ct_entries == 0 => {
+                data_bytes += bytes.len() as u64;
+                if data_bytes > header.data_bytes {
+                    return Err(format!(
+                        "the node sent more than the {} bytes its header named",
+                        header.data_bytes
+                    ));
+                }
+                whole.update(&bytes);
+                data.update(&bytes);
+                out.write_all(&bytes).map_err(io)?;
+            }
+            Some(Part::CtEntries(chunk)) if data_bytes == header.data_bytes => {
+                if chunk.first != ct_entries
+                    || ct_entries + chunk.entries.len() as u64 > header.ct_entries
+                {
+                    return Err(format!(
+                        "the node sent CT entries from {} ({} of them) where {} of {} were due",
+                        chunk.first,
+                        chunk.entries.len(),
+                        ct_entries,
+                        header.ct_entries
+                    ));
+                }
+                encoded.clear();
+                for entry in &chunk.entries {
+                    encode_ct_entry(&mut encoded, entry);
+                }
+                ct_entries += chunk.entries.len() as u64;
+                whole.update(&encoded);
+                out.write_all(&encoded).map_err(io)?;
+            }
+            _ => return Err("the node sent the export's parts out of order".into()),
         }
-        whole.update(&bytes);
-        data.update(&bytes);
-        out.write_all(&bytes).map_err(io)?;
     }
-    if data_bytes != header.data_bytes {
+    if data_bytes != header.data_bytes || ct_entries != header.ct_entries {
         return Err(format!(
-            "the export ended after {data_bytes} of {} bytes",
-            header.data_bytes
+            "the export ended after {data_bytes} of {} bytes and {ct_entries} of {} CT entries",
+            header.data_bytes, header.ct_entries
         ));
     }
     if hex(data.finish().as_ref()) != header.data_sha256 {
         return Err("the snapshot received does not match the node's SHA-256".into());
     }
     out.write_all(whole.finish().as_ref()).map_err(io)?;
-    out.sync_all().map_err(io)
+    let file = out.into_inner().map_err(|error| io(error.into_error()))?;
+    file.sync_all().map_err(io)
 }
 
 fn sync_parent(file: &Path) -> Result<(), String> {
@@ -288,7 +449,7 @@ fn sync_parent(file: &Path) -> Result<(), String> {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
-    std::fs::File::open(parent)
+    File::open(parent)
         .and_then(|dir| dir.sync_all())
         .map_err(|error| format!("cannot sync {}: {error}", parent.display()))
 }
@@ -425,36 +586,114 @@ pub(crate) fn check_empty(data_dir: &Path) -> Result<(), String> {
     }
 }
 
-/// Writes the restored node's store into `target.data_dir` (checked empty first).
+/// Writes the restored node's store into `target.data_dir` (checked empty first); on a
+/// failure, removes what it wrote.
 pub(crate) fn restore(backup: Backup, target: &Target) -> Result<(), String> {
     check_empty(&target.data_dir)?;
+    let existed = target.data_dir.exists();
     std::fs::create_dir_all(&target.data_dir)
         .map_err(|error| format!("cannot create {}: {error}", target.data_dir.display()))?;
+    let written = write_store(backup, target);
+    if written.is_err() {
+        let removed = if existed {
+            ["raft", "raft-log", "ct-log"]
+                .iter()
+                .map(|name| target.data_dir.join(name))
+                .filter(|path| path.exists())
+                .try_for_each(std::fs::remove_dir_all)
+        } else {
+            std::fs::remove_dir_all(&target.data_dir)
+        };
+        if let Err(error) = removed {
+            eprintln!(
+                "certus: could not remove what the failed restore wrote in {}: {error}",
+                target.data_dir.display()
+            );
+        }
+    }
+    written
+}
+
+fn write_store(mut backup: Backup, target: &Target) -> Result<(), String> {
     let path = target.data_dir.join("raft");
-    let disk = SledDisk::open(&path).map_err(|error| format!("{}: {error}", path.display()))?;
+    let disk =
+        Arc::new(SledDisk::open(&path).map_err(|error| format!("{}: {error}", path.display()))?);
     let voters: BTreeSet<u64> = target.members.keys().copied().collect();
     let membership = Membership::new(vec![voters], target.members.clone());
     let last_log_id = LogId::new(
         CommittedLeaderId::new(backup.header.last_log_term, 0),
         backup.header.last_log_index,
     );
+    // The CT database first: the store is seeded last, so a node never starts on a store
+    // whose CT entries are missing.
+    restore_ct(&mut backup, &target.data_dir, &disk)?;
     certus_store::seed_from_snapshot::<TypeConfig, _>(
-        &disk,
+        &*disk,
         target.id,
         membership,
         last_log_id,
-        backup.data,
+        std::mem::take(&mut backup.data),
     )
     .map_err(|error| format!("{}: {error}", path.display()))
+}
+
+/// Stores the backup's CT entries in the node's local CT database and integrates them; the
+/// tree must match the serving STH the state names, where it reaches that far.
+fn restore_ct(backup: &mut Backup, data_dir: &Path, disk: &Arc<SledDisk>) -> Result<(), String> {
+    let size = backup.header.ct_entries;
+    let ct_dir = data_dir.join("ct-log");
+    let db = if size > 0 {
+        let files =
+            OsFiles::open(&ct_dir).map_err(|error| format!("{}: {error}", ct_dir.display()))?;
+        Some(
+            CtDatabase::open(Arc::clone(disk) as Arc<dyn Disk>, Arc::new(files))
+                .map_err(|error| format!("{}: {error}", ct_dir.display()))?,
+        )
+    } else {
+        None
+    };
+    let mut next = 0u64;
+    loop {
+        let batch = backup.ct.next_batch(BACKUP_CT_BATCH_ENTRIES)?;
+        if batch.is_empty() {
+            break;
+        }
+        let db = db
+            .as_ref()
+            .expect("entries come only when the header counts them");
+        db.store_entries(next, &batch)
+            .map_err(|error| format!("storing CT entries from {next}: {error}"))?;
+        next += batch.len() as u64;
+        while db.tree_size() < next {
+            db.integrate(BACKUP_CT_BATCH_ENTRIES)
+                .map_err(|error| format!("integrating CT entries: {error}"))?;
+        }
+    }
+    let Some(db) = db else {
+        return Ok(());
+    };
+    if let Some(serving) = backup.state.ct_serving()
+        && serving.sth.tree_size <= size
+    {
+        let root = db
+            .root_at(serving.sth.tree_size)
+            .map_err(|error| format!("the restored CT tree: {error}"))?;
+        if root != serving.sth.root_hash {
+            return Err(format!(
+                "the CT entries do not make the tree of the serving STH (size {}): the backup's \
+                 CT entries are not this log's",
+                serving.sth.tree_size
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Runs `certus restore`.
 pub(crate) fn run(args: &RestoreArgs) -> Result<(), String> {
     let target = target(args)?;
     check_empty(&target.data_dir)?;
-    let bytes = std::fs::read(&args.file)
-        .map_err(|error| format!("cannot read {}: {error}", args.file.display()))?;
-    let backup = decode(&bytes).map_err(|error| format!("{}: {error}", args.file.display()))?;
+    let backup = open(&args.file).map_err(|error| format!("{}: {error}", args.file.display()))?;
     let header = backup.header.clone();
     restore(backup, &target)?;
     println!(
@@ -467,6 +706,9 @@ pub(crate) fn run(args: &RestoreArgs) -> Result<(), String> {
         header.node_id,
         header.exported_at_ms
     );
+    if header.ct_entries > 0 {
+        println!("with the CT log's entries 0 to {}", header.ct_entries - 1);
+    }
     println!(
         "new members: {}",
         target
@@ -487,7 +729,7 @@ pub(crate) fn run(args: &RestoreArgs) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn header_of(data: &[u8]) -> BackupHeader {
+    fn header_of(data: &[u8], ct_entries: u64) -> BackupHeader {
         BackupHeader {
             node_id: 2,
             last_log_term: 4,
@@ -501,6 +743,7 @@ mod tests {
             exported_at_ms: 1_700_000_000_000,
             data_bytes: data.len() as u64,
             data_sha256: sha256(data),
+            ct_entries,
         }
     }
 
@@ -516,38 +759,125 @@ mod tests {
         }
     }
 
+    /// A backup of an empty state written into `dir`.
+    fn written(dir: &Path, bytes: &[u8]) -> PathBuf {
+        let path = dir.join("backup");
+        std::fs::write(&path, bytes).expect("write the backup");
+        path
+    }
+
+    fn empty_backup() -> Vec<u8> {
+        let data = State::new().to_snapshot();
+        encode(&header_of(&data, 0), &data, &[])
+    }
+
     #[test]
     fn a_backup_reads_back_as_written() {
+        let dir = tempfile::tempdir().expect("dir");
         let data = State::new().to_snapshot();
-        let backup = decode(&encode(&header_of(&data), &data)).expect("decodes");
-        assert_eq!(backup.header, header_of(&data));
+        let backup = open(&written(dir.path(), &empty_backup())).expect("opens");
+        assert_eq!(backup.header, header_of(&data, 0));
         assert_eq!(backup.data, data);
     }
 
     #[test]
     fn a_damaged_or_truncated_backup_is_refused_with_its_checksum() {
-        let data = State::new().to_snapshot();
-        let bytes = encode(&header_of(&data), &data);
-        for position in [0, 9, 20, bytes.len() - data.len() - 33, bytes.len() - 1] {
+        let dir = tempfile::tempdir().expect("dir");
+        let bytes = empty_backup();
+        let data_len = State::new().to_snapshot().len();
+        for position in [0, 9, 20, bytes.len() - data_len - 33, bytes.len() - 1] {
             let mut damaged = bytes.clone();
             damaged[position] ^= 0x40;
-            let error = decode(&damaged).expect_err("a flipped bit is found");
+            let error = open(&written(dir.path(), &damaged))
+                .err()
+                .expect("a flipped bit is found");
             assert!(
                 error.contains("SHA-256 does not match") || error.contains("not a Certus backup"),
                 "byte {position}: {error}"
             );
         }
-        let error = decode(&bytes[..bytes.len() - 5]).expect_err("truncated");
+        let error = open(&written(dir.path(), &bytes[..bytes.len() - 5]))
+            .err()
+            .expect("truncated");
         assert!(error.contains("SHA-256 does not match"), "{error}");
-        let error = decode(b"hello").expect_err("not a backup");
+        let error = open(&written(dir.path(), b"hello"))
+            .err()
+            .expect("not a backup");
         assert!(error.contains("not a Certus backup"), "{error}");
     }
 
     #[test]
     fn a_consistent_file_whose_snapshot_is_not_a_state_is_refused() {
+        let dir = tempfile::tempdir().expect("dir");
         let data = vec![0xff; 12];
-        let error = decode(&encode(&header_of(&data), &data)).expect_err("not a state");
+        let error = open(&written(
+            dir.path(),
+            &encode(&header_of(&data, 0), &data, &[]),
+        ))
+        .err()
+        .expect("not a state");
         assert!(error.contains("does not load"), "{error}");
+    }
+
+    #[test]
+    fn ct_entries_the_state_never_numbered_are_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let data = State::new().to_snapshot();
+        let entry = v1::CtLocalEntry {
+            leaf_input: vec![1; 40],
+            extra_data: vec![2; 20],
+            sct: vec![3; 10],
+            sct_timestamp_ms: 5,
+        };
+        let bytes = encode(&header_of(&data, 1), &data, &[entry]);
+        let error = open(&written(dir.path(), &bytes))
+            .err()
+            .expect("one entry too many");
+        assert!(error.contains("numbered none from 0"), "{error}");
+    }
+
+    #[test]
+    fn ct_entries_read_back_as_written() {
+        let dir = tempfile::tempdir().expect("dir");
+        let entries: Vec<v1::CtLocalEntry> = (0..3u8)
+            .map(|n| v1::CtLocalEntry {
+                leaf_input: vec![n; 40 + usize::from(n)],
+                extra_data: vec![n; 7],
+                sct: Vec::new(),
+                sct_timestamp_ms: u64::from(n) << 40,
+            })
+            .collect();
+        let mut bytes = Vec::new();
+        for entry in &entries {
+            encode_ct_entry(&mut bytes, entry);
+        }
+        let path = written(dir.path(), &bytes);
+        let mut section = CtEntries {
+            reader: BufReader::new(File::open(&path).expect("open")),
+            left: 3,
+            bytes_left: bytes.len() as u64,
+        };
+        let first = section.next_batch(2).expect("two");
+        let rest = section.next_batch(2).expect("one");
+        assert!(section.next_batch(2).expect("none").is_empty());
+        let read: Vec<LocalEntry> = first.into_iter().chain(rest).collect();
+        assert_eq!(read.len(), 3);
+        for (read, entry) in read.iter().zip(&entries) {
+            assert_eq!(read.leaf_input, entry.leaf_input);
+            assert_eq!(read.extra_data, entry.extra_data);
+            assert_eq!(read.sct, entry.sct);
+            assert_eq!(read.sct_timestamp_ms, entry.sct_timestamp_ms);
+        }
+        // A length that runs past the end is refused, not allocated.
+        let mut section = CtEntries {
+            reader: BufReader::new(File::open(&path).expect("open")),
+            left: 4,
+            bytes_left: bytes.len() as u64,
+        };
+        let error = section
+            .next_batch(10)
+            .expect_err("a fourth entry is not there");
+        assert!(error.contains("runs past the end"), "{error}");
     }
 
     #[test]
@@ -556,8 +886,7 @@ mod tests {
         let target = target_in(dir.path());
         std::fs::create_dir_all(&target.data_dir).expect("mkdir");
         std::fs::write(target.data_dir.join("something"), b"old").expect("write");
-        let data = State::new().to_snapshot();
-        let backup = decode(&encode(&header_of(&data), &data)).expect("decodes");
+        let backup = open(&written(dir.path(), &empty_backup())).expect("opens");
         let error = restore(backup, &target).expect_err("not empty");
         assert!(error.contains("is not empty"), "{error}");
         let names: Vec<_> = std::fs::read_dir(&target.data_dir)
@@ -571,12 +900,27 @@ mod tests {
     fn a_restore_writes_a_store_once_and_refuses_to_write_over_it() {
         let dir = tempfile::tempdir().expect("dir");
         let target = target_in(dir.path());
-        let data = State::new().to_snapshot();
-        let backup = || decode(&encode(&header_of(&data), &data)).expect("decodes");
-        restore(backup(), &target).expect("an empty directory is restored into");
+        let path = written(dir.path(), &empty_backup());
+        restore(open(&path).expect("opens"), &target).expect("an empty directory is restored into");
         assert!(target.data_dir.join("raft").exists());
-        let error = restore(backup(), &target).expect_err("a second restore");
+        let error = restore(open(&path).expect("opens"), &target).expect_err("a second restore");
         assert!(error.contains("is not empty"), "{error}");
+    }
+
+    #[test]
+    fn a_node_outside_the_new_members_is_refused() {
+        let args = RestoreArgs {
+            file: PathBuf::from("backup"),
+            config: None,
+            id: Some(4),
+            data_dir: Some(PathBuf::from("data")),
+            member: vec!["1=127.0.0.1:7101,127.0.0.1:7181".into()],
+        };
+        let error = target(&args).expect_err("4 is not a member");
+        assert!(
+            error.contains("not one of the new cluster's members"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -102,7 +102,7 @@ enum CtlCommand {
 enum SnapshotCommand {
     /// Write a consistent snapshot of the cluster into FILE (a backup for `certus restore`):
     /// the replicated state at one log index, holding every write acknowledged before the
-    /// export began, checksummed. Refused when the CT log holds entries.
+    /// export began, with the CT log's entries from the node's database; checksummed.
     Export {
         /// The file to write (must not exist).
         file: std::path::PathBuf,
@@ -496,6 +496,7 @@ async fn export(
         "exported_at_ms": header.exported_at_ms,
         "data_bytes": header.data_bytes,
         "data_sha256": header.data_sha256,
+        "ct_entries": header.ct_entries,
         "members": header.members.iter().map(|member| json!({
             "id": member.id,
             "grpc_addr": member.grpc_addr,
@@ -514,6 +515,12 @@ async fn export(
             header.data_bytes,
             header.data_sha256
         );
+        if header.ct_entries > 0 {
+            say!(
+                "with the CT log's entries 0 to {} from the node's database",
+                header.ct_entries - 1
+            );
+        }
         let ids: Vec<u64> = header.members.iter().map(|member| member.id).collect();
         say!("members at that index: {}", join_ids(&ids));
     });

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use certus_core::State;
 use certus_proto::v1;
+use certus_store::LocalEntry;
 use openraft::{ServerState, StoredMembership};
 use tonic::{Code, Status};
 
@@ -126,35 +127,69 @@ pub fn stored_members(stored: &StoredMembership<NodeId, CertusNode>) -> Vec<v1::
         .collect()
 }
 
-/// Whether `state` can be exported whole. A CT log that ever took an entry is refused: entries
-/// cleaned up from the replicated state live only in each node's local CT database, which an
-/// export does not carry, so the copy could lack acknowledged entries.
-pub fn check_exportable(state: &State) -> Result<(), Status> {
-    if state.ct_next_sequence() > 0 || state.ct_unsequenced_count() > 0 {
+/// How many CT entries an export of `state` carries, from number 0, given the `local` entries
+/// this node's CT database holds from 0 on: what it holds of what `state` numbered. Refused
+/// when that misses entries cleaned up from `state` (they live only in the local databases):
+/// this node runs no CT log, or lags.
+pub fn ct_export_size(state: &State, local: u64) -> Result<u64, Status> {
+    let size = local.min(state.ct_next_sequence());
+    let cleaned_below = state.ct_first_held_sequence();
+    if size < cleaned_below {
         return Err(status(
-            Code::FailedPrecondition,
-            "ct-log-not-exportable",
+            Code::Unavailable,
+            "ct-entries-missing",
             format!(
-                "the CT log holds entries ({} numbered, {} waiting): its cleaned-up entries live \
-                 only in the nodes' local CT databases, which a snapshot export does not carry \
-                 yet; back up a CT cluster by copying a stopped node's data directory",
-                state.ct_next_sequence(),
-                state.ct_unsequenced_count()
+                "this node's CT database holds entries 0 to {local} (exclusive), but the CT \
+                 log's entries below {cleaned_below} live only in the nodes' local databases: \
+                 export from a node that runs the CT log and has caught up"
             ),
         ));
     }
-    Ok(())
+    Ok(size)
 }
 
-/// What `ExportSnapshot` sends: the header (naming the node, the log id and membership the
-/// snapshot covers, the time, and the snapshot's length and SHA-256), then `data` in chunks of
-/// at most `chunk_bytes` (at least one chunk, empty for an empty snapshot).
+/// CT entries numbered from `first` for an export: as many of `entries` as fit in
+/// `chunk_bytes` (at least one), and how many that is.
+pub fn ct_entries_chunk(
+    first: u64,
+    entries: Vec<LocalEntry>,
+    chunk_bytes: usize,
+) -> (v1::ExportSnapshotChunk, u64) {
+    let mut taken = Vec::new();
+    let mut bytes = 0;
+    for entry in entries {
+        let size = entry.leaf_input.len() + entry.extra_data.len() + entry.sct.len() + 16;
+        if !taken.is_empty() && bytes + size > chunk_bytes {
+            break;
+        }
+        bytes += size;
+        taken.push(v1::CtLocalEntry {
+            leaf_input: entry.leaf_input,
+            extra_data: entry.extra_data,
+            sct: entry.sct,
+            sct_timestamp_ms: entry.sct_timestamp_ms,
+        });
+    }
+    let count = taken.len() as u64;
+    let chunk = v1::ExportSnapshotChunk {
+        part: Some(v1::export_snapshot_chunk::Part::CtEntries(v1::CtEntries {
+            first,
+            entries: taken,
+        })),
+    };
+    (chunk, count)
+}
+
+/// What `ExportSnapshot` sends first: the header (naming the node, the log id and membership
+/// the snapshot covers, the time, the snapshot's length and SHA-256, and how many CT entries
+/// follow), then `data` in chunks of at most `chunk_bytes`.
 pub fn snapshot_export(
     node_id: NodeId,
     exported_at_ms: u64,
     last_log_id: LogId,
     members: Vec<v1::Member>,
     data: &[u8],
+    ct_entries: u64,
     chunk_bytes: usize,
 ) -> Vec<v1::ExportSnapshotChunk> {
     assert!(chunk_bytes > 0, "a chunk holds at least one byte");
@@ -168,6 +203,7 @@ pub fn snapshot_export(
         data_sha256: ring::digest::digest(&ring::digest::SHA256, data)
             .as_ref()
             .to_vec(),
+        ct_entries,
     };
     let mut chunks = vec![v1::ExportSnapshotChunk {
         part: Some(v1::export_snapshot_chunk::Part::Header(header)),
@@ -200,7 +236,7 @@ mod tests {
     fn an_export_is_a_header_then_bounded_chunks_of_the_bytes_it_names() {
         let data: Vec<u8> = (0..2500u32).map(|n| (n % 251) as u8).collect();
         let log_id = LogId::new(openraft::CommittedLeaderId::new(7, 0), 42);
-        let chunks = snapshot_export(3, 1_000, log_id, Vec::new(), &data, 1000);
+        let chunks = snapshot_export(3, 1_000, log_id, Vec::new(), &data, 0, 1000);
         assert_eq!(chunks.len(), 4, "a header and three chunks");
         let Some(v1::export_snapshot_chunk::Part::Header(header)) = &chunks[0].part else {
             panic!("the header comes first");
@@ -222,7 +258,31 @@ mod tests {
     }
 
     #[test]
-    fn a_state_without_ct_entries_is_exportable() {
-        assert!(check_exportable(&State::new()).is_ok());
+    fn a_state_without_ct_entries_exports_none() {
+        assert_eq!(ct_export_size(&State::new(), 0).expect("exportable"), 0);
+        assert_eq!(
+            ct_export_size(&State::new(), 5).expect("exportable"),
+            0,
+            "never more than the state numbered"
+        );
+    }
+
+    #[test]
+    fn ct_chunks_hold_at_least_one_entry_and_stay_within_their_bytes() {
+        let entry = |n: u8| LocalEntry {
+            leaf_input: vec![n; 100],
+            extra_data: vec![n; 50],
+            sct: vec![n; 10],
+            sct_timestamp_ms: u64::from(n),
+        };
+        let (chunk, taken) = ct_entries_chunk(7, (0..10).map(entry).collect(), 400);
+        assert_eq!(taken, 2, "two entries of 176 bytes fit in 400");
+        let Some(v1::export_snapshot_chunk::Part::CtEntries(entries)) = chunk.part else {
+            panic!("a CT chunk");
+        };
+        assert_eq!(entries.first, 7);
+        assert_eq!(entries.entries[1].leaf_input, vec![1; 100]);
+        let (_, taken) = ct_entries_chunk(0, vec![entry(1)], 10);
+        assert_eq!(taken, 1, "an entry larger than a chunk still goes, alone");
     }
 }
