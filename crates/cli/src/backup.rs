@@ -322,11 +322,11 @@ pub(crate) async fn export(
         .await
         .map_err(|error| format!("snapshot export: {error}"))?;
     let received = |error: tonic::Status| format!("snapshot export broke off: {}", error.message());
-    let header = match stream.message().await.map_err(received)? {
-        Some(v1::ExportSnapshotChunk {
-            part: Some(Part::Header(header)),
-        }) => header,
-        _ => return Err("the node did not start the export with its header".into()),
+    let Some(v1::ExportSnapshotChunk {
+        part: Some(Part::Header(header)),
+    }) = stream.message().await.map_err(received)?
+    else {
+        return Err("the node did not start the export with its header".into());
     };
     let header = BackupHeader {
         node_id: header.node_id,
