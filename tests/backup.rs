@@ -349,6 +349,49 @@ async fn an_export_under_load_restores_into_a_new_cluster_holding_every_write_ac
         token > last_log_index && token > largest_restored,
         "token {token} after index {last_log_index} and token {largest_restored}"
     );
+
+    // The same file makes a single-node cluster too, its member given on the command line.
+    let single = Cluster::start_prepared(&[31], Tuning::default(), |specs| {
+        let spec = &specs[0];
+        let output = Command::new(binary())
+            .args([
+                "restore".to_owned(),
+                file.display().to_string(),
+                "--id".into(),
+                "31".into(),
+                "--data-dir".into(),
+                spec.data_dir.display().to_string(),
+                "--member".into(),
+                format!("31={},{}", spec.grpc, spec.http),
+            ])
+            .output()
+            .expect("run certus restore");
+        assert!(
+            output.status.success(),
+            "restore node 31: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    });
+    let client = single.client();
+    let (name, token) = before.leases.iter().next().expect("a lease");
+    let lease = eventually(SERVE_WAIT, "the single restored node serves", || async {
+        client.get_lease(name).await.ok()
+    })
+    .await;
+    assert_eq!(lease.fencing_token, *token);
+    let status = client.status().await.expect("status");
+    assert_eq!(
+        status
+            .members
+            .iter()
+            .map(|member| member.id)
+            .collect::<Vec<_>>(),
+        vec![31]
+    );
+    client
+        .acquire("single-after-restore", "holder-c", LEASE_TTL_MS)
+        .await
+        .expect("the single node takes writes");
 }
 
 /// A root the CT log accepts, and leaves under it.
