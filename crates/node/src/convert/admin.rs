@@ -267,6 +267,90 @@ mod tests {
         );
     }
 
+    /// A state whose CT log numbered entries 0..4, published a tree of 3 and cleaned those up.
+    fn cleaned_up_state() -> State {
+        use certus_core::ct::{CtCommand, EntryKey, SignedTreeHead, Submission};
+        use certus_core::{Command, Stamp, apply};
+        const T0: u64 = 1_700_000_000_000;
+        let mut state = State::new();
+        let mut index = 0;
+        let mut run = |state: &mut State, command: CtCommand, now_ms: u64| {
+            index += 1;
+            let response = apply(state, Command::Ct(command), Stamp::new(index, now_ms));
+            assert!(!response.is_refusal(), "{response:?}");
+        };
+        let submissions = (0..4u8)
+            .map(|n| Submission {
+                key: EntryKey([n; 32]),
+                sct_timestamp_ms: T0,
+                // A MerkleTreeLeaf's version and type, then the timestamp it carries.
+                leaf_input: [&[0, 0][..], &T0.to_be_bytes(), &[0, 0, n]].concat(),
+                extra_data: vec![n; 3],
+                sct: vec![n],
+            })
+            .collect();
+        run(&mut state, CtCommand::Add { submissions }, T0);
+        let keys = state.ct_ready_to_sequence(T0 + 1_000, usize::MAX);
+        assert_eq!(keys.len(), 4, "every submission was added");
+        run(
+            &mut state,
+            CtCommand::Sequence { first: 0, keys },
+            T0 + 1_000,
+        );
+        let sth = SignedTreeHead {
+            tree_size: 3,
+            timestamp_ms: T0 + 2_000,
+            root_hash: [3; 32],
+            signature: vec![4, 3, 0, 1, 3],
+        };
+        for node in [1, 2] {
+            let report = CtCommand::Report {
+                node,
+                sth: sth.clone(),
+                contiguous_size: 3,
+            };
+            run(&mut state, report, T0 + 2_000);
+        }
+        let publish = CtCommand::Publish {
+            sth,
+            members: vec![1, 2],
+        };
+        run(&mut state, publish, T0 + 2_000);
+        run(
+            &mut state,
+            CtCommand::CleanUp { max_entries: 100 },
+            T0 + 2_000,
+        );
+        assert_eq!(
+            (state.ct_first_held_sequence(), state.ct_next_sequence()),
+            (3, 4)
+        );
+        state
+    }
+
+    #[test]
+    fn an_export_carries_every_entry_cleaned_up_and_refuses_a_node_without_them() {
+        let state = cleaned_up_state();
+        assert_eq!(ct_export_size(&state, 4).expect("holds all"), 4);
+        assert_eq!(
+            ct_export_size(&state, 9).expect("holds more"),
+            4,
+            "never an entry the state did not number"
+        );
+        assert_eq!(
+            ct_export_size(&state, 3).expect("holds the cleaned-up ones"),
+            3,
+            "the state holds entry 3"
+        );
+        let refused = ct_export_size(&state, 2).expect_err("entry 2 lives only in the databases");
+        assert_eq!(refused.code(), Code::Unavailable);
+        assert!(refused.message().contains("below 3"), "{refused:?}");
+        assert!(
+            ct_export_size(&state, 0).is_err(),
+            "a node without the CT log"
+        );
+    }
+
     #[test]
     fn ct_chunks_hold_at_least_one_entry_and_stay_within_their_bytes() {
         let entry = |n: u8| LocalEntry {
