@@ -274,8 +274,8 @@ async fn command(client: &Client, args: CtlArgs) -> Result<(), String> {
         }
         CtlCommand::Snapshot {
             command: Some(SnapshotCommand::Export { file, endpoint }),
-            ..
-        } => export(client, &out, &file, endpoint.as_deref()).await,
+            endpoint: outer,
+        } => export(client, &out, &file, endpoint.or(outer).as_deref()).await,
         CtlCommand::Snapshot {
             endpoint,
             command: None,

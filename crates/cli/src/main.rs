@@ -146,4 +146,50 @@ mod tests {
             "only text or json"
         );
     }
+
+    #[test]
+    fn backups_are_exported_by_ctl_and_restored_from_a_config_or_from_flags_not_both() {
+        for args in [
+            &["certus", "ctl", "snapshot", "export", "backup.certus"][..],
+            &[
+                "certus",
+                "ctl",
+                "snapshot",
+                "export",
+                "b",
+                "--endpoint",
+                "127.0.0.1:7101",
+            ],
+            &["certus", "ctl", "snapshot", "--endpoint", "127.0.0.1:7101"],
+            &["certus", "restore", "b", "--config", "node.toml"],
+            &[
+                "certus",
+                "restore",
+                "b",
+                "--id",
+                "4",
+                "--data-dir",
+                "d",
+                "--member",
+                "4=x",
+            ],
+        ] {
+            assert!(Cli::try_parse_from(args).is_ok(), "{args:?}");
+        }
+        for args in [
+            &[
+                "certus",
+                "restore",
+                "b",
+                "--config",
+                "node.toml",
+                "--id",
+                "4",
+            ][..],
+            &["certus", "restore", "b", "--id", "4"],
+            &["certus", "ctl", "snapshot", "export"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
+    }
 }
