@@ -388,10 +388,33 @@ async fn an_export_under_load_restores_into_a_new_cluster_holding_every_write_ac
             .collect::<Vec<_>>(),
         vec![31]
     );
-    client
+    let granted = client
         .acquire("single-after-restore", "holder-c", LEASE_TTL_MS)
         .await
-        .expect("the single node takes writes");
+        .expect("the single node takes writes")
+        .lease
+        .expect("the lease")
+        .fencing_token;
+
+    // Killed and started again, it recovers from its own store: the seeded snapshot, the log
+    // written after it, its vote.
+    let mut single = single;
+    single.nodes[0].kill();
+    single.restart(0);
+    let client = single.client();
+    let lease = eventually(SERVE_WAIT, "the restarted node serves", || async {
+        client.get_lease("single-after-restore").await.ok()
+    })
+    .await;
+    assert_eq!(lease.fencing_token, granted);
+    assert_eq!(
+        client
+            .get_lease(name)
+            .await
+            .expect("restored lease")
+            .fencing_token,
+        *token
+    );
 }
 
 /// A root the CT log accepts, and leaves under it.
