@@ -2,17 +2,17 @@
 # start.sh: builds this pod's node.toml and runs `certus serve` (docs/deploy.md, "On Kubernetes").
 # kustomization.yaml puts this file into the ConfigMap certus-config; the StatefulSet runs it.
 #
-# `certus serve` takes one config file per node, with the node's id and its own ip:port
-# addresses, so each pod writes its own from:
+# `certus serve` takes one config file per node, with the node's id and addresses, so each pod
+# writes its own from:
 #   - its ordinal (POD_NAME certus-N): the first id of pod N is N+1;
-#   - its IP (POD_IP): the pod runs on the host network, so this is the machine's address,
-#     stable for as long as the pod stays on that machine (its local volume keeps it there);
+#   - its stable name from the headless Service (POD_NAME.PEER_SERVICE.POD_NAMESPACE.svc): the
+#     pod listens on every interface and advertises that name, which the cluster records for
+#     it; the pod's IP may change whenever the pod is recreated, the name stays;
 #   - common.toml from the ConfigMap: what every node shares ([raft], [sessions], [ct],
 #     [[tokens]], ...);
-#   - its machine (NODE_NAME, spec.nodeName): the node certificate is the machine's, from the
-#     Secret certus-pki mounted at PKI_DIR: ca.pem, node-MACHINE.pem, node-MACHINE-key.pem,
-#     issued for the machine's IP (the address the cluster records for this node) and the
-#     peers' names (docs/deploy.md, "On Kubernetes"). The same certificate is this script's
+#   - its node certificate, from the Secret certus-pki mounted at PKI_DIR: ca.pem,
+#     node-POD_NAME.pem, node-POD_NAME-key.pem, issued for the pod's stable name and the client
+#     Service's name (docs/deploy.md, "On Kubernetes"). The same certificate is this script's
 #     identity when it asks the other pods about the cluster.
 #
 # What a fresh volume does is decided once and written next to the data, so that a restart
@@ -26,9 +26,10 @@
 set -eu
 
 : "${POD_NAME:?POD_NAME is not set (the pod name, from the downward API)}"
+: "${POD_NAMESPACE:?POD_NAMESPACE is not set (metadata.namespace, from the downward API)}"
 : "${POD_IP:?POD_IP is not set (status.podIP, from the downward API)}"
 : "${PEERS:?PEERS is not set (every pod gRPC host:port, comma-separated)}"
-: "${NODE_NAME:?NODE_NAME is not set (spec.nodeName, from the downward API)}"
+PEER_SERVICE=${PEER_SERVICE:-certus-peers}
 DATA_DIR=${DATA_DIR:-/var/lib/certus}
 CONFIG_DIR=${CONFIG_DIR:-/etc/certus}
 RUN_DIR=${RUN_DIR:-/run/certus}
@@ -48,13 +49,16 @@ fail() {
     exit 1
 }
 
+# The name the cluster records for this pod: stable across restarts, unlike its IP.
+self_name=$POD_NAME.$PEER_SERVICE.$POD_NAMESPACE.svc
+
 tls_ca=$PKI_DIR/ca.pem
-tls_cert=$PKI_DIR/node-$NODE_NAME.pem
-tls_key=$PKI_DIR/node-$NODE_NAME-key.pem
+tls_cert=$PKI_DIR/node-$POD_NAME.pem
+tls_key=$PKI_DIR/node-$POD_NAME-key.pem
 for file in "$tls_ca" "$tls_cert" "$tls_key"; do
     [ -r "$file" ] || fail "cannot read $file: the Secret certus-pki needs ca.pem and this \
-machine's node-$NODE_NAME.pem and node-$NODE_NAME-key.pem (certus pki issue --name \
-node-$NODE_NAME --role node --ip $POD_IP ...; docs/deploy.md, 'On Kubernetes')"
+pod's node-$POD_NAME.pem and node-$POD_NAME-key.pem (certus pki issue --name \
+node-$POD_NAME --role node --dns $self_name ...; docs/deploy.md, 'On Kubernetes')"
 done
 
 ordinal=${POD_NAME##*-}
@@ -62,12 +66,13 @@ case $ordinal in
 '' | *[!0-9]*) fail "cannot read an ordinal from POD_NAME=$POD_NAME (expected NAME-N)" ;;
 esac
 
+# Listen on every interface of the pod's own IP family; advertise the stable name.
 case $POD_IP in
-*:*) host="[$POD_IP]" ;; # IPv6
-*) host=$POD_IP ;;
+*:*) any="[::]" ;; # IPv6
+*) any=0.0.0.0 ;;
 esac
-self_grpc="$host:$GRPC_PORT"
-self_http="$host:$HTTP_PORT"
+self_grpc="$self_name:$GRPC_PORT"
+self_http="$self_name:$HTTP_PORT"
 
 # The other pods: every entry of PEERS but this pod's own.
 others=""
@@ -155,8 +160,10 @@ config=$RUN_DIR/node.toml
 {
     echo "# Written by start.sh for $POD_NAME. The shared part below comes from common.toml."
     echo "id = $id"
-    echo "grpc_addr = \"$self_grpc\""
-    echo "http_addr = \"$self_http\""
+    echo "grpc_addr = \"$any:$GRPC_PORT\""
+    echo "http_addr = \"$any:$HTTP_PORT\""
+    echo "advertise_grpc = \"$self_grpc\""
+    echo "advertise_http = \"$self_http\""
     echo "data_dir = \"$DATA_DIR\""
     if [ "$mode" = join ]; then
         printf 'join = ["%s"]\n' "$(printf '%s' "$others" | sed 's/,/", "/g')"
@@ -166,8 +173,8 @@ config=$RUN_DIR/node.toml
     printf '\n[tls]\nca_cert_file = "%s"\ncert_file = "%s"\nkey_file = "%s"\n' \
         "$tls_ca" "$tls_cert" "$tls_key"
     if [ "$mode" = found ]; then
-        # A cluster of one, which the other pods then join: their addresses are not known
-        # before they run. Ignored once this node has data.
+        # A cluster of one, which the other pods then join (each adds itself under its own
+        # name). Ignored once this node has data.
         printf '\n[[initial_members]]\nid = %s\ngrpc_addr = "%s"\nhttp_addr = "%s"\n' \
             "$id" "$self_grpc" "$self_http"
     fi

@@ -493,7 +493,8 @@ fn report_nondeterminism(done: &Done, first: &Path, second: &Path) {
     eprintln!("traces: {} and {}", first.display(), second.display());
 }
 
-/// Prints the table of a sweep, a row per scenario, and how fast it went.
+/// Prints the table of a sweep, a row per scenario, and how fast it went (`jobs` 0: merged shards,
+/// whose runs' times are added up).
 fn print_summary(
     totals: &BTreeMap<String, Totals>,
     wall: Duration,
@@ -557,6 +558,15 @@ fn print_summary(
         table.add_row(row);
     }
     println!("{table}");
+    if jobs == 0 {
+        // Merged shards: the runs' own times added up, not one sweep's wall clock.
+        println!(
+            "{all_runs} seeds merged, {:.1} s of run time in all{}",
+            wall.as_secs_f64(),
+            if determinism { ", each run twice" } else { "" }
+        );
+        return;
+    }
     let minutes = wall.as_secs_f64() / 60.0;
     println!(
         "{all_runs} seeds in {:.1} s with {jobs} at a time ({:.1} seeds per minute{})",
@@ -821,7 +831,7 @@ fn merge(paths: &[PathBuf], allow_unproven: bool) -> ExitCode {
         }
     }
     problems.extend(shard_gaps(&shards, seen.len() as u64));
-    print_summary(&totals, wall, determinism, 1);
+    print_summary(&totals, wall, determinism, 0);
     report_unproven(&totals, allow_unproven);
     let unproven = totals.values().any(|total| !total.unproven.is_empty());
     for problem in &problems {

@@ -24,6 +24,9 @@ pub struct NodeSpec {
     /// The network namespace the node runs in (`support::netns`), or `None` for the test's own.
     pub namespace: Option<String>,
     pub id: u64,
+    /// The node's host name: it listens on every interface (`0.0.0.0`) at `grpc`'s and
+    /// `http`'s ports and advertises `name:port`, which the founding members list too.
+    pub name: Option<String>,
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub data_dir: PathBuf,
@@ -146,6 +149,42 @@ impl Cluster {
         Cluster::found(dir, specs, tuning)
     }
 
+    /// Starts one node on each host of `network`, node N named `node-N.certus.test` (every
+    /// host's hosts file says where the names are), founding one cluster by name.
+    pub fn start_named(network: &netns::Network, count: u8, tuning: Tuning) -> Cluster {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let specs: Vec<NodeSpec> = (1..=count)
+            .map(|host| {
+                let mut spec = spec(dir.path(), u64::from(host));
+                spec.grpc = SocketAddr::new(network.addr(host), 7101);
+                spec.http = SocketAddr::new(network.addr(host), 7181);
+                spec.namespace = Some(network.namespace(host));
+                spec.name = Some(format!("node-{host}.certus.test"));
+                spec
+            })
+            .collect();
+        let names: Vec<(String, std::net::IpAddr)> = specs
+            .iter()
+            .map(|spec| (spec.name.clone().expect("named"), spec.grpc.ip()))
+            .collect();
+        network.set_hosts(&names);
+        Cluster::found(dir, specs, tuning)
+    }
+
+    /// Starts `count` nodes on loopback, each listening on every interface and advertising
+    /// `localhost:port`, founding one cluster by that name.
+    pub fn start_as_localhost(count: u64, tuning: Tuning) -> Cluster {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let specs: Vec<NodeSpec> = (1..=count)
+            .map(|id| {
+                let mut spec = spec(dir.path(), id);
+                spec.name = Some("localhost".to_owned());
+                spec
+            })
+            .collect();
+        Cluster::found(dir, specs, tuning)
+    }
+
     fn found(dir: tempfile::TempDir, specs: Vec<NodeSpec>, tuning: Tuning) -> Cluster {
         Cluster::found_prepared(dir, specs, tuning, |_| {})
     }
@@ -159,9 +198,10 @@ impl Cluster {
         let members: String = specs
             .iter()
             .map(|spec| {
+                let (grpc, http) = advertised(spec);
                 format!(
-                    "[[initial_members]]\nid = {}\ngrpc_addr = \"{}\"\nhttp_addr = \"{}\"\n",
-                    spec.id, spec.grpc, spec.http
+                    "[[initial_members]]\nid = {}\ngrpc_addr = \"{grpc}\"\nhttp_addr = \"{http}\"\n",
+                    spec.id
                 )
             })
             .collect();
@@ -262,6 +302,7 @@ fn spec(dir: &Path, id: u64) -> NodeSpec {
     NodeSpec {
         namespace: None,
         id,
+        name: None,
         grpc: free_addr(),
         http: free_addr(),
         data_dir: dir.join(format!("node-{id}")),
@@ -269,12 +310,35 @@ fn spec(dir: &Path, id: u64) -> NodeSpec {
     }
 }
 
+/// The addresses the membership records for `spec`: `name:port` for a named node, else the
+/// listening addresses.
+fn advertised(spec: &NodeSpec) -> (String, String) {
+    match &spec.name {
+        Some(name) => (
+            format!("{name}:{}", spec.grpc.port()),
+            format!("{name}:{}", spec.http.port()),
+        ),
+        None => (spec.grpc.to_string(), spec.http.to_string()),
+    }
+}
+
 fn write_config(spec: &NodeSpec, tuning: &Tuning, members: &str) {
+    let (grpc_listen, http_listen, advertise) = match &spec.name {
+        Some(_) => {
+            let (grpc, http) = advertised(spec);
+            (
+                SocketAddr::from(([0, 0, 0, 0], spec.grpc.port())),
+                SocketAddr::from(([0, 0, 0, 0], spec.http.port())),
+                format!("advertise_grpc = \"{grpc}\"\nadvertise_http = \"{http}\"\n"),
+            )
+        }
+        None => (spec.grpc, spec.http, String::new()),
+    };
     let mut text = format!(
-        "plaintext = true\nid = {}\ngrpc_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"{}\"\ntick_interval_ms = {}\n{members}\n[raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
+        "plaintext = true\nid = {}\ngrpc_addr = \"{}\"\nhttp_addr = \"{}\"\n{advertise}data_dir = \"{}\"\ntick_interval_ms = {}\n{members}\n[raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
         spec.id,
-        spec.grpc,
-        spec.http,
+        grpc_listen,
+        http_listen,
         spec.data_dir.display(),
         tuning.tick_interval_ms,
         tuning.snapshot_after_entries,

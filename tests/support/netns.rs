@@ -6,6 +6,7 @@
 //! partitions.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// The namespaces, links and bridge of one test run; removed when dropped.
@@ -102,6 +103,49 @@ impl Network {
     pub fn heal(&self, host: u8) {
         ip(&["link", "set", &self.outside(host), "up"]).expect("heal a host");
     }
+
+    /// The hosts file a process of host `host` sees as `/etc/hosts`: `ip netns exec` mounts
+    /// `/etc/netns/<namespace>/hosts` over it, so names resolve per namespace and the
+    /// machine's own `/etc/hosts` is never touched.
+    fn hosts_file(&self, host: u8) -> PathBuf {
+        PathBuf::from("/etc/netns")
+            .join(self.namespace(host))
+            .join("hosts")
+    }
+
+    /// Makes every host resolve each name to its address (and `localhost`). The files are
+    /// rewritten in place: a running process keeps the file it was given mounted, and its
+    /// next lookup reads the new entries.
+    pub fn set_hosts(&self, names: &[(String, IpAddr)]) {
+        let mut text = String::from("127.0.0.1 localhost\n");
+        for (name, addr) in names {
+            text.push_str(&format!("{addr} {name}\n"));
+        }
+        for host in 1..=self.hosts {
+            let file = self.hosts_file(host);
+            std::fs::create_dir_all(file.parent().expect("a directory"))
+                .expect("create the namespace's /etc/netns directory");
+            std::fs::write(&file, &text).expect("write the namespace's hosts file");
+        }
+    }
+
+    /// Moves host `host` to the address ending in `octet` on the same subnet: the old address
+    /// is gone (connections to and from it die), the new one is up. Returns the new address.
+    pub fn readdress(&self, host: u8, octet: u8) -> IpAddr {
+        assert!(octet != 254 && octet > self.hosts, "an address no host has");
+        let namespace = self.namespace(host);
+        let new = IpAddr::V4(Ipv4Addr::new(10, 77, self.octet(), octet));
+        ip(&[
+            "netns", "exec", &namespace, "ip", "addr", "flush", "dev", "eth0",
+        ])
+        .expect("drop the old address");
+        let cidr = format!("{new}/24");
+        ip(&[
+            "netns", "exec", &namespace, "ip", "addr", "add", &cidr, "dev", "eth0",
+        ])
+        .expect("add the new address");
+        new
+    }
 }
 
 impl Drop for Network {
@@ -109,6 +153,7 @@ impl Drop for Network {
         for host in 1..=self.hosts {
             let _ = ip(&["link", "del", &self.outside(host)]);
             let _ = ip(&["netns", "del", &self.namespace(host)]);
+            let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(self.namespace(host)));
         }
         let _ = ip(&["link", "del", &self.bridge]);
     }

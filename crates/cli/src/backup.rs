@@ -25,12 +25,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write as _};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use certus_client::Client;
 use certus_core::State;
+use certus_node::MemberAddr;
 use certus_node::raft::types::{CertusNode, TypeConfig};
 use certus_proto::v1;
 use certus_proto::v1::export_snapshot_chunk::Part;
@@ -471,8 +471,8 @@ pub(crate) struct RestoreArgs {
     /// The new node's data directory, which must not exist or be empty (without --config).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// A member of the new cluster, `ID=GRPC_ADDR,HTTP_ADDR` (repeat for each; without
-    /// --config). Every member is a voter.
+    /// A member of the new cluster, `ID=GRPC_ADDR,HTTP_ADDR` (`host:port` each, as other nodes
+    /// reach it; repeat for each member; without --config). Every member is a voter.
     #[arg(long)]
     member: Vec<String>,
 }
@@ -491,15 +491,16 @@ fn parse_member(text: &str) -> Result<(u64, CertusNode), String> {
     let (id, addrs) = text.split_once('=').ok_or_else(bad)?;
     let (grpc, http) = addrs.split_once(',').ok_or_else(bad)?;
     let id: u64 = id.trim().parse().map_err(|_| bad())?;
-    for addr in [grpc, http] {
-        addr.parse::<SocketAddr>()
-            .map_err(|_| format!("--member {text:?}: {addr:?} is not an ip:port address"))?;
-    }
+    let addr = |addr: &str| {
+        MemberAddr::parse(addr)
+            .map(|addr| addr.to_string())
+            .map_err(|why| format!("--member {text:?}: {why}"))
+    };
     Ok((
         id,
         CertusNode {
-            grpc_addr: grpc.to_owned(),
-            http_addr: http.to_owned(),
+            grpc_addr: addr(grpc)?,
+            http_addr: addr(http)?,
         },
     ))
 }
@@ -929,11 +930,15 @@ mod tests {
         assert_eq!(id, 3);
         assert_eq!(node.grpc_addr, "127.0.0.1:7103");
         assert_eq!(node.http_addr, "127.0.0.1:7183");
+        let (_, named) = parse_member("4=Node-4.certus.test:7101,node-4.certus.test:7181")
+            .expect("host names are member addresses");
+        assert_eq!(named.grpc_addr, "node-4.certus.test:7101");
         for bad in [
             "3",
             "x=1.2.3.4:5,1.2.3.4:6",
-            "3=localhost:1,1.2.3.4:6",
             "3=1.2.3.4:5",
+            "3=1.2.3.4:0,1.2.3.4:6",
+            "3=no_port,1.2.3.4:6",
         ] {
             assert!(parse_member(bad).is_err(), "{bad}");
         }

@@ -119,12 +119,12 @@ enum MembersCommand {
         /// The new node's id.
         #[arg(long)]
         id: u64,
-        /// Its gRPC address (ip:port).
+        /// Its gRPC address (host:port, the host an IP address or a host name).
         #[arg(long)]
-        grpc_addr: String,
-        /// Its HTTP address (ip:port).
+        grpc_addr: certus_node::MemberAddr,
+        /// Its HTTP address (host:port).
         #[arg(long)]
-        http_addr: String,
+        http_addr: certus_node::MemberAddr,
     },
     /// Set the voters (comma-separated ids); each must already be a member.
     SetVoters {
@@ -134,6 +134,19 @@ enum MembersCommand {
         /// Keep the members left out as learners (by default they leave the cluster).
         #[arg(long)]
         retain: bool,
+    },
+    /// Change the addresses the membership records for a member (host:port; the node must
+    /// answer at its new gRPC address).
+    SetAddress {
+        /// The member's id.
+        #[arg(long)]
+        id: u64,
+        /// Its new gRPC address (host:port); unchanged if not given.
+        #[arg(long, required_unless_present = "http_addr")]
+        grpc_addr: Option<certus_node::MemberAddr>,
+        /// Its new HTTP address (host:port); unchanged if not given.
+        #[arg(long)]
+        http_addr: Option<certus_node::MemberAddr>,
     },
 }
 
@@ -255,10 +268,27 @@ async fn command(client: &Client, args: CtlArgs) -> Result<(), String> {
                 }),
         } => {
             let reply = client
-                .add_learner(id, grpc_addr, http_addr)
+                .add_learner(id, grpc_addr.to_string(), http_addr.to_string())
                 .await
                 .map_err(|error| failed(&format!("add learner {id}"), &error))?;
             out.membership(&format!("node {id} is a learner"), &reply);
+            Ok(())
+        }
+        CtlCommand::Members {
+            command:
+                Some(MembersCommand::SetAddress {
+                    id,
+                    grpc_addr,
+                    http_addr,
+                }),
+        } => {
+            let grpc_addr = grpc_addr.map(|addr| addr.to_string());
+            let http_addr = http_addr.map(|addr| addr.to_string());
+            let reply = client
+                .set_member_address(id, grpc_addr, http_addr)
+                .await
+                .map_err(|error| failed(&format!("set the address of node {id}"), &error))?;
+            out.membership(&format!("node {id}'s addresses are recorded"), &reply);
             Ok(())
         }
         CtlCommand::Members {

@@ -111,26 +111,85 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr, filtered by `RUST_LOG` (default: this project at info, openraft at warn).
+/// What is logged without `RUST_LOG`: this project at info; openraft only at error, since its
+/// warnings are routine (an ignored vote reply, a peer being retried) and the node logs what an
+/// operator needs of them itself (leader changes, peers lost and back).
+const DEFAULT_LOG_FILTER: &str = "info,openraft=error,sled=warn,h2=warn,hyper=warn";
+
+/// Logs go to stderr, filtered by `RUST_LOG` (default [`DEFAULT_LOG_FILTER`], without openraft's
+/// per-attempt replication errors: see [`is_routine`]).
 fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,openraft=warn,sled=warn,h2=warn,hyper=warn"));
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let (filter, default) = match EnvFilter::try_from_default_env() {
+        Ok(filter) => (filter, false),
+        Err(_) => (EnvFilter::new(DEFAULT_LOG_FILTER), true),
+    };
+    let routine =
+        tracing_subscriber::filter::filter_fn(move |metadata| !(default && is_routine(metadata)));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => logs.init(),
+        LogFormat::Text => logs.finish().with(routine).init(),
         LogFormat::Json => logs
             .json()
             .with_current_span(true)
             .with_span_list(true)
+            .finish()
+            .with(routine)
             .init(),
     }
+}
+
+/// openraft logs every failed replication attempt to an unreachable or slow peer as an ERROR
+/// (`RPCError`, with an `err` field) — every heartbeat while a peer is down, and at every start
+/// before the others are up. The node says once that a peer was lost and once that it is back.
+/// A storage error in replication is another event (its field is `error`) and stays.
+fn is_routine(metadata: &tracing::Metadata<'_>) -> bool {
+    metadata.target() == "openraft::replication"
+        && *metadata.level() == tracing::Level::ERROR
+        && metadata.fields().field("err").is_some()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_openraft_replication_errors_about_peers_are_routine() {
+        struct Probe;
+        impl tracing::Subscriber for Probe {
+            fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+                true
+            }
+            fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+                tracing::span::Id::from_u64(1)
+            }
+            fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+            fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+            fn event(&self, event: &tracing::Event<'_>) {
+                let metadata = event.metadata();
+                let seen = (metadata.target().to_owned(), is_routine(metadata));
+                // Events are recorded through a shared reference: keep them in a thread-local.
+                SEEN.with(|list| list.borrow_mut().push(seen));
+            }
+            fn enter(&self, _: &tracing::span::Id) {}
+            fn exit(&self, _: &tracing::span::Id) {}
+        }
+        thread_local! {
+            static SEEN: std::cell::RefCell<Vec<(String, bool)>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        tracing::subscriber::with_default(Probe, || {
+            tracing::error!(target: "openraft::replication", err = "unreachable", "RPCError");
+            tracing::error!(target: "openraft::replication", error = "disk", "error replication");
+            tracing::warn!(target: "openraft::replication", err = "unreachable", "RPCError");
+            tracing::error!(target: "openraft::core", err = "x", "other");
+        });
+        let seen = SEEN.with(|list| list.borrow().clone());
+        let routine: Vec<bool> = seen.iter().map(|(_, routine)| *routine).collect();
+        assert_eq!(routine, [true, false, false, false], "{seen:?}");
+    }
 
     #[test]
     fn the_log_format_is_text_unless_json_is_asked_for_before_or_after_the_command() {

@@ -4,7 +4,9 @@
 //!
 //! It reads the node's own config file for the address and the `[tls]` table, so in a container
 //! it needs no arguments beyond what `certus serve` was given (`CERTUS_CONFIG`,
-//! `CERTUS_GRPC_ADDR`).
+//! `CERTUS_GRPC_ADDR`, `CERTUS_ADVERTISE_GRPC`). It dials the advertised address when there is
+//! one (the name the node's certificate carries; a node listening on `0.0.0.0` has no other),
+//! else the listening one.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,6 +25,10 @@ pub(crate) struct ProbeArgs {
     /// The node's gRPC address (overrides the config file's `grpc_addr`).
     #[arg(long, env = "CERTUS_GRPC_ADDR")]
     grpc_addr: Option<SocketAddr>,
+    /// The node's advertised gRPC address (overrides the config file's `advertise_grpc`); dialled
+    /// in preference to the listening one.
+    #[arg(long, env = "CERTUS_ADVERTISE_GRPC")]
+    advertise_grpc: Option<certus_node::MemberAddr>,
     /// Ask whether the node is alive (Raft and every node task run: restart it if not) rather
     /// than ready to serve (a member, a leader known, caught up).
     #[arg(long)]
@@ -38,17 +44,25 @@ pub(crate) async fn run(args: ProbeArgs) -> Result<(), String> {
         Some(path) => Some(node_file(path)?),
         None => None,
     };
-    let addr = args
+    let advertised = args
+        .advertise_grpc
+        .or(file.as_ref().and_then(|file| file.advertise_grpc.clone()));
+    let listening = args
         .grpc_addr
-        .or(file.as_ref().and_then(|file| file.grpc_addr))
-        .ok_or("no gRPC address: give --grpc-addr or a --config with grpc_addr")?;
+        .or(file.as_ref().and_then(|file| file.grpc_addr));
+    let endpoint = match (advertised, listening) {
+        (Some(advertised), _) => advertised.to_string(),
+        (None, Some(listening)) => listening.to_string(),
+        (None, None) => {
+            return Err("no gRPC address: give --grpc-addr or a --config with grpc_addr".into());
+        }
+    };
     let tls = file.as_ref().and_then(|file| file.tls.as_ref());
     let attempt_timeout = Duration::from_millis(args.timeout_ms);
     let config = ClientConfig {
         attempt_timeout,
         ..crate::connect::node_client_config(tls)?
     };
-    let endpoint = addr.to_string();
     let client =
         Client::with_config([endpoint.clone()], config).map_err(|error| error.to_string())?;
     let (service, what) = if args.live {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use certus_client::Client;
-use certus_node::{CertusNode, CtFiles, Node, NodeConfig, RaftTuning};
+use certus_node::{CertusNode, CtFiles, MemberAddr, Node, NodeConfig, RaftTuning};
 use serde::Deserialize;
 use tracing::info;
 
@@ -37,6 +37,13 @@ pub(crate) struct ServeArgs {
     /// Default: port 80 on the host of the HTTP address.
     #[arg(long, env = "CERTUS_ACME_HTTP_ADDR")]
     acme_http_addr: Option<AcmeHttpAddr>,
+    /// How peers and clients reach the gRPC server (`host:port`, a host name allowed); what the
+    /// membership records. Default: the listen address (required when it is 0.0.0.0 or [::]).
+    #[arg(long, env = "CERTUS_ADVERTISE_GRPC")]
+    advertise_grpc: Option<MemberAddr>,
+    /// How others reach the HTTP server (`host:port`); default: the listen address.
+    #[arg(long, env = "CERTUS_ADVERTISE_HTTP")]
+    advertise_http: Option<MemberAddr>,
     /// Data directory.
     #[arg(long, env = "CERTUS_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -71,6 +78,8 @@ struct ServeFile {
     grpc_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
     acme_http_addr: Option<AcmeHttpAddr>,
+    advertise_grpc: Option<MemberAddr>,
+    advertise_http: Option<MemberAddr>,
     data_dir: Option<PathBuf>,
     #[serde(default)]
     initial_members: Vec<InitialMember>,
@@ -185,8 +194,8 @@ fn ct_files(file: CtFiles, key_file: Option<PathBuf>, roots_file: Option<PathBuf
 #[serde(deny_unknown_fields)]
 struct InitialMember {
     id: u64,
-    grpc_addr: SocketAddr,
-    http_addr: SocketAddr,
+    grpc_addr: MemberAddr,
+    http_addr: MemberAddr,
 }
 
 fn required<T>(value: Option<T>, name: &str) -> Result<T, String> {
@@ -204,6 +213,7 @@ fn required<T>(value: Option<T>, name: &str) -> Result<T, String> {
 pub(crate) struct NodeFile {
     pub(crate) id: u64,
     pub(crate) grpc_addr: Option<SocketAddr>,
+    pub(crate) advertise_grpc: Option<MemberAddr>,
     pub(crate) data_dir: PathBuf,
     pub(crate) tls: Option<certus_node::TlsSetup>,
     pub(crate) peers: Vec<String>,
@@ -243,6 +253,7 @@ pub(crate) fn node_file(path: &std::path::Path) -> Result<NodeFile, String> {
     Ok(NodeFile {
         id,
         grpc_addr: file.grpc_addr,
+        advertise_grpc: file.advertise_grpc,
         data_dir: required(file.data_dir, "data_dir")?,
         tls: file.tls,
         peers,
@@ -266,6 +277,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         config.http_addr,
     );
     config.http = file.http;
+    config.advertise_grpc = args.advertise_grpc.or(file.advertise_grpc);
+    config.advertise_http = args.advertise_http.or(file.advertise_http);
     if let Some(raft) = file.raft {
         config.raft = raft;
     }
@@ -332,7 +345,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
                 } else {
                     "http"
                 },
-                config.http_addr,
+                config.member().http_addr,
                 key.log_id
             ),
             Err(error) => tracing::warn!(%error, "cannot show the CT log id"),
@@ -409,12 +422,9 @@ async fn join_cluster(
         .map_err(|error| error.to_string())?;
     replace_voter(&client, id, replace).await?;
     info!(id, "joining as a learner");
+    let member = config.member();
     client
-        .add_learner(
-            id,
-            config.grpc_addr.to_string(),
-            config.http_addr.to_string(),
-        )
+        .add_learner(id, member.grpc_addr, member.http_addr)
         .await
         .map_err(|error| format!("adding this node as a learner: {error}"))?;
     if learner {
@@ -629,6 +639,38 @@ mod tests {
         let file: ServeFile = toml::from_str("id = 1\n").expect("parses");
         assert_eq!(file.http, certus_node::HttpSetup::default());
         toml::from_str::<ServeFile>("[http]\ntimeout_ms = 1\n").expect_err("unknown key");
+    }
+
+    #[test]
+    fn the_config_file_takes_advertised_addresses_and_named_members() {
+        let file: ServeFile = toml::from_str(
+            "id = 1\ngrpc_addr = \"0.0.0.0:7101\"\nhttp_addr = \"0.0.0.0:7181\"\n\
+             advertise_grpc = \"certus-0.certus.ns.svc:7101\"\n\
+             advertise_http = \"certus-0.certus.ns.svc:7181\"\n\
+             [[initial_members]]\nid = 1\ngrpc_addr = \"certus-0.certus.ns.svc:7101\"\n\
+             http_addr = \"certus-0.certus.ns.svc:7181\"\n\
+             [[initial_members]]\nid = 2\ngrpc_addr = \"10.0.0.2:7101\"\n\
+             http_addr = \"10.0.0.2:7181\"\n",
+        )
+        .expect("parses");
+        assert_eq!(
+            file.advertise_grpc.map(|addr| addr.to_string()).as_deref(),
+            Some("certus-0.certus.ns.svc:7101")
+        );
+        assert_eq!(file.initial_members.len(), 2);
+        assert_eq!(
+            file.initial_members[0].grpc_addr.as_str(),
+            "certus-0.certus.ns.svc:7101"
+        );
+        assert_eq!(file.initial_members[1].http_addr.as_str(), "10.0.0.2:7181");
+        let error = toml::from_str::<ServeFile>("advertise_grpc = \"certus_0:7101\"\n")
+            .expect_err("not a host name");
+        assert!(error.to_string().contains("RFC 1123"), "{error}");
+        let error = toml::from_str::<ServeFile>(
+            "[[initial_members]]\nid = 1\ngrpc_addr = \"node-1\"\nhttp_addr = \"node-1:1\"\n",
+        )
+        .expect_err("no port");
+        assert!(error.to_string().contains("no port"), "{error}");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::address::MemberAddr;
 use crate::limits::{
     HTTP_BODY_READ_TIMEOUT_MS_DEFAULT, HTTP_CONNECTIONS_PER_CLIENT_LIMIT,
     HTTP_CONNECTIONS_PER_CLIENT_MAX_DEFAULT, HTTP_HEADER_READ_TIMEOUT_MS_DEFAULT,
@@ -19,8 +20,7 @@ use crate::raft::types::NodeId;
 pub struct NodeConfig {
     /// This node's id: unique in the cluster, never reused, at least 1.
     pub id: NodeId,
-    /// Where the gRPC server listens (Raft transport and client services); peers and clients
-    /// use this address.
+    /// Where the gRPC server listens (Raft transport and client services).
     pub grpc_addr: SocketAddr,
     /// Where the HTTP server listens (health, ACME challenges, status, metrics, the CT log).
     pub http_addr: SocketAddr,
@@ -33,6 +33,14 @@ pub struct NodeConfig {
     /// The HTTP listeners: the HTTP port's certificate, timeouts, connections per client.
     #[serde(default)]
     pub http: HttpSetup,
+    /// How peers and clients reach the gRPC server (`host:port`, a host name allowed): what the
+    /// membership records for this node. `None`: `grpc_addr` itself, which then must name an
+    /// address (not `0.0.0.0` or `[::]`).
+    #[serde(default)]
+    pub advertise_grpc: Option<MemberAddr>,
+    /// How others reach the HTTP server; `None`: `http_addr`, as for `advertise_grpc`.
+    #[serde(default)]
+    pub advertise_http: Option<MemberAddr>,
     /// Where the Raft log (`raft-log`), the vote and snapshots (`raft`) are kept.
     pub data_dir: PathBuf,
     /// Raft timing and log compaction.
@@ -308,6 +316,8 @@ impl NodeConfig {
             http_addr,
             acme_http_addr: None,
             http: HttpSetup::default(),
+            advertise_grpc: None,
+            advertise_http: None,
             data_dir,
             raft: RaftTuning::default(),
             tick_interval_ms: default_tick_interval_ms(),
@@ -342,6 +352,17 @@ impl NodeConfig {
         }
         self.http
             .validate(self.tls.as_ref().is_some_and(|tls| tls.https))?;
+        for (listen, advertise, name) in [
+            (self.grpc_addr, &self.advertise_grpc, "grpc"),
+            (self.http_addr, &self.advertise_http, "http"),
+        ] {
+            if advertise.is_none() && listen.ip().is_unspecified() {
+                return Err(format!(
+                    "{name}_addr {listen} listens on every interface, which is no address to \
+                     reach this node at: set advertise_{name} (host:port) to how others reach it"
+                ));
+            }
+        }
         let raft = &self.raft;
         if raft.heartbeat_interval_ms == 0
             || raft.heartbeat_interval_ms >= raft.election_timeout_min_ms
@@ -414,11 +435,18 @@ impl NodeConfig {
         Ok(())
     }
 
-    /// How the rest of the cluster reaches this node (its membership entry).
+    /// How the rest of the cluster reaches this node (its membership entry): the advertised
+    /// addresses, or the listening ones.
     pub fn member(&self) -> crate::raft::types::CertusNode {
+        let advertised = |advertise: &Option<MemberAddr>, listen: SocketAddr| {
+            advertise
+                .clone()
+                .unwrap_or_else(|| MemberAddr::from(listen))
+                .to_string()
+        };
         crate::raft::types::CertusNode {
-            grpc_addr: self.grpc_addr.to_string(),
-            http_addr: self.http_addr.to_string(),
+            grpc_addr: advertised(&self.advertise_grpc, self.grpc_addr),
+            http_addr: advertised(&self.advertise_http, self.http_addr),
         }
     }
 
@@ -443,5 +471,67 @@ impl NodeConfig {
             ..openraft::Config::default()
         };
         config.validate().map_err(|error| error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(grpc: &str, http: &str) -> NodeConfig {
+        NodeConfig::new(
+            1,
+            grpc.parse().expect("grpc"),
+            http.parse().expect("http"),
+            PathBuf::from("/tmp/certus-test"),
+        )
+    }
+
+    #[test]
+    fn a_node_advertises_its_listening_addresses_by_default() {
+        let config = config("10.0.0.1:7000", "10.0.0.1:8000");
+        assert_eq!(config.validate(), Ok(()));
+        assert_eq!(config.advertise_grpc, None);
+        let member = config.member();
+        assert_eq!(member.grpc_addr, "10.0.0.1:7000");
+        assert_eq!(member.http_addr, "10.0.0.1:8000");
+    }
+
+    #[test]
+    fn an_advertised_address_is_what_the_membership_records() {
+        let mut config = config("0.0.0.0:7000", "[::]:8000");
+        config.advertise_grpc = Some(MemberAddr::parse("certus-0.certus.ns.svc:7000").expect("ok"));
+        config.advertise_http = Some(MemberAddr::parse("certus-0.certus.ns.svc:8000").expect("ok"));
+        assert_eq!(config.validate(), Ok(()));
+        let member = config.member();
+        assert_eq!(member.grpc_addr, "certus-0.certus.ns.svc:7000");
+        assert_eq!(member.http_addr, "certus-0.certus.ns.svc:8000");
+    }
+
+    #[test]
+    fn an_unspecified_listening_address_needs_an_advertised_one() {
+        let mut config = config("0.0.0.0:7000", "10.0.0.1:8000");
+        let error = config
+            .validate()
+            .expect_err("0.0.0.0 is no address to reach");
+        assert!(error.contains("advertise_grpc"), "{error}");
+        config.advertise_grpc = Some(MemberAddr::parse("node-1.test:7000").expect("ok"));
+        assert_eq!(config.validate(), Ok(()));
+        config.http_addr = "[::]:8000".parse().expect("http");
+        let error = config.validate().expect_err("[::] is no address to reach");
+        assert!(error.contains("advertise_http"), "{error}");
+    }
+
+    #[test]
+    fn the_advertised_addresses_are_checked_when_read() {
+        let mut config = config("0.0.0.0:7000", "0.0.0.0:8000");
+        config.advertise_grpc = Some(MemberAddr::parse("node-1.test:7000").expect("ok"));
+        config.advertise_http = Some(MemberAddr::parse("node-1.test:8000").expect("ok"));
+        let text = serde_json::to_string(&config).expect("encodes");
+        let read: NodeConfig = serde_json::from_str(&text).expect("decodes");
+        assert_eq!(read, config);
+        let bad = text.replace("node-1.test:7000", "node_1:7000");
+        let error = serde_json::from_str::<NodeConfig>(&bad).expect_err("bad name");
+        assert!(error.to_string().contains("RFC 1123"), "{error}");
     }
 }

@@ -14,6 +14,7 @@
 
 #![deny(missing_docs, unreachable_pub)]
 
+pub mod address;
 pub mod clock;
 pub mod config;
 pub mod convert;
@@ -31,6 +32,7 @@ pub mod services;
 mod stop;
 pub mod tasks;
 
+pub use address::MemberAddr;
 pub use clock::Clock;
 pub use config::{
     CtFiles, HttpSetup, NodeConfig, PipelinesSetup, RaftTuning, SessionsSetup, StoreSetup,

@@ -111,10 +111,13 @@ pub const WEBHOOK_REASON_BYTES_MAX: usize = 256;
 /// are far shorter (`certus.v1.Leases`); a longer one is refused (INVALID_ARGUMENT) rather than
 /// echoed back in an unknown-service message.
 pub const HEALTH_SERVICE_NAME_BYTES_MAX: usize = 256;
-/// Longest address an `Admin/AddLearner` request may carry (`grpc_addr`, `http_addr`), in bytes.
-/// An `ip:port` address is at most 47 bytes (a bracketed IPv6 address with a scope id and a
-/// port); anything longer cannot parse, and is refused without being echoed.
+/// Longest member address (`host:port`: `Admin/AddLearner`, `Admin/SetMemberAddress`, the
+/// advertised addresses), in bytes; a longer one is refused without being echoed.
 pub const MEMBER_ADDR_BYTES_MAX: usize = 256;
+/// Longest host name in a member address, in bytes (RFC 1123's limit for a name in DNS).
+pub const HOST_NAME_BYTES_MAX: usize = 253;
+/// Longest label (between dots) of a host name, in bytes (RFC 1035).
+pub const HOST_LABEL_BYTES_MAX: usize = 63;
 /// Most entry bytes (leaf inputs and extra data, before base64) one HTTP get-entries answers;
 /// the entries after the first that would pass it are left for the next request, as RFC 6962
 /// §4.6 allows. Keeps one reply in the low megabytes whatever the entries' sizes (an entry may

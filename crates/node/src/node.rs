@@ -629,11 +629,24 @@ async fn count_leader_changes(
     stop: watch::Receiver<bool>,
 ) {
     let mut last_leader = None;
+    // The leader this node last said it knew, so that each change is logged once: what an
+    // operator needs of openraft's election chatter, which is logged at error only.
+    let mut logged = None;
     loop {
-        let leader = raft_metrics.borrow_and_update().current_leader;
+        let (leader, term) = {
+            let now = raft_metrics.borrow_and_update();
+            (now.current_leader, now.current_term)
+        };
         if leader.is_some() && leader != last_leader {
             metrics.count_leader_change();
             last_leader = leader;
+        }
+        if leader != logged {
+            logged = leader;
+            match leader {
+                Some(leader) => info!(leader, term, "node {leader} leads"),
+                None => info!(term, "no leader known; an election follows"),
+            }
         }
         tokio::select! {
             // Polled in order, not at random: the simulation replays a seed exactly.

@@ -3,7 +3,8 @@
 use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::{
     AddLearnerRequest, ChangeMembershipRequest, ExportSnapshotChunk, ExportSnapshotRequest,
-    MembershipReply, StatusReply, StatusRequest, TriggerSnapshotReply, TriggerSnapshotRequest,
+    MembershipReply, SetMemberAddressRequest, StatusReply, StatusRequest, TriggerSnapshotReply,
+    TriggerSnapshotRequest,
 };
 use tonic::codec::Streaming;
 
@@ -17,6 +18,7 @@ rpcs! { AdminClient::new =>
     "Admin/TriggerSnapshot": trigger_snapshot(TriggerSnapshotRequest) -> TriggerSnapshotReply;
     "Admin/ExportSnapshot":
         export_snapshot(ExportSnapshotRequest) -> Streaming<ExportSnapshotChunk>;
+    "Admin/SetMemberAddress": set_member_address(SetMemberAddressRequest) -> MembershipReply;
 }
 
 impl Client {
@@ -34,7 +36,8 @@ impl Client {
         self.call_one(endpoint, timeout, StatusRequest {}).await
     }
 
-    /// Adds node `id` as a learner with the given addresses (`ip:port`); the node answers once
+    /// Adds node `id` as a learner with the given addresses (`host:port`, the host an IP address
+    /// or a host name); the node answers once
     /// the learner has caught up. Attempts time out after
     /// [`ClientConfig::admin_timeout`](crate::ClientConfig::admin_timeout).
     pub async fn add_learner(
@@ -47,6 +50,24 @@ impl Client {
             id,
             grpc_addr: grpc_addr.into(),
             http_addr: http_addr.into(),
+        };
+        self.call_with(self.admin_budget(), request).await
+    }
+
+    /// Records new addresses (`host:port`) for member `id`; `None` keeps the current one. The
+    /// node must answer at its (new) gRPC address (refused with `member-unreachable` or
+    /// `member-id-mismatch` otherwise). Attempts time out after
+    /// [`ClientConfig::admin_timeout`](crate::ClientConfig::admin_timeout).
+    pub async fn set_member_address(
+        &self,
+        id: u64,
+        grpc_addr: Option<String>,
+        http_addr: Option<String>,
+    ) -> Result<MembershipReply, ClientError> {
+        let request = SetMemberAddressRequest {
+            id,
+            grpc_addr: grpc_addr.unwrap_or_default(),
+            http_addr: http_addr.unwrap_or_default(),
         };
         self.call_with(self.admin_budget(), request).await
     }

@@ -9,8 +9,8 @@ use certus_store::LocalEntry;
 use openraft::{ServerState, StoredMembership};
 use tonic::{Code, Status};
 
+use crate::address::MemberAddr;
 use crate::errors::status;
-use crate::limits::MEMBER_ADDR_BYTES_MAX;
 use crate::raft::forward::MembershipView;
 use crate::raft::types::{CertusNode, LogId, NodeId};
 
@@ -46,44 +46,62 @@ pub fn membership(view: &MembershipView) -> v1::MembershipReply {
     }
 }
 
-/// `AddLearner`: the new member's id (from 1) and addresses (`ip:port`, bounded).
+/// `AddLearner`: the new member's id (from 1) and addresses (`host:port`, bounded).
 pub fn add_learner(request: v1::AddLearnerRequest) -> Result<(NodeId, CertusNode), Status> {
-    if request.id == 0 {
+    let id = member_id(request.id)?;
+    Ok((
+        id,
+        CertusNode {
+            grpc_addr: member_addr("grpc_addr", &request.grpc_addr)?,
+            http_addr: member_addr("http_addr", &request.http_addr)?,
+        },
+    ))
+}
+
+/// `SetMemberAddress`: the member's id and its new addresses (`None`: unchanged); at least one.
+pub fn set_member_address(
+    request: v1::SetMemberAddressRequest,
+) -> Result<(NodeId, Option<String>, Option<String>), Status> {
+    let id = member_id(request.id)?;
+    let changed = |field, addr: &str| {
+        (!addr.is_empty())
+            .then(|| member_addr(field, addr))
+            .transpose()
+    };
+    let grpc_addr = changed("grpc_addr", &request.grpc_addr)?;
+    let http_addr = changed("http_addr", &request.http_addr)?;
+    if grpc_addr.is_none() && http_addr.is_none() {
+        return Err(status(
+            Code::InvalidArgument,
+            "invalid-argument",
+            "nothing to change: give grpc_addr, http_addr or both",
+        ));
+    }
+    Ok((id, grpc_addr, http_addr))
+}
+
+fn member_id(id: u64) -> Result<NodeId, Status> {
+    if id == 0 {
         return Err(status(
             Code::InvalidArgument,
             "invalid-argument",
             "id: node ids start at 1",
         ));
     }
-    for (field, addr) in [
-        ("grpc_addr", &request.grpc_addr),
-        ("http_addr", &request.http_addr),
-    ] {
-        if addr.len() > MEMBER_ADDR_BYTES_MAX {
-            return Err(status(
+    Ok(id)
+}
+
+/// A member address (`host:port`, an IP address or an RFC 1123 host name), in its one spelling.
+fn member_addr(field: &str, addr: &str) -> Result<String, Status> {
+    MemberAddr::parse(addr)
+        .map(|addr| addr.to_string())
+        .map_err(|why| {
+            status(
                 Code::InvalidArgument,
                 "invalid-argument",
-                format!(
-                    "{field}: {} bytes; an ip:port address is at most {MEMBER_ADDR_BYTES_MAX}",
-                    addr.len()
-                ),
-            ));
-        }
-        if addr.parse::<std::net::SocketAddr>().is_err() {
-            return Err(status(
-                Code::InvalidArgument,
-                "invalid-argument",
-                format!("{field}: {addr:?} is not an ip:port address"),
-            ));
-        }
-    }
-    Ok((
-        request.id,
-        CertusNode {
-            grpc_addr: request.grpc_addr,
-            http_addr: request.http_addr,
-        },
-    ))
+                format!("{field}: {why}"),
+            )
+        })
 }
 
 /// `ChangeMembership`'s voters: at least one, each already a member of `known`.

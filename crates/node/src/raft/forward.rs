@@ -31,6 +31,13 @@ pub enum ForwardRequest {
         /// Keep removed voters as learners.
         retain: bool,
     },
+    /// Record new addresses for a member.
+    SetMemberAddress {
+        /// The member's id.
+        id: NodeId,
+        /// Where it is reached from now on.
+        node: CertusNode,
+    },
 }
 
 /// The leader's answer.

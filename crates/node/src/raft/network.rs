@@ -2,7 +2,10 @@
 //! forwarding client a follower uses to reach the leader.
 //!
 //! A channel is created lazily (no connection until the first RPC), every RPC has a deadline,
-//! and a channel that failed is dropped so the next RPC reconnects.
+//! and a channel that failed is dropped so the next RPC reconnects. A member's address may be a
+//! host name: it is resolved on every connect, so after a failure (a peer whose IP address
+//! changed stops answering at the old one) the next RPC dials the name afresh and finds the
+//! new address; over TLS the peer's certificate is checked against the name dialled.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

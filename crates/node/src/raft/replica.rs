@@ -2,7 +2,7 @@
 //! (proposed here or forwarded), reads pass a linearizable barrier, membership changes run on the
 //! leader.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -471,6 +471,16 @@ impl Replica {
             .await
     }
 
+    /// Records new addresses for member `id` (on the leader, forwarding if need be).
+    pub async fn set_member_address(
+        &self,
+        id: NodeId,
+        node: CertusNode,
+    ) -> Result<MembershipView, ServiceError> {
+        self.membership_op(ForwardRequest::SetMemberAddress { id, node })
+            .await
+    }
+
     async fn membership_op(&self, request: ForwardRequest) -> Result<MembershipView, ServiceError> {
         let mut not = None;
         for _hop in 0..LEADER_HOPS_MAX {
@@ -538,6 +548,26 @@ impl Replica {
                 self.membership_reply(|| {
                     self.raft
                         .change_membership(ChangeMembers::ReplaceAllVoters(voters.clone()), retain)
+                })
+                .await
+            }
+            ForwardRequest::SetMemberAddress { id, node } => {
+                if !self
+                    .membership()
+                    .members
+                    .iter()
+                    .any(|member| member.id == id)
+                {
+                    return ForwardReply::Refused(ForwardRefusal::FailedPrecondition(format!(
+                        "node {id} is not a member; add it as a learner instead"
+                    )));
+                }
+                // SetNodes replaces the node's entry; it never adds one (checked above) or
+                // changes who votes.
+                self.membership_reply(|| {
+                    let nodes = BTreeMap::from([(id, node.clone())]);
+                    self.raft
+                        .change_membership(ChangeMembers::SetNodes(nodes), true)
                 })
                 .await
             }

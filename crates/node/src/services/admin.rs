@@ -14,6 +14,7 @@ use crate::ct::node::CtNode;
 use crate::errors::status;
 use crate::limits::{LEADER_WAIT, SNAPSHOT_EXPORT_CHUNK_BYTES_MAX, SNAPSHOT_EXPORT_CT_ENTRIES_MAX};
 use crate::raft::replica::Replica;
+use crate::raft::types::CertusNode;
 
 /// The stream `ExportSnapshot` answers with.
 type SnapshotStream = Pin<Box<dyn Stream<Item = Result<v1::ExportSnapshotChunk, Status>> + Send>>;
@@ -105,9 +106,9 @@ pub fn status_of(replica: &Replica) -> v1::StatusReply {
 /// How long a would-be member has to answer before it is added.
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// Checks that a node about to be added answers at `grpc_addr` and is who the request says: a
-/// typo in an address or id would otherwise sit in the membership as a learner that never
-/// catches up.
+/// Checks that a node about to be added (or given a new address) answers at `grpc_addr` and is
+/// who the request says: a typo in an address or id would otherwise sit in the membership as a
+/// learner that never catches up, or send one member's traffic to another.
 async fn probe_new_member(
     id: u64,
     grpc_addr: &str,
@@ -168,6 +169,34 @@ impl Admin for AdminService {
         let (id, node) = convert::add_learner(request.into_inner())?;
         probe_new_member(id, &node.grpc_addr, self.replica.peer_tls()).await?;
         let view = self.replica.add_learner(id, node).await?;
+        Ok(Response::new(convert::membership(&view)))
+    }
+
+    async fn set_member_address(
+        &self,
+        request: Request<v1::SetMemberAddressRequest>,
+    ) -> Result<Response<v1::MembershipReply>, Status> {
+        let (id, grpc_addr, http_addr) = convert::set_member_address(request.into_inner())?;
+        let Some(current) = self
+            .replica
+            .membership()
+            .members
+            .into_iter()
+            .find(|member| member.id == id)
+        else {
+            return Err(status(
+                Code::FailedPrecondition,
+                "not-a-member",
+                format!("node {id} is not a member; add it as a learner instead"),
+            ));
+        };
+        let node = CertusNode {
+            grpc_addr: grpc_addr.unwrap_or(current.node.grpc_addr),
+            http_addr: http_addr.unwrap_or(current.node.http_addr),
+        };
+        // Whatever changes, the recorded gRPC address must reach node `id` itself.
+        probe_new_member(id, &node.grpc_addr, self.replica.peer_tls()).await?;
+        let view = self.replica.set_member_address(id, node).await?;
         Ok(Response::new(convert::membership(&view)))
     }
 
