@@ -38,6 +38,16 @@ use crate::raft::types::{CertusNode, NodeId, TypeConfig};
 pub struct Peers {
     channels: Arc<Mutex<BTreeMap<String, Channel>>>,
     tls: PeerTls,
+    /// What this node last logged of each peer's reachability (one entry per member).
+    reach: Arc<Mutex<BTreeMap<NodeId, Reach>>>,
+}
+
+/// Whether a peer answered the last Raft call or could not be reached. openraft logs every
+/// failed attempt (which the binary's default log filter drops); the node logs each change once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    Reached,
+    Lost,
 }
 
 /// Why a call to a peer failed.
@@ -90,12 +100,40 @@ impl Peers {
         Peers {
             channels: Arc::default(),
             tls,
+            reach: Arc::default(),
         }
     }
 
     /// How peers are dialled.
     pub fn tls(&self) -> &PeerTls {
         &self.tls
+    }
+
+    /// Logs a change in whether peer `target` at `addr` can be reached: once when it is lost
+    /// (or not reached yet, at start), once when it answers again.
+    fn note_reach(&self, target: NodeId, addr: &str, outcome: Result<(), &PeerError>) {
+        let now = match outcome {
+            Ok(()) => Reach::Reached,
+            Err(PeerError::Timeout { .. }) => Reach::Lost,
+            Err(PeerError::Call { status, .. }) if status.code() == tonic::Code::Unavailable => {
+                Reach::Lost
+            }
+            Err(_) => return,
+        };
+        let mut reach = self.reach.lock().expect("peer reach lock");
+        let before = reach.insert(target, now);
+        match (before, now, outcome) {
+            (Some(Reach::Lost), Reach::Reached, _) => {
+                tracing::info!(peer = target, addr, "peer reachable again");
+            }
+            (Some(Reach::Reached), Reach::Lost, Err(error)) => {
+                tracing::warn!(peer = target, addr, %error, "peer lost; Raft keeps retrying it");
+            }
+            (None, Reach::Lost, Err(error)) => {
+                tracing::info!(peer = target, addr, %error, "peer not reachable yet");
+            }
+            _ => {}
+        }
     }
 
     fn client(&self, addr: &str) -> Result<RaftClient<Channel>, PeerError> {
@@ -275,6 +313,8 @@ impl PeerClient {
             .peers
             .call(&self.node.grpc_addr, kind, request, timeout)
             .await;
+        self.peers
+            .note_reach(self.target, &self.node.grpc_addr, reply.as_ref().map(|_| ()));
         #[cfg(madsim)]
         {
             let unreachable = matches!(
