@@ -121,6 +121,19 @@ impl Cluster {
         Cluster::found(dir, specs, tuning)
     }
 
+    /// Starts nodes with the given ids founding one cluster, in a new temporary directory;
+    /// `prepare` runs on their specs once their config files are written and before any node
+    /// starts (to restore their data directories from a backup).
+    pub fn start_prepared(
+        ids: &[u64],
+        tuning: Tuning,
+        prepare: impl FnOnce(&[NodeSpec]),
+    ) -> Cluster {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let specs: Vec<NodeSpec> = ids.iter().map(|id| spec(dir.path(), *id)).collect();
+        Cluster::found_prepared(dir, specs, tuning, prepare)
+    }
+
     /// Starts one node on each host of `network` (node N on host N), founding one cluster.
     pub fn start_on(network: &netns::Network, count: u8, tuning: Tuning) -> Cluster {
         let dir = tempfile::tempdir().expect("temporary directory");
@@ -173,6 +186,15 @@ impl Cluster {
     }
 
     fn found(dir: tempfile::TempDir, specs: Vec<NodeSpec>, tuning: Tuning) -> Cluster {
+        Cluster::found_prepared(dir, specs, tuning, |_| {})
+    }
+
+    fn found_prepared(
+        dir: tempfile::TempDir,
+        specs: Vec<NodeSpec>,
+        tuning: Tuning,
+        prepare: impl FnOnce(&[NodeSpec]),
+    ) -> Cluster {
         let members: String = specs
             .iter()
             .map(|spec| {
@@ -201,6 +223,7 @@ impl Cluster {
         for spec in &specs {
             write_config(spec, &tuning, &members);
         }
+        prepare(&specs);
         let mut cluster = Cluster {
             dir,
             nodes: Vec::new(),

@@ -13,6 +13,11 @@ pub(crate) const PIPELINE_EXPORT_LIMIT_MAX: u32 = 1_000_000;
 /// a connection dropped) before it gives up; each reopening resumes after the last number seen.
 pub(crate) const PIPELINE_WATCH_REOPENS_MAX: u32 = 5;
 
+/// CT entries `certus restore` reads, stores and integrates at a time.
+pub(crate) const BACKUP_CT_BATCH_ENTRIES: usize = 4096;
+/// Largest header of a backup file `certus restore` reads (JSON: the log id and the members).
+pub(crate) const BACKUP_HEADER_BYTES_MAX: usize = 1024 * 1024;
+
 /// Most logged leaves the readers of `bench ct` ask proofs for.
 pub(crate) const BENCH_CT_PROOF_TARGETS_MAX: usize = 10_000;
 /// The longest single `Sessions/Wait` of a `bench sessions` client; the client waits again until

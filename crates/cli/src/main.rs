@@ -1,11 +1,12 @@
 //! `certus`: run a local cluster (`up`), one node (`serve`), talk to a cluster (`ctl`), or make
-//! a CT log key (`ct-keygen`).
+//! a CT log key (`ct-keygen`), back up and restore (`ctl snapshot export`, `restore`).
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+mod backup;
 mod bench;
 mod ca_files;
 mod cluster;
@@ -65,6 +66,8 @@ enum Command {
     Rebuild(rebuild::RebuildArgs),
     /// Ask one node whether it is ready (or alive, with --live): exit 0 if so, 1 if not.
     Probe(probe::ProbeArgs),
+    /// Seed a new node's data directory from a backup (`certus ctl snapshot export`).
+    Restore(backup::RestoreArgs),
 }
 
 // mimalloc: a node allocates and frees many small buffers per request on every core (HTTP/2
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
             Command::Pki(args) => pki::run(args),
             Command::Rebuild(args) => rebuild::run(args).await,
             Command::Probe(args) => probe::run(args).await,
+            Command::Restore(args) => backup::run(&args),
         }
     });
     match result {
@@ -200,5 +204,51 @@ mod tests {
             Cli::try_parse_from(["certus", "--log-format", "xml", "up"]).is_err(),
             "only text or json"
         );
+    }
+
+    #[test]
+    fn backups_are_exported_by_ctl_and_restored_from_a_config_or_from_flags_not_both() {
+        for args in [
+            &["certus", "ctl", "snapshot", "export", "backup.certus"][..],
+            &[
+                "certus",
+                "ctl",
+                "snapshot",
+                "export",
+                "b",
+                "--endpoint",
+                "127.0.0.1:7101",
+            ],
+            &["certus", "ctl", "snapshot", "--endpoint", "127.0.0.1:7101"],
+            &["certus", "restore", "b", "--config", "node.toml"],
+            &[
+                "certus",
+                "restore",
+                "b",
+                "--id",
+                "4",
+                "--data-dir",
+                "d",
+                "--member",
+                "4=x",
+            ],
+        ] {
+            assert!(Cli::try_parse_from(args).is_ok(), "{args:?}");
+        }
+        for args in [
+            &[
+                "certus",
+                "restore",
+                "b",
+                "--config",
+                "node.toml",
+                "--id",
+                "4",
+            ][..],
+            &["certus", "restore", "b", "--id", "4"],
+            &["certus", "ctl", "snapshot", "export"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
     }
 }

@@ -208,7 +208,7 @@ fn required<T>(value: Option<T>, name: &str) -> Result<T, String> {
     })
 }
 
-/// What `certus rebuild` reads from a node's config file: who the node is, where its data is,
+/// What `certus rebuild` and `certus restore` read from a node's config file: who the node is, where its data is,
 /// how it talks to its peers, and the peers it knows of.
 pub(crate) struct NodeFile {
     pub(crate) id: u64,
@@ -217,6 +217,8 @@ pub(crate) struct NodeFile {
     pub(crate) data_dir: PathBuf,
     pub(crate) tls: Option<certus_node::TlsSetup>,
     pub(crate) peers: Vec<String>,
+    /// `initial_members`: id, gRPC and HTTP address of each (`certus restore`).
+    pub(crate) members: Vec<(u64, String, String)>,
 }
 
 /// The config file at `path`.
@@ -237,6 +239,17 @@ pub(crate) fn node_file(path: &std::path::Path) -> Result<NodeFile, String> {
         .map(|member| member.grpc_addr.to_string())
         .collect();
     peers.extend(file.join);
+    let members = file
+        .initial_members
+        .iter()
+        .map(|member| {
+            (
+                member.id,
+                member.grpc_addr.to_string(),
+                member.http_addr.to_string(),
+            )
+        })
+        .collect();
     Ok(NodeFile {
         id,
         grpc_addr: file.grpc_addr,
@@ -244,6 +257,7 @@ pub(crate) fn node_file(path: &std::path::Path) -> Result<NodeFile, String> {
         data_dir: required(file.data_dir, "data_dir")?,
         tls: file.tls,
         peers,
+        members,
     })
 }
 

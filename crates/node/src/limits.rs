@@ -6,6 +6,12 @@ use std::time::Duration;
 pub const RAFT_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Largest client request or reply on the Leases and Admin services, in bytes.
 pub const CLIENT_MESSAGE_BYTES_MAX: usize = 256 * 1024;
+/// Largest chunk of an exported snapshot (`Admin/ExportSnapshot`), in bytes: a message of the
+/// Admin service, so within [`CLIENT_MESSAGE_BYTES_MAX`] with room for the framing.
+pub const SNAPSHOT_EXPORT_CHUNK_BYTES_MAX: usize = 192 * 1024;
+const _: () = assert!(SNAPSHOT_EXPORT_CHUNK_BYTES_MAX + 1024 <= CLIENT_MESSAGE_BYTES_MAX);
+/// Most CT entries an export reads from the local database for one chunk.
+pub const SNAPSHOT_EXPORT_CT_ENTRIES_MAX: usize = 1024;
 /// How long a follower waits for the leader to answer a forwarded request.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request waits for a leader to be elected before it is refused.

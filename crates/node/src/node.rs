@@ -504,7 +504,7 @@ macro_rules! with_node_services {
                     .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
             )
             .add_service(
-                AdminServer::new(AdminService::new(Arc::clone(replica)))
+                AdminServer::new(AdminService::new(Arc::clone(replica), ct.cloned()))
                     .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
                     .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
             )

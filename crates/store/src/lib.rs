@@ -9,7 +9,8 @@
 //! write). At open the last segment's torn tail is cut; damage anywhere else refuses to open.
 //! On top, openraft 0.9's storage traits: [`LogStore`] (log and vote) and [`StateMachineStore`]
 //! (the replicated state of `certus-core`, persisted by snapshots). Beside them, [`CtDatabase`]:
-//! a node's local CT entries and Merkle tree.
+//! a node's local CT entries and Merkle tree. [`seed_from_snapshot`] writes the first store of a
+//! node restored from an exported snapshot.
 
 #![deny(missing_docs, unreachable_pub)]
 
@@ -23,6 +24,7 @@ mod files;
 mod keys;
 mod limits;
 mod log_store;
+mod seed;
 mod segment_log;
 mod sim_disk;
 mod sled_disk;
@@ -34,6 +36,7 @@ pub use disk::{Disk, DiskError, FlushDone, Pairs, WriteBatch};
 pub use files::{CrashReport, Files, LogFile, OsFiles, SimFiles};
 pub use limits::{REPLICATION_READ_BYTES_MAX, SEGMENT_BYTES_MIN};
 pub use log_store::{AppendObserver, AppendTiming, LogStore};
+pub use seed::seed_from_snapshot;
 pub use segment_log::{SEGMENT_BYTES, SegmentLog, SyncJob, SyncRunner};
 pub use sim_disk::SimDisk;
 pub use sled_disk::{CORRUPT, Rebuilt, SLED_CACHE_MIB_DEFAULT, SledDisk, rebuild_keeping_vote};

@@ -66,10 +66,10 @@ fn write_lock<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 /// A snapshot as kept on disk.
 #[derive(Serialize, Deserialize)]
 #[serde(bound = "")]
-struct StoredSnapshot<C: CertusConfig> {
-    meta: SnapshotMeta<C::NodeId, C::Node>,
+pub(crate) struct StoredSnapshot<C: CertusConfig> {
+    pub(crate) meta: SnapshotMeta<C::NodeId, C::Node>,
     /// `State::to_snapshot` bytes: what is sent to other nodes.
-    data: Vec<u8>,
+    pub(crate) data: Vec<u8>,
 }
 
 /// Told of every client request the state machine applies for the first time (a copy answered

@@ -2,9 +2,11 @@
 
 use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::{
-    AddLearnerRequest, ChangeMembershipRequest, MembershipReply, SetMemberAddressRequest,
-    StatusReply, StatusRequest, TriggerSnapshotReply, TriggerSnapshotRequest,
+    AddLearnerRequest, ChangeMembershipRequest, ExportSnapshotChunk, ExportSnapshotRequest,
+    MembershipReply, SetMemberAddressRequest, StatusReply, StatusRequest, TriggerSnapshotReply,
+    TriggerSnapshotRequest,
 };
+use tonic::codec::Streaming;
 
 use super::call::rpcs;
 use crate::{Client, ClientError};
@@ -14,6 +16,8 @@ rpcs! { AdminClient::new =>
     "Admin/AddLearner": add_learner(AddLearnerRequest) -> MembershipReply;
     "Admin/ChangeMembership": change_membership(ChangeMembershipRequest) -> MembershipReply;
     "Admin/TriggerSnapshot": trigger_snapshot(TriggerSnapshotRequest) -> TriggerSnapshotReply;
+    "Admin/ExportSnapshot":
+        export_snapshot(ExportSnapshotRequest) -> Streaming<ExportSnapshotChunk>;
     "Admin/SetMemberAddress": set_member_address(SetMemberAddressRequest) -> MembershipReply;
 }
 
@@ -92,5 +96,27 @@ impl Client {
         let timeout = self.config().admin_timeout;
         self.call_one(endpoint, timeout, TriggerSnapshotRequest {})
             .await
+    }
+
+    /// A consistent copy of the replicated state (after a read barrier, at one applied index),
+    /// from the node at `endpoint`, or from any node (retried like a read) when `None`: a
+    /// stream of one header, then the snapshot's bytes in chunks. Opening it times out after
+    /// [`ClientConfig::admin_timeout`](crate::ClientConfig::admin_timeout); the stream itself
+    /// is not retried. Refused with `ct-log-not-exportable` when the CT log holds entries.
+    pub async fn export_snapshot(
+        &self,
+        endpoint: Option<&str>,
+    ) -> Result<Streaming<ExportSnapshotChunk>, ClientError> {
+        match endpoint {
+            Some(endpoint) => {
+                let timeout = self.config().admin_timeout;
+                self.call_one(endpoint, timeout, ExportSnapshotRequest {})
+                    .await
+            }
+            None => {
+                self.call_with(self.admin_budget(), ExportSnapshotRequest {})
+                    .await
+            }
+        }
     }
 }

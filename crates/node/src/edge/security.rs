@@ -147,6 +147,7 @@ pub fn method_permission(path: &str) -> Option<Permission> {
         ("certus.v1.Admin", "Status") => P::Read,
         ("certus.v1.Clients", "Register" | "Close") => P::ClientSession,
         ("certus.v1.Admin", "AddLearner" | "ChangeMembership" | "TriggerSnapshot") => P::Admin,
+        ("certus.v1.Admin", "ExportSnapshot") => P::Admin,
         ("certus.v1.Admin", "SetMemberAddress") => P::Admin,
         ("certus.v1.Leases", "Acquire" | "Renew" | "Release") => P::Lease,
         ("certus.v1.Leases", "Get" | "List" | "CheckFence" | "GetChallenge" | "ListChallenges") => {

@@ -1,29 +1,79 @@
-//! `certus.v1.Admin`: status, membership and snapshots. Its conversions are
+//! `certus.v1.Admin`: status, membership, snapshots and snapshot exports. Its conversions are
 //! [`crate::convert::admin`].
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use certus_proto::v1;
 use certus_proto::v1::admin_server::Admin;
+use futures_util::{Stream, StreamExt as _};
 use tonic::{Code, Request, Response, Status};
 
 use crate::convert::admin as convert;
+use crate::ct::node::CtNode;
 use crate::errors::status;
-use crate::limits::LEADER_WAIT;
+use crate::limits::{LEADER_WAIT, SNAPSHOT_EXPORT_CHUNK_BYTES_MAX, SNAPSHOT_EXPORT_CT_ENTRIES_MAX};
 use crate::raft::replica::Replica;
 use crate::raft::types::CertusNode;
+
+/// The stream `ExportSnapshot` answers with.
+type SnapshotStream = Pin<Box<dyn Stream<Item = Result<v1::ExportSnapshotChunk, Status>> + Send>>;
 
 /// `certus.v1.Admin` for one node.
 #[derive(Debug, Clone)]
 pub struct AdminService {
     replica: Arc<Replica>,
+    /// The node's part in the CT log, whose local database an export reads.
+    ct: Option<Arc<CtNode>>,
 }
 
 impl AdminService {
-    /// The admin service of `replica`.
-    pub fn new(replica: Arc<Replica>) -> AdminService {
-        AdminService { replica }
+    /// The admin service of `replica` (and `ct`, when the node runs the CT log).
+    pub fn new(replica: Arc<Replica>, ct: Option<Arc<CtNode>>) -> AdminService {
+        AdminService { replica, ct }
     }
+}
+
+/// The CT entries of an export after the snapshot's bytes: from `first` to `end`, read from
+/// `ct`'s database a bounded batch at a time as the stream is drained.
+fn ct_entry_chunks(ct: Option<Arc<CtNode>>, end: u64) -> SnapshotStream {
+    let Some(ct) = ct.filter(|_| end > 0) else {
+        return Box::pin(futures_util::stream::empty());
+    };
+    Box::pin(futures_util::stream::unfold(0u64, move |first| {
+        let ct = Arc::clone(&ct);
+        async move {
+            if first >= end {
+                return None;
+            }
+            let wanted = usize::try_from(end - first)
+                .unwrap_or(usize::MAX)
+                .min(SNAPSHOT_EXPORT_CT_ENTRIES_MAX);
+            let read = ct.db().entries(first, wanted);
+            let chunk = match read {
+                Ok(entries) if !entries.is_empty() => {
+                    let (chunk, taken) =
+                        convert::ct_entries_chunk(first, entries, SNAPSHOT_EXPORT_CHUNK_BYTES_MAX);
+                    Ok((chunk, first + taken))
+                }
+                Ok(_) => Err(status(
+                    Code::Internal,
+                    "ct-entries-missing",
+                    format!("this node's CT database has no entry {first} any more"),
+                )),
+                Err(error) => Err(status(
+                    Code::Internal,
+                    "ct-database",
+                    format!("reading CT entry {first}: {error}"),
+                )),
+            };
+            Some(match chunk {
+                Ok((chunk, next)) => (Ok(chunk), next),
+                // The stream ends after an error.
+                Err(error) => (Err(error), end),
+            })
+        }
+    }))
 }
 
 /// This node's status, as `Admin/Status` and the HTTP status page report it.
@@ -187,5 +237,51 @@ impl Admin for AdminService {
         Ok(Response::new(v1::TriggerSnapshotReply {
             snapshot_index: waited.snapshot.map_or(0, |log_id| log_id.index),
         }))
+    }
+
+    type ExportSnapshotStream = SnapshotStream;
+
+    /// After a read barrier, so the copy holds every write acknowledged before the call; encoded
+    /// under one read of the applied state, so it is the state at exactly one log index; then
+    /// the CT entries that state numbered, from this node's database (entries never change once
+    /// numbered, so reading them later reads the same).
+    async fn export_snapshot(
+        &self,
+        _request: Request<v1::ExportSnapshotRequest>,
+    ) -> Result<Response<SnapshotStream>, Status> {
+        self.replica.read_barrier().await?;
+        let exported_at_ms = self.replica.clock.now_ms();
+        let (last_log_id, members, data, ct_entries) = self.replica.reader.read(|applied| {
+            // Read while the state cannot move: the database holds only entries the state
+            // numbered, and none it cleaned up is missing from it.
+            let local = self.ct.as_ref().map_or(0, |ct| ct.db().contiguous_size());
+            let ct_entries = convert::ct_export_size(&applied.state, local)?;
+            let last_log_id = applied.last_applied.ok_or_else(|| {
+                status(
+                    Code::FailedPrecondition,
+                    "not-initialized",
+                    "this node has applied nothing yet: the cluster is not initialized",
+                )
+            })?;
+            Ok::<_, Status>((
+                last_log_id,
+                convert::stored_members(&applied.membership),
+                applied.state.to_snapshot(),
+                ct_entries,
+            ))
+        })?;
+        let chunks = convert::snapshot_export(
+            self.replica.id,
+            exported_at_ms,
+            last_log_id,
+            members,
+            &data,
+            ct_entries,
+            SNAPSHOT_EXPORT_CHUNK_BYTES_MAX,
+        );
+        let snapshot = futures_util::stream::iter(chunks.into_iter().map(Ok));
+        Ok(Response::new(Box::pin(
+            snapshot.chain(ct_entry_chunks(self.ct.clone(), ct_entries)),
+        )))
     }
 }
