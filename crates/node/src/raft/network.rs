@@ -313,8 +313,11 @@ impl PeerClient {
             .peers
             .call(&self.node.grpc_addr, kind, request, timeout)
             .await;
-        self.peers
-            .note_reach(self.target, &self.node.grpc_addr, reply.as_ref().map(|_| ()));
+        self.peers.note_reach(
+            self.target,
+            &self.node.grpc_addr,
+            reply.as_ref().map(|_| ()),
+        );
         #[cfg(madsim)]
         {
             let unreachable = matches!(
