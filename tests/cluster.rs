@@ -454,6 +454,72 @@ async fn a_node_tells_systemd_when_it_is_ready_and_the_probe_agrees() {
     );
 }
 
+/// The lines of a node's log at ERROR or WARN (with the terminal colours taken out).
+fn alarming_lines(log: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).expect("a node log");
+    text.lines()
+        .map(|line| {
+            let mut plain = String::new();
+            let mut escape = false;
+            for c in line.chars() {
+                match (escape, c) {
+                    (false, '\u{1b}') => escape = true,
+                    (true, 'm') => escape = false,
+                    (true, _) => {}
+                    (false, c) => plain.push(c),
+                }
+            }
+            plain
+        })
+        .filter(|line| {
+            line.split_whitespace()
+                .nth(1)
+                .is_some_and(|level| level == "ERROR" || level == "WARN")
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starting_and_restarting_a_cluster_logs_no_routine_error_or_warning() {
+    let tuning = Tuning {
+        default_logs: true,
+        ..Tuning::default()
+    };
+    let mut cluster = Cluster::start(3, tuning);
+    leader(&cluster).await;
+    acquire_many(&cluster.client(), "first-start", 3).await;
+    for node in &cluster.nodes {
+        let lines = alarming_lines(&node.spec.data_dir.with_extension("log"));
+        assert!(
+            lines.is_empty(),
+            "node {} at start: {lines:#?}",
+            node.spec.id
+        );
+    }
+    // The whole cluster stops and starts again, one node after another; every incarnation
+    // writes a fresh log.
+    for node in &mut cluster.nodes {
+        node.kill();
+    }
+    for index in 0..cluster.nodes.len() {
+        cluster.restart(index);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    leader(&cluster).await;
+    acquire_many(&cluster.client(), "restarted", 3).await;
+    for node in &cluster.nodes {
+        let log = node.spec.data_dir.with_extension("log");
+        let lines = alarming_lines(&log);
+        assert!(
+            lines.is_empty(),
+            "node {} after a restart: {lines:#?}",
+            node.spec.id
+        );
+        let text = std::fs::read_to_string(&log).expect("a node log");
+        assert!(text.contains("leads"), "each node says who leads: {text}");
+    }
+}
+
 fn refusal(error: ClientError) -> (Code, String) {
     match error {
         ClientError::Refused { code, reason, .. } => (code, reason),

@@ -31,6 +31,8 @@ pub struct NodeSpec {
     pub http: SocketAddr,
     pub data_dir: PathBuf,
     pub config_file: PathBuf,
+    /// Started without `RUST_LOG` (see `Tuning::default_logs`).
+    pub default_logs: bool,
 }
 
 /// A node process (killed when dropped).
@@ -87,6 +89,9 @@ pub struct Tuning {
     /// CA issuance sessions: the CA's key and certificate files, and the names whose HTTP-01
     /// challenges the nodes serve — name N is tested at node `N % nodes`'s HTTP address.
     pub sessions: Option<(PathBuf, PathBuf, Vec<String>)>,
+    /// Log as an operator's node does (the binary's default filter) rather than with openraft's
+    /// warnings, which the tests keep for debugging.
+    pub default_logs: bool,
 }
 
 impl Default for Tuning {
@@ -97,6 +102,7 @@ impl Default for Tuning {
             tick_interval_ms: 1_000,
             ct: None,
             sessions: None,
+            default_logs: false,
         }
     }
 }
@@ -229,7 +235,8 @@ impl Cluster {
             nodes: Vec::new(),
             tuning,
         };
-        for spec in specs {
+        for mut spec in specs {
+            spec.default_logs = cluster.tuning.default_logs;
             let process = launch(&spec, &[]);
             cluster.nodes.push(process);
         }
@@ -307,6 +314,7 @@ fn spec(dir: &Path, id: u64) -> NodeSpec {
         http: free_addr(),
         data_dir: dir.join(format!("node-{id}")),
         config_file: dir.join(format!("node-{id}.toml")),
+        default_logs: false,
     }
 }
 
@@ -366,6 +374,11 @@ fn launch(spec: &NodeSpec, extra: &[&str]) -> Process {
         }
         None => Command::new(binary()),
     };
+    if spec.default_logs {
+        command.env_remove("RUST_LOG");
+    } else {
+        command.env("RUST_LOG", "info,openraft=warn");
+    }
     let child = command
         .arg("serve")
         .arg("--config")
@@ -373,7 +386,6 @@ fn launch(spec: &NodeSpec, extra: &[&str]) -> Process {
         .args(extra)
         // Several nodes share this host: none takes port 80 for ACME challenges.
         .env("CERTUS_ACME_HTTP_ADDR", "off")
-        .env("RUST_LOG", "info,openraft=warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
