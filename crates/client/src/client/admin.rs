@@ -2,8 +2,8 @@
 
 use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::{
-    AddLearnerRequest, ChangeMembershipRequest, MembershipReply, StatusReply, StatusRequest,
-    TriggerSnapshotReply, TriggerSnapshotRequest,
+    AddLearnerRequest, ChangeMembershipRequest, MembershipReply, ReloadReply, ReloadRequest,
+    StatusReply, StatusRequest, TriggerSnapshotReply, TriggerSnapshotRequest,
 };
 
 use super::call::rpcs;
@@ -14,6 +14,7 @@ rpcs! { AdminClient::new =>
     "Admin/AddLearner": add_learner(AddLearnerRequest) -> MembershipReply;
     "Admin/ChangeMembership": change_membership(ChangeMembershipRequest) -> MembershipReply;
     "Admin/TriggerSnapshot": trigger_snapshot(TriggerSnapshotRequest) -> TriggerSnapshotReply;
+    "Admin/Reload": reload(ReloadRequest) -> ReloadReply;
 }
 
 impl Client {
@@ -72,5 +73,14 @@ impl Client {
         let timeout = self.config().admin_timeout;
         self.call_one(endpoint, timeout, TriggerSnapshotRequest {})
             .await
+    }
+
+    /// Makes the node at `endpoint` re-read its certificates, tokens and client limits (as
+    /// SIGHUP does): the reply names what changed, and what changed but is read only at start.
+    /// A file that does not load is `FAILED_PRECONDITION` (`reload-failed`) and changes nothing.
+    /// One attempt, never sent to another node.
+    pub async fn reload(&self, endpoint: &str) -> Result<ReloadReply, ClientError> {
+        let timeout = self.config().attempt_timeout;
+        self.call_one(endpoint, timeout, ReloadRequest {}).await
     }
 }

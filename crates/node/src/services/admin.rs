@@ -16,12 +16,24 @@ use crate::raft::replica::Replica;
 #[derive(Debug, Clone)]
 pub struct AdminService {
     replica: Arc<Replica>,
+    reloader: Option<Arc<crate::edge::reload::Reloader>>,
 }
 
 impl AdminService {
     /// The admin service of `replica`.
     pub fn new(replica: Arc<Replica>) -> AdminService {
-        AdminService { replica }
+        AdminService {
+            replica,
+            reloader: None,
+        }
+    }
+
+    /// The same service, reloading the node's files with `reloader` (`Admin/Reload`).
+    pub fn with_reloader(self, reloader: Arc<crate::edge::reload::Reloader>) -> AdminService {
+        AdminService {
+            reloader: Some(reloader),
+            ..self
+        }
     }
 }
 
@@ -157,6 +169,26 @@ impl Admin for AdminService {
             .map_err(|error| status(Code::DeadlineExceeded, "timeout", error.to_string()))?;
         Ok(Response::new(v1::TriggerSnapshotReply {
             snapshot_index: waited.snapshot.map_or(0, |log_id| log_id.index),
+        }))
+    }
+
+    async fn reload(
+        &self,
+        _request: Request<v1::ReloadRequest>,
+    ) -> Result<Response<v1::ReloadReply>, Status> {
+        let Some(reloader) = &self.reloader else {
+            return Err(status(
+                Code::FailedPrecondition,
+                "reload-failed",
+                "this node cannot reload its files".to_owned(),
+            ));
+        };
+        let outcome = reloader
+            .reload()
+            .map_err(|reason| status(Code::FailedPrecondition, "reload-failed", reason))?;
+        Ok(Response::new(v1::ReloadReply {
+            changed: outcome.changed,
+            ignored: outcome.ignored,
         }))
     }
 }
