@@ -3,7 +3,8 @@
 //! its ports see the new certificate while a connection opened before keeps working; a bad file
 //! (garbage PEM, a key that is not the certificate's) is refused, naming the file, and the
 //! certificate in force stays; a token added is accepted and one removed refused; client limits
-//! changed take effect; and `Admin/Reload` does the same for an admin, and no one else.
+//! changed take effect; a CA added to the CA file lets its clients in; and `Admin/Reload` does
+//! the same for an admin, and no one else.
 
 #![cfg(not(madsim))]
 
@@ -91,6 +92,31 @@ async fn channel(
         .connect()
         .await
         .expect("connects")
+}
+
+/// `Admin/Status` on a new connection with `identity`, trusting `ca` for the server: whether
+/// the handshake and the call both went through.
+async fn status_over_new_connection(
+    addr: std::net::SocketAddr,
+    ca: &TestCa,
+    identity: &(String, String),
+) -> Result<(), String> {
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&ca.pem))
+        .identity(Identity::from_pem(&identity.0, &identity.1));
+    let channel = Endpoint::from_shared(format!("https://{addr}"))
+        .expect("endpoint")
+        .tls_config(tls)
+        .expect("tls")
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .map_err(|error| error.to_string())?;
+    AdminClient::new(channel)
+        .status(StatusRequest {})
+        .await
+        .map(|_| ())
+        .map_err(|status| status.to_string())
 }
 
 fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
@@ -343,6 +369,22 @@ async fn certificates_tokens_and_limits_are_reloaded_without_a_restart() {
         .status(StatusRequest {})
         .await
         .expect("the limits are back");
+
+    // A second CA added to the CA file: its clients get in after the reload, not before.
+    let next_ca = TestCa::new("Reload test CA 2");
+    let newcomer = next_ca.issue("ops-2", &["admin"]);
+    status_over_new_connection(config.grpc_addr, &ca, &newcomer)
+        .await
+        .expect_err("a client of an unknown CA");
+    std::fs::write(pki.join("ca.pem"), format!("{}{}", ca.pem, next_ca.pem)).expect("CA file");
+    let outcome = node.reload().expect("reloads");
+    assert_eq!(outcome.changed, vec!["tls.ca_cert_file"]);
+    status_over_new_connection(config.grpc_addr, &ca, &newcomer)
+        .await
+        .expect("a client of the added CA");
+    status_over_new_connection(config.grpc_addr, &ca, &admin)
+        .await
+        .expect("and of the first one");
 
     support::shutdown(nodes).await;
 }
