@@ -1,6 +1,7 @@
-//! Transport security: the cluster CA and this node's certificate, read from files; tonic's
-//! server and client configurations made from them; the HTTPS listener; and the layer that
-//! authorizes every gRPC call ([`crate::edge::security`]).
+//! Transport security: the cluster CA and this node's certificate, read from files; the rustls
+//! server configurations made from them (gRPC and HTTPS; a reload replaces them in a
+//! [`LiveServerConfig`]), tonic's client configuration for dialling peers ([`PeerTls`]); and
+//! the layer that authorizes every gRPC call ([`crate::edge::security`]).
 //!
 //! The gRPC server asks for a client certificate but also lets a connection without one
 //! through the handshake, so that programs holding a bearer token can call, and health checks
