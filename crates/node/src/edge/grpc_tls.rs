@@ -14,7 +14,7 @@ use tokio_rustls::server::TlsStream;
 use tracing::{debug, warn};
 
 use crate::edge::tls::LiveServerConfig;
-use crate::limits::{GRPC_HANDSHAKE_TIMEOUT, GRPC_HANDSHAKEN_QUEUED_MAX};
+use crate::limits::{GRPC_HANDSHAKE_TIMEOUT, GRPC_TLS_READY_QUEUE_MAX};
 use crate::ordered_watch as watch;
 use crate::stop::stopped;
 
@@ -24,7 +24,7 @@ pub(crate) fn incoming(
     tls: LiveServerConfig,
     stop: watch::Receiver<bool>,
 ) -> impl Stream<Item = Result<TlsStream<TcpStream>, std::io::Error>> {
-    let (ready, handshaken) = tokio::sync::mpsc::channel(GRPC_HANDSHAKEN_QUEUED_MAX);
+    let (ready, handshaken) = tokio::sync::mpsc::channel(GRPC_TLS_READY_QUEUE_MAX);
     tokio::spawn(accept_loop(listener, tls, ready, stop));
     futures_util::stream::unfold(handshaken, |mut handshaken| async move {
         let stream = handshaken.recv().await?;
