@@ -554,6 +554,7 @@ async fn killed_restarted_and_partitioned_nodes_lose_nothing_acknowledged() {
             ca_cert_file,
             (0..SESSION_NAMES).map(session_name).collect(),
         )),
+        ..Tuning::default()
     };
     let network = if std::env::var("CERTUS_CHAOS_PARTITIONS").as_deref() == Ok("0") {
         println!("chaos: partitions off (CERTUS_CHAOS_PARTITIONS=0)");

@@ -1,5 +1,6 @@
 //! Integration tests on real `certus serve` processes over loopback: leader failure (SIGKILL),
-//! catch-up from the log and from a snapshot, membership changes, and bad input.
+//! catch-up from the log and from a snapshot, membership changes, bad input, and reloading
+//! tokens and certificate files on SIGHUP and `certus ctl reload`.
 
 mod support;
 
@@ -692,4 +693,144 @@ async fn every_node_serves_health_and_acme_challenges_over_http() {
             certus_proto::health::health_check_response::ServingStatus::Serving
         );
     }
+}
+
+/// `certus pki token` for an admin: `(token, its [[tokens]] entry)`.
+fn admin_token(name: &str) -> (String, String) {
+    let made = std::process::Command::new(support::binary())
+        .args(["pki", "token", "--name", name, "--role", "admin"])
+        .output()
+        .expect("certus pki token");
+    assert!(made.status.success(), "{made:?}");
+    let text = String::from_utf8(made.stdout).expect("UTF-8");
+    let token = text
+        .lines()
+        .find_map(|line| line.split_once("give it to its holder): "))
+        .map(|(_, token)| token.trim().to_owned())
+        .expect("the token is printed");
+    let entry = text
+        .split_once("[[tokens]]")
+        .map(|(_, entry)| format!("[[tokens]]{entry}"))
+        .expect("the entry is printed");
+    (token, entry)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_and_ctl_reload_make_a_node_reread_its_tokens_and_files() {
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let pki = dir.path().join("pki");
+    for args in [
+        &["pki", "init", "--dir"][..],
+        &[
+            "pki",
+            "issue",
+            "--name",
+            "node-1",
+            "--role",
+            "node",
+            "--ip",
+            "127.0.0.1",
+            "--dir",
+        ],
+    ] {
+        let made = Command::new(support::binary())
+            .args(args)
+            .arg(&pki)
+            .output()
+            .expect("certus pki");
+        assert!(made.status.success(), "{made:?}");
+    }
+    let (old_token, old_entry) = admin_token("old");
+    let (new_token, new_entry) = admin_token("new");
+    let (grpc, http) = (support::free_addr(), support::free_addr());
+    let config = |tokens: &str| {
+        format!(
+            "id = 1\ngrpc_addr = \"{grpc}\"\nhttp_addr = \"{http}\"\nacme_http_addr = \"off\"\n\
+             data_dir = \"{data}\"\n\
+             [tls]\nca_cert_file = \"{pki}/ca.pem\"\ncert_file = \"{pki}/node-1.pem\"\n\
+             key_file = \"{pki}/node-1-key.pem\"\n\
+             [[initial_members]]\nid = 1\ngrpc_addr = \"{grpc}\"\nhttp_addr = \"{http}\"\n\
+             {tokens}",
+            data = dir.path().join("data").display(),
+            pki = pki.display(),
+        )
+    };
+    let config_file = dir.path().join("node.toml");
+    std::fs::write(&config_file, config(&old_entry)).expect("config file");
+    let log_file = dir.path().join("node.log");
+    let mut node = Command::new(support::binary())
+        .arg("serve")
+        .arg("--config")
+        .arg(&config_file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_file).expect("log file"))
+        .spawn()
+        .expect("certus serve");
+    let ctl = |token: &str, args: &[&str]| {
+        Command::new(support::binary())
+            .args(["ctl", "--endpoints", &grpc.to_string(), "--pki-dir"])
+            .arg(&pki)
+            .args(["--bearer-token", token])
+            .args(args)
+            .output()
+            .expect("certus ctl")
+    };
+    eventually(ELECTION, "the node answers the old token", || async {
+        ctl(&old_token, &["status"]).status.success().then_some(())
+    })
+    .await;
+    let refused = ctl(&new_token, &["status"]);
+    assert!(!refused.status.success(), "not configured yet: {refused:?}");
+
+    // The config file now has the new token instead of the old one; SIGHUP reloads it.
+    std::fs::write(&config_file, config(&new_entry)).expect("config file");
+    let hangup = Command::new("kill")
+        .args(["-HUP", &node.id().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(hangup.success());
+    eventually(ELECTION, "the node accepts the new token", || async {
+        ctl(&new_token, &["status"]).status.success().then_some(())
+    })
+    .await;
+    let refused = ctl(&old_token, &["status"]);
+    assert!(
+        !refused.status.success(),
+        "the old token is gone: {refused:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not known"),
+        "{refused:?}"
+    );
+
+    // `certus ctl reload`: nothing changed since; a bad certificate file is refused with its
+    // name, and the node keeps serving with what it had.
+    let reloaded = ctl(&new_token, &["--json", "reload"]);
+    assert!(reloaded.status.success(), "{reloaded:?}");
+    let reply: serde_json::Value = serde_json::from_slice(&reloaded.stdout).expect("JSON");
+    assert_eq!(reply[0]["changed"], serde_json::json!([]), "{reply}");
+    let good_cert = std::fs::read(pki.join("node-1.pem")).expect("cert");
+    std::fs::write(pki.join("node-1.pem"), "not a certificate").expect("cert");
+    let refused = ctl(&new_token, &["reload"]);
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("tls.cert_file"),
+        "{refused:?}"
+    );
+    std::fs::write(pki.join("node-1.pem"), good_cert).expect("cert");
+    assert!(ctl(&new_token, &["status"]).status.success());
+
+    let log = std::fs::read_to_string(&log_file).expect("log");
+    assert!(log.contains("reloaded") && log.contains("tokens"), "{log}");
+    assert!(log.contains("reload failed"), "{log}");
+    let terminated = Command::new("kill")
+        .args(["-TERM", &node.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(terminated.success());
+    let exit = node.wait().expect("the node exits");
+    assert!(exit.success(), "a clean stop: {exit:?}");
 }

@@ -1,4 +1,4 @@
-//! `certus ctl`: status, membership, snapshots, leases and challenge tokens of a running cluster
+//! `certus ctl`: status, membership, snapshots, reloads, leases and challenge tokens of a running cluster
 //! (the CT log, CA sessions and transaction pipelines in their own modules), as tables or
 //! (`--json`) one JSON document on stdout.
 
@@ -70,6 +70,13 @@ enum CtlCommand {
         endpoint: Option<String>,
         #[command(subcommand)]
         command: Option<SnapshotCommand>,
+    },
+    /// Make one node, or every endpoint, re-read its certificates, tokens and client limits (as
+    /// SIGHUP does): says what changed, or why nothing did.
+    Reload {
+        /// The node (host:port); default: every endpoint.
+        #[arg(long)]
+        endpoint: Option<String>,
     },
     /// Leases with fencing tokens.
     Leases {
@@ -315,6 +322,13 @@ async fn command(client: &Client, args: CtlArgs) -> Result<(), String> {
                 None => client.endpoints().to_vec(),
             };
             snapshot(client, &out, &endpoints).await
+        }
+        CtlCommand::Reload { endpoint } => {
+            let endpoints = match endpoint {
+                Some(endpoint) => vec![endpoint],
+                None => client.endpoints().to_vec(),
+            };
+            reload(client, &out, &endpoints).await
         }
         CtlCommand::Leases { command } => leases(client, &out, command).await,
         CtlCommand::Tokens { command } => tokens(client, &out, command).await,
@@ -596,6 +610,61 @@ async fn snapshot(client: &Client, out: &Output, endpoints: &[String]) -> Result
                 .as_ref()
                 .err()
                 .map(|error| failed(&format!("snapshot on {endpoint}"), error))
+        })
+        .collect();
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("; "))
+    }
+}
+
+// ---- reload ----------------------------------------------------------------------------
+
+async fn reload(client: &Client, out: &Output, endpoints: &[String]) -> Result<(), String> {
+    let mut results = Vec::new();
+    for endpoint in endpoints {
+        let result = client.reload(endpoint).await;
+        results.push((endpoint.clone(), result));
+    }
+    let document = Value::Array(
+        results
+            .iter()
+            .map(|(endpoint, result)| match result {
+                Ok(reply) => json!({
+                    "endpoint": endpoint,
+                    "changed": reply.changed,
+                    "ignored": reply.ignored,
+                }),
+                Err(error) => json!({
+                    "endpoint": endpoint,
+                    "error": error.to_string(),
+                    "reason": error.reason(),
+                }),
+            })
+            .collect(),
+    );
+    out.emit(&document, || {
+        let mut rows = table(&["endpoint", "changed", "ignored until restart"]);
+        for (endpoint, result) in &results {
+            let (changed, ignored) = match result {
+                Ok(reply) if reply.changed.is_empty() => {
+                    ("nothing".to_owned(), reply.ignored.join(", "))
+                }
+                Ok(reply) => (reply.changed.join(", "), reply.ignored.join(", ")),
+                Err(error) => (format!("failed: {error}"), String::new()),
+            };
+            rows.add_row(vec![endpoint.clone(), changed, ignored]);
+        }
+        say!("{rows}");
+    });
+    let failures: Vec<String> = results
+        .iter()
+        .filter_map(|(endpoint, result)| {
+            result
+                .as_ref()
+                .err()
+                .map(|error| failed(&format!("reload on {endpoint}"), error))
         })
         .collect();
     if failures.is_empty() {
@@ -1094,6 +1163,8 @@ mod tests {
             ],
             &["snapshot"],
             &["snapshot", "--endpoint", "127.0.0.1:7101"],
+            &["reload"],
+            &["reload", "--endpoint", "127.0.0.1:7101"],
             &["leases", "list"],
             &["leases", "list", "--start-after", "a", "--limit", "10"],
             &[

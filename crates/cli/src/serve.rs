@@ -19,7 +19,7 @@ use crate::cluster::node_table;
 use crate::ct_key::LogKey;
 
 /// Options of `certus serve`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ServeArgs {
     /// A TOML config file (see docs/operations.md). Flags and environment override it.
     #[arg(long, env = "CERTUS_CONFIG")]
@@ -261,26 +261,24 @@ pub(crate) fn node_file(path: &std::path::Path) -> Result<NodeFile, String> {
     })
 }
 
-pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
-    let file: ServeFile = match &args.config {
-        Some(path) => read_file(path)?,
-        None => ServeFile::default(),
-    };
+/// The node's configuration from `file`, then environment and flags (`args`): at start, and
+/// again on every reload.
+fn node_config(args: &ServeArgs, file: &ServeFile) -> Result<NodeConfig, String> {
     let mut config = NodeConfig::new(
         required(args.id.or(file.id), "id")?,
         required(args.grpc_addr.or(file.grpc_addr), "grpc_addr")?,
         required(args.http_addr.or(file.http_addr), "http_addr")?,
-        required(args.data_dir.or(file.data_dir), "data_dir")?,
+        required(args.data_dir.clone().or(file.data_dir.clone()), "data_dir")?,
     );
     config.acme_http_addr = acme_http_addr(
         args.acme_http_addr.or(file.acme_http_addr),
         config.http_addr,
     );
-    config.http = file.http;
-    config.advertise_grpc = args.advertise_grpc.or(file.advertise_grpc);
-    config.advertise_http = args.advertise_http.or(file.advertise_http);
-    if let Some(raft) = file.raft {
-        config.raft = raft;
+    config.http = file.http.clone();
+    config.advertise_grpc = args.advertise_grpc.clone().or(file.advertise_grpc.clone());
+    config.advertise_http = args.advertise_http.clone().or(file.advertise_http.clone());
+    if let Some(raft) = &file.raft {
+        config.raft = raft.clone();
     }
     if let Some(tick) = file.tick_interval_ms {
         config.tick_interval_ms = tick;
@@ -288,12 +286,16 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     if let Some(retention) = file.challenge_retention_ms {
         config.challenge_retention_ms = retention;
     }
-    config.ct = ct_files(file.ct, args.ct_key_file, args.ct_roots_file);
-    config.store = file.store;
-    config.sessions = file.sessions;
-    config.pipelines = file.pipelines;
+    config.ct = ct_files(
+        file.ct.clone(),
+        args.ct_key_file.clone(),
+        args.ct_roots_file.clone(),
+    );
+    config.store = file.store.clone();
+    config.sessions = file.sessions.clone();
+    config.pipelines = file.pipelines.clone();
     let plaintext = args.plaintext || file.plaintext;
-    config.tls = match (file.tls, plaintext) {
+    config.tls = match (&file.tls, plaintext) {
         (Some(_), true) => {
             return Err("both [tls] and plaintext are set; choose one".into());
         }
@@ -304,14 +306,25 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
                     .into(),
             );
         }
-        (tls, _) => tls,
+        (tls, _) => tls.clone(),
     };
-    config.tokens = file.tokens;
+    config.tokens = file.tokens.clone();
     config.client_limits = file.client_limits;
+    Ok(config)
+}
+
+pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
+    let file: ServeFile = match &args.config {
+        Some(path) => read_file(path)?,
+        None => ServeFile::default(),
+    };
+    let config = node_config(&args, &file)?;
+    // Listen for SIGHUP before anything slow: its default action would end the process.
+    let mut hangups = Hangups::new()?;
     let join = if args.join.is_empty() {
-        file.join
+        file.join.clone()
     } else {
-        args.join
+        args.join.clone()
     };
     let learner = args.learner || file.learner;
     if !join.is_empty() && !file.initial_members.is_empty() {
@@ -334,6 +347,14 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
         node.shutdown().await;
         return Err(error);
     }
+    // SIGHUP and `certus ctl reload` re-read the config file (with the same environment and
+    // flags); without one, the TLS files are re-read from the same paths.
+    if let Some(path) = args.config.clone() {
+        let args = args.clone();
+        node.set_reload_source(std::sync::Arc::new(move || {
+            node_config(&args, &read_file(&path)?)
+        }));
+    }
     println!("{}", node_table(&[(&node, &config)]));
     if let Some(key_file) = &config.ct.key_file {
         // The node loaded this key to start; this only shows who it is.
@@ -355,10 +376,25 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), String> {
     // Under systemd (Type=notify) the unit becomes active once the node is first ready.
     let stop = wait_for_stop();
     tokio::pin!(stop);
-    tokio::select! {
-        biased;
-        result = &mut stop => result?,
-        () = crate::systemd::notify_when_ready(&node) => stop.await?,
+    {
+        let ready = crate::systemd::notify_when_ready(&node);
+        tokio::pin!(ready);
+        let mut told_ready = false;
+        loop {
+            tokio::select! {
+                biased;
+                result = &mut stop => {
+                    result?;
+                    break;
+                }
+                () = hangups.next() => {
+                    info!(id = config.id, "SIGHUP: reloading certificates, tokens and client limits");
+                    // The node logs what changed, or why nothing did.
+                    let _ = node.reload();
+                }
+                () = &mut ready, if !told_ready => told_ready = true,
+            }
+        }
     }
     info!(id = config.id, "stopping");
     crate::systemd::notify_stopping();
@@ -492,6 +528,30 @@ async fn replace_voter(client: &Client, id: u64, replace: bool) -> Result<(), St
         .await
         .map_err(|error| format!("removing the voter with id {id} to replace it: {error}"))?;
     Ok(())
+}
+
+/// SIGHUP, each time it arrives (never, where there is no such signal).
+struct Hangups {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+}
+
+impl Hangups {
+    fn new() -> Result<Hangups, String> {
+        Ok(Hangups {
+            #[cfg(unix)]
+            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+                .map_err(|error| format!("cannot wait for SIGHUP: {error}"))?,
+        })
+    }
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        if self.signal.recv().await.is_some() {
+            return;
+        }
+        std::future::pending::<()>().await;
+    }
 }
 
 /// Ctrl-C or SIGTERM (what service managers send).

@@ -103,8 +103,8 @@
 //!
 //! # Calls to one node
 //!
-//! [`Client::status_of`], [`Client::log_status_of`], [`Client::trigger_snapshot`] and
-//! [`Client::health_check`] address one node and make a single attempt: a node that does not
+//! [`Client::status_of`], [`Client::log_status_of`], [`Client::trigger_snapshot`],
+//! [`Client::reload`] and [`Client::health_check`] address one node and make a single attempt: a node that does not
 //! answer is reported at once, never replaced by another.
 
 #![deny(missing_docs, unreachable_pub)]
@@ -145,8 +145,8 @@ pub use certus_proto::v1::{
     ExtendReply, GetConsistencyReply, GetEntriesReply, GetProofByHashReply, GetRootsReply, Lease,
     ListChallengesReply, ListLeasesReply, ListSessionsReply, LogConfig, LogEntry, LogStatus,
     Member, MembershipReply, MirrorStatus, NewChallenge, NodeReport, PurgeChallengesReply,
-    PutChallengeReply, ReleaseReply, RenewReply, Session, SessionChallenge, SessionConfig,
-    SessionsStatus, SignedTreeHead, Stage, StageQueue, StatusReply, TestResult,
+    PutChallengeReply, ReleaseReply, ReloadReply, RenewReply, Session, SessionChallenge,
+    SessionConfig, SessionsStatus, SignedTreeHead, Stage, StageQueue, StatusReply, TestResult,
     TriggerSnapshotReply,
 };
 /// The session workers' batches and streams: [`Client::complete_session_batch`]'s items and

@@ -173,6 +173,11 @@ pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;
 
 /// How long a client has to finish the TLS handshake on an HTTPS listener.
 pub const HTTPS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client has to finish the TLS handshake on the gRPC port.
+pub const GRPC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// gRPC connections through their TLS handshake and not yet taken by the server: past it, the
+/// handshakes wait (the server takes them as fast as it can).
+pub const GRPC_TLS_READY_QUEUE_MAX: usize = 64;
 /// How long an HTTP listener waits for a request's headers by default (`[http]
 /// header_read_timeout_ms`). The clock runs from the connection's start, and on a kept-alive
 /// connection from the end of the previous answer, so it is also the idle keep-alive limit: a

@@ -66,6 +66,8 @@ pub struct Node {
     servers: Vec<tokio::task::JoinHandle<()>>,
     /// How many handles to the disk are left (openraft's tasks release theirs as they end).
     disk_handles: Box<dyn Fn() -> usize + Send + Sync>,
+    /// The certificates, tokens and client limits in force, and how to reload them.
+    reloader: Arc<crate::edge::reload::Reloader>,
 }
 
 impl std::fmt::Debug for Node {
@@ -183,16 +185,10 @@ impl Node {
             ca.check_can_issue(clock.now_ms(), certus_ca::issuer::LEAF_VALIDITY_DEFAULT)
                 .map_err(|error| StartError::Config(format!("sessions CA: {error}")))?;
         }
-        let tls = match &config.tls {
-            Some(setup) => {
-                Some(crate::edge::tls::TlsMaterial::load(setup).map_err(StartError::Config)?)
-            }
-            None => None,
-        };
-        let peer_tls = tls
-            .as_ref()
-            .map(crate::edge::tls::TlsMaterial::peer_tls)
-            .unwrap_or_default();
+        // Every file the node reloads is read here, so a bad one stops the start with its name.
+        let reloader =
+            Arc::new(crate::edge::reload::Reloader::new(&config).map_err(StartError::Config)?);
+        let peer_tls = reloader.peer_tls().clone();
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let ct = match ct {
             Some(setup) => {
@@ -256,33 +252,34 @@ impl Node {
         .map_err(|fatal| StartError::Raft(fatal.to_string()))?;
         let replica = Replica::new(config.id, config.member(), raft, reader, clock, peers, boot);
         let (stop, stopped) = watch::channel(false);
-        // One authorizer for both ports: the tokens are read once and a certificate's identity,
-        // once parsed, serves gRPC and HTTP alike. Without TLS every call is let through.
+        // One authorizer for both ports: the tokens are shared (a reload replaces them) and a
+        // certificate's identity, once parsed, serves gRPC and HTTP alike. Without TLS every
+        // call is let through.
         #[cfg(not(madsim))]
-        let authorizer = match &tls {
-            Some(_) => Some(crate::edge::security::Authorizer::new(
-                crate::edge::security::Tokens::new(&config.tokens).map_err(StartError::Config)?,
-            )),
-            None => None,
-        };
+        let authorizer = reloader.authorizer().cloned();
         #[cfg(not(madsim))]
         let grpc = serve_grpc(
             &config,
-            tls.as_ref(),
-            authorizer.clone(),
+            &reloader,
             Arc::clone(&replica),
             ct.clone(),
             Arc::clone(&metrics),
             stopped.clone(),
         );
         #[cfg(madsim)]
-        let grpc = serve_grpc(&config, Arc::clone(&replica), ct.clone(), stopped.clone());
+        let grpc = serve_grpc(
+            &config,
+            &reloader,
+            Arc::clone(&replica),
+            ct.clone(),
+            stopped.clone(),
+        );
         let mut servers = vec![grpc.await?];
         #[cfg(not(madsim))]
         servers.extend(
             crate::edge::http_server::serve_http(
                 &config,
-                tls.as_ref(),
+                reloader.https(),
                 authorizer.map(Arc::new),
                 Arc::clone(&replica),
                 ct.clone(),
@@ -291,7 +288,6 @@ impl Node {
             )
             .await
             .map_err(|error| match error {
-                crate::edge::http_server::ListenError::Config(reason) => StartError::Config(reason),
                 crate::edge::http_server::ListenError::Bind { addr, reason } => {
                     StartError::Bind { addr, reason }
                 }
@@ -358,7 +354,30 @@ impl Node {
             stop,
             servers,
             disk_handles: Box::new(move || disk.strong_count()),
+            reloader,
         })
+    }
+
+    /// Reloads this node's certificates, tokens and client limits from its reload source
+    /// ([`Node::set_reload_source`]; by default the files its configuration named at start, from
+    /// the same paths). Nothing changes when any of it fails to load; the error says which file
+    /// and why.
+    pub fn reload(&self) -> Result<crate::edge::reload::ReloadOutcome, String> {
+        self.reloader.reload()
+    }
+
+    /// Reloads the reloadable settings of `config` (see [`crate::edge::reload`]); the rest of it
+    /// is reported as ignored until a restart.
+    pub fn reload_config(
+        &self,
+        config: &NodeConfig,
+    ) -> Result<crate::edge::reload::ReloadOutcome, String> {
+        self.reloader.reload_config(config)
+    }
+
+    /// Where [`Node::reload`] (and the `Admin/Reload` call) read the configuration from now on.
+    pub fn set_reload_source(&self, source: Arc<dyn crate::edge::reload::ReloadSource>) {
+        self.reloader.set_source(source);
     }
 
     /// What every service of this node shares.
@@ -471,7 +490,7 @@ async fn boot_log<D: Disk>(
 /// Every gRPC service of the node, added to `builder` (a `tonic::transport::Server`, with or
 /// without layers): a macro, because each layer stack is a different builder type.
 macro_rules! with_node_services {
-    ($builder:expr, $replica:expr, $ct:expr, $stop:expr) => {{
+    ($builder:expr, $replica:expr, $ct:expr, $stop:expr, $reloader:expr) => {{
         use certus_proto::health::health_server::HealthServer;
         use certus_proto::v1::admin_server::AdminServer;
         use certus_proto::v1::clients_server::ClientsServer;
@@ -487,6 +506,7 @@ macro_rules! with_node_services {
         let replica: &Arc<Replica> = $replica;
         let ct: Option<&Arc<CtNode>> = $ct;
         let stop: &watch::Receiver<bool> = $stop;
+        let reloader: &Arc<crate::edge::reload::Reloader> = $reloader;
         $builder
             .add_service(
                 RaftServer::new(RaftService::new(Arc::clone(replica)))
@@ -504,9 +524,12 @@ macro_rules! with_node_services {
                     .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
             )
             .add_service(
-                AdminServer::new(AdminService::new(Arc::clone(replica), ct.cloned()))
-                    .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
-                    .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+                AdminServer::new(
+                    AdminService::new(Arc::clone(replica), ct.cloned())
+                        .with_reloader(Arc::clone(reloader)),
+                )
+                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
             )
             .add_service(
                 HealthServer::new(HealthService::new(
@@ -540,8 +563,7 @@ macro_rules! with_node_services {
 #[cfg(not(madsim))]
 async fn serve_grpc(
     config: &NodeConfig,
-    tls: Option<&crate::edge::tls::TlsMaterial>,
-    authorizer: Option<crate::edge::security::Authorizer>,
+    reloader: &Arc<crate::edge::reload::Reloader>,
     replica: Arc<Replica>,
     ct: Option<Arc<CtNode>>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -554,7 +576,6 @@ async fn serve_grpc(
             addr: config.grpc_addr.to_string(),
             reason: error.to_string(),
         })?;
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let descriptors = certus_proto::FILE_DESCRIPTOR_SET;
     let methods = KnownMethods::from_descriptors(descriptors)
         .map_err(|error| StartError::Config(format!("the compiled gRPC descriptors: {error}")))?;
@@ -566,41 +587,58 @@ async fn serve_grpc(
         .register_encoded_file_descriptor_set(descriptors)
         .build_v1alpha()
         .map_err(|error| StartError::Config(format!("gRPC reflection: {error}")))?;
-    let mut builder = tonic::transport::Server::builder()
+    let builder = tonic::transport::Server::builder()
         .max_concurrent_streams(crate::limits::GRPC_STREAMS_PER_CONNECTION_MAX);
-    if let Some(tls) = tls {
-        builder = builder
-            .tls_config(tls.grpc_server())
-            .map_err(|error| StartError::Config(format!("tls: {error}")))?;
-    }
     // Refusals are counted too: the metrics layer is outermost. The client limits come after
     // authorization, which names peers (exempt from them).
     let mut builder = builder
         .layer(GrpcMetricsLayer::new(metrics, methods))
-        .layer(crate::edge::tls::AuthLayer::new(authorizer))
+        .layer(crate::edge::tls::AuthLayer::new(
+            reloader.authorizer().cloned(),
+        ))
         .layer(
-            crate::edge::client_limits::ClientLimitsLayer::new(config.client_limits)
+            crate::edge::client_limits::ClientLimitsLayer::sharing(Arc::clone(reloader.limiter()))
                 .keyed_by(crate::edge::client_limits::tls_or_tcp_peer),
         )
         .layer(crate::edge::message_size::MessageSizeLayer);
-    let router = with_node_services!(builder, &replica, ct.as_ref(), &stop)
+    let router = with_node_services!(builder, &replica, ct.as_ref(), &stop, reloader)
         // Requests are small; replies (file descriptors) keep tonic's default bound.
         .add_service(reflection.max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX))
         .add_service(reflection_v1alpha.max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX));
     let id = config.id;
-    Ok(replica.tasks.spawn("gRPC server", async move {
-        if let Err(error) = router
-            .serve_with_incoming_shutdown(incoming, stopped(stop))
-            .await
-        {
-            warn!(id, %error, "gRPC server failed");
+    // With TLS, the handshakes are ours (`crate::edge::grpc_tls`), so that a reload changes the
+    // certificate new connections see; tonic serves the TLS streams.
+    match reloader.grpc_tls() {
+        Some(tls) => {
+            let incoming = crate::edge::grpc_tls::incoming(listener, tls, stop.clone());
+            Ok(replica.tasks.spawn("gRPC server", async move {
+                if let Err(error) = router
+                    .serve_with_incoming_shutdown(incoming, stopped(stop))
+                    .await
+                {
+                    warn!(id, %error, "gRPC server failed");
+                }
+            }))
         }
-    }))
+        None => {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            Ok(replica.tasks.spawn("gRPC server", async move {
+                if let Err(error) = router
+                    .serve_with_incoming_shutdown(incoming, stopped(stop))
+                    .await
+                {
+                    warn!(id, %error, "gRPC server failed");
+                }
+            }))
+        }
+    }
 }
 
 #[cfg(madsim)]
 async fn serve_grpc(
     config: &NodeConfig,
+    reloader: &Arc<crate::edge::reload::Reloader>,
     replica: Arc<Replica>,
     ct: Option<Arc<CtNode>>,
     stop: watch::Receiver<bool>,
@@ -609,7 +647,8 @@ async fn serve_grpc(
         tonic::transport::Server::builder(),
         &replica,
         ct.as_ref(),
-        &stop
+        &stop,
+        reloader
     );
     let addr = config.grpc_addr;
     let id = config.id;

@@ -3,8 +3,8 @@
 use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::{
     AddLearnerRequest, ChangeMembershipRequest, ExportSnapshotChunk, ExportSnapshotRequest,
-    MembershipReply, SetMemberAddressRequest, StatusReply, StatusRequest, TriggerSnapshotReply,
-    TriggerSnapshotRequest,
+    MembershipReply, ReloadReply, ReloadRequest, SetMemberAddressRequest, StatusReply,
+    StatusRequest, TriggerSnapshotReply, TriggerSnapshotRequest,
 };
 use tonic::codec::Streaming;
 
@@ -19,6 +19,7 @@ rpcs! { AdminClient::new =>
     "Admin/ExportSnapshot":
         export_snapshot(ExportSnapshotRequest) -> Streaming<ExportSnapshotChunk>;
     "Admin/SetMemberAddress": set_member_address(SetMemberAddressRequest) -> MembershipReply;
+    "Admin/Reload": reload(ReloadRequest) -> ReloadReply;
 }
 
 impl Client {
@@ -102,7 +103,8 @@ impl Client {
     /// from the node at `endpoint`, or from any node (retried like a read) when `None`: a
     /// stream of one header, then the snapshot's bytes in chunks. Opening it times out after
     /// [`ClientConfig::admin_timeout`](crate::ClientConfig::admin_timeout); the stream itself
-    /// is not retried. Refused with `ct-log-not-exportable` when the CT log holds entries.
+    /// is not retried. Refused with `ct-entries-missing` by a node whose CT database lacks
+    /// entries the state no longer holds (ask another node).
     pub async fn export_snapshot(
         &self,
         endpoint: Option<&str>,
@@ -118,5 +120,14 @@ impl Client {
                     .await
             }
         }
+    }
+
+    /// Makes the node at `endpoint` re-read its certificates, tokens and client limits (as
+    /// SIGHUP does): the reply names what changed, and what changed but is read only at start.
+    /// A file that does not load is `FAILED_PRECONDITION` (`reload-failed`) and changes nothing.
+    /// One attempt, never sent to another node.
+    pub async fn reload(&self, endpoint: &str) -> Result<ReloadReply, ClientError> {
+        let timeout = self.config().attempt_timeout;
+        self.call_one(endpoint, timeout, ReloadRequest {}).await
     }
 }

@@ -217,12 +217,13 @@ pub enum Slot {
 /// The counts of every client, behind one lock.
 #[derive(Debug)]
 pub struct Limiter {
-    limits: ClientLimits,
     state: Mutex<Table>,
 }
 
 #[derive(Debug)]
 struct Table {
+    /// The bounds in force: a reload replaces them ([`Limiter::set_limits`]).
+    limits: ClientLimits,
     clients: BTreeMap<ClientKey, Counts>,
     last_sweep: Option<Instant>,
 }
@@ -231,8 +232,8 @@ impl Limiter {
     /// A limiter holding every client to `limits`.
     pub fn new(limits: ClientLimits) -> Limiter {
         Limiter {
-            limits,
             state: Mutex::new(Table {
+                limits,
                 clients: BTreeMap::new(),
                 last_sweep: None,
             }),
@@ -240,8 +241,14 @@ impl Limiter {
     }
 
     /// The bounds in force.
-    pub fn limits(&self) -> &ClientLimits {
-        &self.limits
+    pub fn limits(&self) -> ClientLimits {
+        self.table().limits
+    }
+
+    /// Holds clients to `limits` from now on. What clients have open stays counted; a bucket
+    /// fuller than the new burst is cut down to it at its next call.
+    pub fn set_limits(&self, limits: ClientLimits) {
+        self.table().limits = limits;
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -251,8 +258,8 @@ impl Limiter {
     /// Admits a call of `key` at `now`: takes a token and counts it in flight and open (release
     /// each with [`Limiter::release`]); or refuses it, counting nothing.
     pub fn admit(&self, key: ClientKey, now: Instant) -> Result<(), Refusal> {
-        let limits = self.limits;
         let mut table = self.table();
+        let limits = table.limits;
         if !table.clients.contains_key(&key) && table.clients.len() >= limits.clients_max {
             let due = table
                 .last_sweep
@@ -306,8 +313,8 @@ impl Limiter {
     /// Ends what `slot` counts for one admitted call of `key`. The client is forgotten once
     /// nothing of it is open and its bucket is full again.
     pub fn release(&self, key: ClientKey, slot: Slot, now: Instant) {
-        let limits = self.limits;
         let mut table = self.table();
+        let limits = table.limits;
         let Some(counts) = table.clients.get_mut(&key) else {
             return;
         };
@@ -388,6 +395,15 @@ mod layer {
         pub fn new(limits: ClientLimits) -> ClientLimitsLayer {
             ClientLimitsLayer {
                 limiter: Arc::new(Limiter::new(limits)),
+                key: tcp_peer,
+            }
+        }
+
+        /// A layer holding each client to the limits of `limiter` (shared: a reload changes
+        /// them), clients keyed by [`tcp_peer`].
+        pub fn sharing(limiter: Arc<Limiter>) -> ClientLimitsLayer {
+            ClientLimitsLayer {
+                limiter,
                 key: tcp_peer,
             }
         }

@@ -31,7 +31,7 @@ use crate::config::{HttpSetup, NodeConfig};
 use crate::ct::node::CtNode;
 use crate::edge::http::PeerCertificate;
 use crate::edge::security::Authorizer;
-use crate::edge::tls::TlsMaterial;
+use crate::edge::tls::LiveServerConfig;
 use crate::errors::BodyTimeout;
 use crate::limits::HTTPS_HANDSHAKE_TIMEOUT;
 use crate::metrics::Metrics;
@@ -43,8 +43,6 @@ use crate::stop::stopped;
 /// Why the HTTP listeners did not start (the node reports it as its own start error).
 #[derive(Debug)]
 pub enum ListenError {
-    /// The TLS configuration of the HTTP port is wrong (a file missing or unreadable).
-    Config(String),
     /// A listening address could not be bound.
     Bind {
         /// Where.
@@ -55,23 +53,17 @@ pub enum ListenError {
 }
 
 /// Starts the HTTP port's listener and, when `config.acme_http_addr` is set, the ACME listener;
-/// returns their accept loops. A port that cannot be bound, or an `[http]` certificate that
-/// cannot be read, is a [`ListenError`].
+/// returns their accept loops. A port that cannot be bound is a [`ListenError`]; the HTTP port's
+/// TLS (`https`) was read with the node's other files (`crate::edge::reload`).
 pub(crate) async fn serve_http(
     config: &NodeConfig,
-    tls: Option<&TlsMaterial>,
+    https: Option<LiveServerConfig>,
     authorizer: Option<Arc<Authorizer>>,
     replica: Arc<Replica>,
     ct: Option<Arc<CtNode>>,
     metrics: Arc<Metrics>,
     stop: watch::Receiver<bool>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, ListenError> {
-    let acceptor = match tls.filter(|tls| tls.https()) {
-        Some(tls) => Some(tokio_rustls::TlsAcceptor::from(
-            https_config(tls, &config.http).map_err(ListenError::Config)?,
-        )),
-        None => None,
-    };
     let listener = bind(config.http_addr).await?;
     // Bind every port before serving any, so a node that cannot listen starts nothing.
     let acme_listener = match config.acme_http_addr {
@@ -87,7 +79,7 @@ pub(crate) async fn serve_http(
             Listener {
                 id: config.id,
                 name: "HTTP",
-                tls: acceptor,
+                tls: https,
                 setup: config.http.clone(),
             },
             listener,
@@ -123,33 +115,13 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, ListenError> 
         })
 }
 
-/// The HTTP port's TLS: the node's certificate, or the one `[http]` names (read here, so a
-/// missing or bad file stops the start with its name).
-fn https_config(tls: &TlsMaterial, setup: &HttpSetup) -> Result<Arc<rustls::ServerConfig>, String> {
-    match (&setup.cert_file, &setup.key_file) {
-        (Some(cert_file), Some(key_file)) => {
-            let read = |path: &std::path::Path, what: &str| {
-                std::fs::read_to_string(path)
-                    .map_err(|error| format!("{what}: cannot read {}: {error}", path.display()))
-            };
-            tls.https_server_presenting(
-                &read(cert_file, "http.cert_file")?,
-                &read(key_file, "http.key_file")?,
-                "http.cert_file",
-                "http.key_file",
-            )
-        }
-        _ => tls.https_server(),
-    }
-}
-
 /// One listener's settings.
 struct Listener {
     id: NodeId,
     /// What the logs call it.
     name: &'static str,
-    /// Its TLS, if it speaks HTTPS.
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Its TLS, if it speaks HTTPS (replaced by a reload; each handshake takes the current one).
+    tls: Option<LiveServerConfig>,
     setup: HttpSetup,
 }
 
@@ -207,10 +179,11 @@ async fn connection(
     stop: watch::Receiver<bool>,
     _open: OpenConnection,
 ) {
-    let Some(acceptor) = &listener.tls else {
+    let Some(live) = &listener.tls else {
         serve_connection(&listener, stream, peer, router, None, stop).await;
         return;
     };
+    let acceptor = live.acceptor();
     let stream = match tokio::time::timeout(HTTPS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
     {
         Ok(Ok(stream)) => stream,

@@ -149,6 +149,7 @@ pub fn method_permission(path: &str) -> Option<Permission> {
         ("certus.v1.Admin", "AddLearner" | "ChangeMembership" | "TriggerSnapshot") => P::Admin,
         ("certus.v1.Admin", "ExportSnapshot") => P::Admin,
         ("certus.v1.Admin", "SetMemberAddress") => P::Admin,
+        ("certus.v1.Admin", "Reload") => P::Admin,
         ("certus.v1.Leases", "Acquire" | "Renew" | "Release") => P::Lease,
         ("certus.v1.Leases", "Get" | "List" | "CheckFence" | "GetChallenge" | "ListChallenges") => {
             P::Read
@@ -363,7 +364,9 @@ impl Refusal {
 /// Decides requests: who is calling, and whether they may.
 #[derive(Debug, Clone, Default)]
 pub struct Authorizer {
-    tokens: Tokens,
+    /// Shared by every clone, so that a reload ([`Authorizer::replace_tokens`]) reaches both
+    /// ports.
+    tokens: std::sync::Arc<std::sync::RwLock<std::sync::Arc<Tokens>>>,
     /// Identities of verified certificates seen, by their DER bytes.
     certificates: std::sync::Arc<std::sync::Mutex<BTreeMap<Vec<u8>, Identity>>>,
 }
@@ -372,9 +375,27 @@ impl Authorizer {
     /// An authorizer that knows `tokens`.
     pub fn new(tokens: Tokens) -> Authorizer {
         Authorizer {
-            tokens,
+            tokens: std::sync::Arc::new(std::sync::RwLock::new(std::sync::Arc::new(tokens))),
             certificates: std::sync::Arc::default(),
         }
+    }
+
+    /// Knows `tokens` from now on, instead of the ones it knew: every clone of this authorizer
+    /// does.
+    pub fn replace_tokens(&self, tokens: Tokens) {
+        *self
+            .tokens
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = std::sync::Arc::new(tokens);
+    }
+
+    fn tokens(&self) -> std::sync::Arc<Tokens> {
+        std::sync::Arc::clone(
+            &self
+                .tokens
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// The identity `der` names, remembered after the first time.
@@ -437,7 +458,7 @@ impl Authorizer {
                         "the authorization header is not `Bearer <token>`".to_owned(),
                     )
                 })?;
-                self.tokens.identify(token).cloned().ok_or_else(|| {
+                self.tokens().identify(token).cloned().ok_or_else(|| {
                     Refusal::Unauthenticated("the bearer token is not known here".to_owned())
                 })?
             }

@@ -1,6 +1,7 @@
-//! Transport security: the cluster CA and this node's certificate, read from files; tonic's
-//! server and client configurations made from them; the HTTPS listener; and the layer that
-//! authorizes every gRPC call ([`crate::edge::security`]).
+//! Transport security: the cluster CA and this node's certificate, read from files; the rustls
+//! server configurations made from them (gRPC and HTTPS; a reload replaces them in a
+//! [`LiveServerConfig`]), tonic's client configuration for dialling peers ([`PeerTls`]); and
+//! the layer that authorizes every gRPC call ([`crate::edge::security`]).
 //!
 //! The gRPC server asks for a client certificate but also lets a connection without one
 //! through the handshake, so that programs holding a bearer token can call, and health checks
@@ -117,35 +118,36 @@ impl TlsMaterial {
         #[cfg(not(madsim))]
         {
             use tonic::transport::{Certificate, ClientTlsConfig, Identity};
-            PeerTls(Some(
+            PeerTls(std::sync::Arc::new(std::sync::RwLock::new(Some(
                 ClientTlsConfig::new()
                     .ca_certificate(Certificate::from_pem(&self.ca_pem))
                     .identity(Identity::from_pem(&self.cert_pem, &self.key_pem)),
-            ))
+            ))))
         }
         #[cfg(madsim)]
         PeerTls::default()
     }
 
-    /// The gRPC server's TLS: this node's certificate, client certificates from the CA asked for
-    /// but not required (tokens and health checks come without).
+    /// The gRPC server's rustls configuration: this node's certificate, client certificates
+    /// from the CA asked for but not required (tokens and health checks come without), HTTP/2.
     #[cfg(not(madsim))]
-    pub fn grpc_server(&self) -> tonic::transport::ServerTlsConfig {
-        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
-        ServerTlsConfig::new()
-            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
-            .client_ca_root(Certificate::from_pem(&self.ca_pem))
-            .client_auth_optional(true)
+    pub fn grpc_server(&self) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+        self.server_config(
+            &self.cert_pem,
+            &self.key_pem,
+            ("tls.cert_file", "tls.key_file"),
+            b"h2",
+        )
     }
 
     /// The HTTPS server's rustls configuration: as the gRPC server's, for HTTP/1.1.
     #[cfg(not(madsim))]
     pub fn https_server(&self) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
-        self.https_server_presenting(
+        self.server_config(
             &self.cert_pem,
             &self.key_pem,
-            "tls.cert_file",
-            "tls.key_file",
+            ("tls.cert_file", "tls.key_file"),
+            b"http/1.1",
         )
     }
 
@@ -159,6 +161,19 @@ impl TlsMaterial {
         key_pem: &str,
         cert_what: &str,
         key_what: &str,
+    ) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+        self.server_config(cert_pem, key_pem, (cert_what, key_what), b"http/1.1")
+    }
+
+    /// A server configuration presenting `cert_pem` (its key `key_pem`, which must match it),
+    /// asking for client certificates from the CA, speaking `alpn`.
+    #[cfg(not(madsim))]
+    fn server_config(
+        &self,
+        cert_pem: &str,
+        key_pem: &str,
+        (cert_what, key_what): (&str, &str),
+        alpn: &[u8],
     ) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
         use rustls::pki_types::pem::PemObject as _;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -185,20 +200,69 @@ impl TlsMaterial {
         }
         let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
             .map_err(|error| format!("{key_what}: {error}"))?;
+        // rustls checks that the key is the certificate's.
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|error| error.to_string())?
             .with_client_cert_verifier(verifier)
             .with_single_cert(chain, key)
             .map_err(|error| format!("{cert_what} and {key_what}: {error}"))?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![alpn.to_vec()];
         Ok(std::sync::Arc::new(config))
+    }
+
+    /// The PEM texts, to tell which file a reload changed: CA, certificate, key.
+    pub(crate) fn pems(&self) -> [&str; 3] {
+        [&self.ca_pem, &self.cert_pem, &self.key_pem]
     }
 }
 
-/// How this node dials its peers: in plain text, or over TLS with its own certificate.
+/// A server's TLS configuration that a reload replaces: each new handshake takes the current
+/// one, connections already open keep the one they started with.
+#[cfg(not(madsim))]
+#[derive(Debug, Clone)]
+pub struct LiveServerConfig(
+    std::sync::Arc<std::sync::RwLock<std::sync::Arc<rustls::ServerConfig>>>,
+);
+
+#[cfg(not(madsim))]
+impl LiveServerConfig {
+    /// Starts with `config`.
+    pub fn new(config: std::sync::Arc<rustls::ServerConfig>) -> LiveServerConfig {
+        LiveServerConfig(std::sync::Arc::new(std::sync::RwLock::new(config)))
+    }
+
+    /// The configuration for the next handshake.
+    pub fn current(&self) -> std::sync::Arc<rustls::ServerConfig> {
+        std::sync::Arc::clone(
+            &self
+                .0
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// An acceptor for one connection, with the current configuration.
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        tokio_rustls::TlsAcceptor::from(self.current())
+    }
+
+    /// Makes `config` the one new handshakes use.
+    pub fn replace(&self, config: std::sync::Arc<rustls::ServerConfig>) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = config;
+    }
+}
+
+/// How this node dials its peers: in plain text, or over TLS with its own certificate. Clones
+/// share it: a reload ([`PeerTls::replace`]) changes what every holder dials new connections with.
 #[derive(Clone, Default)]
-pub struct PeerTls(#[cfg(not(madsim))] Option<tonic::transport::ClientTlsConfig>);
+pub struct PeerTls(
+    #[cfg(not(madsim))]
+    std::sync::Arc<std::sync::RwLock<Option<tonic::transport::ClientTlsConfig>>>,
+);
 
 impl std::fmt::Debug for PeerTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -207,24 +271,50 @@ impl std::fmt::Debug for PeerTls {
 }
 
 impl PeerTls {
+    #[cfg(not(madsim))]
+    fn current(&self) -> Option<tonic::transport::ClientTlsConfig> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Whether peers are dialled over TLS.
     pub fn enabled(&self) -> bool {
         #[cfg(not(madsim))]
-        return self.0.is_some();
+        return self.current().is_some();
         #[cfg(madsim)]
         false
     }
 
+    /// Dials new connections with `other`'s certificate and CA from now on (a reload); a
+    /// connection already open keeps its own.
+    pub fn replace(&self, other: &PeerTls) {
+        #[cfg(not(madsim))]
+        {
+            let other = other.current();
+            *self
+                .0
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = other;
+        }
+        #[cfg(madsim)]
+        let _ = other;
+    }
+
     /// An endpoint for the peer at `addr` (`host:port`).
     pub fn endpoint(&self, addr: &str) -> Result<Endpoint, String> {
-        let scheme = if self.enabled() { "https" } else { "http" };
+        #[cfg(not(madsim))]
+        let tls = self.current();
+        #[cfg(not(madsim))]
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        #[cfg(madsim)]
+        let scheme = "http";
         let endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|error| error.to_string())?;
         #[cfg(not(madsim))]
-        if let Some(tls) = &self.0 {
-            return endpoint
-                .tls_config(tls.clone())
-                .map_err(|error| error.to_string());
+        if let Some(tls) = tls {
+            return endpoint.tls_config(tls).map_err(|error| error.to_string());
         }
         Ok(endpoint)
     }

@@ -25,12 +25,25 @@ pub struct AdminService {
     replica: Arc<Replica>,
     /// The node's part in the CT log, whose local database an export reads.
     ct: Option<Arc<CtNode>>,
+    reloader: Option<Arc<crate::edge::reload::Reloader>>,
 }
 
 impl AdminService {
     /// The admin service of `replica` (and `ct`, when the node runs the CT log).
     pub fn new(replica: Arc<Replica>, ct: Option<Arc<CtNode>>) -> AdminService {
-        AdminService { replica, ct }
+        AdminService {
+            replica,
+            ct,
+            reloader: None,
+        }
+    }
+
+    /// The same service, reloading the node's files with `reloader` (`Admin/Reload`).
+    pub fn with_reloader(self, reloader: Arc<crate::edge::reload::Reloader>) -> AdminService {
+        AdminService {
+            reloader: Some(reloader),
+            ..self
+        }
     }
 }
 
@@ -283,5 +296,25 @@ impl Admin for AdminService {
         Ok(Response::new(Box::pin(
             snapshot.chain(ct_entry_chunks(self.ct.clone(), ct_entries)),
         )))
+    }
+
+    async fn reload(
+        &self,
+        _request: Request<v1::ReloadRequest>,
+    ) -> Result<Response<v1::ReloadReply>, Status> {
+        let Some(reloader) = &self.reloader else {
+            return Err(status(
+                Code::FailedPrecondition,
+                "reload-failed",
+                "this node cannot reload its files".to_owned(),
+            ));
+        };
+        let outcome = reloader
+            .reload()
+            .map_err(|reason| status(Code::FailedPrecondition, "reload-failed", reason))?;
+        Ok(Response::new(v1::ReloadReply {
+            changed: outcome.changed,
+            ignored: outcome.ignored,
+        }))
     }
 }
