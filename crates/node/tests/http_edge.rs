@@ -22,10 +22,8 @@ use certus_proto::v1;
 use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::sessions_client::SessionsClient;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
-};
+use rcgen::{CertificateParams, KeyPair};
+use support::TransportCa;
 use support::{free_addr, start_plain_cluster};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -39,59 +37,14 @@ const SHORT_TIMEOUT_MS: u64 = 1_000;
 /// machine, far below what it would stay open without the limit.
 const CLOSED_WITHIN: Duration = Duration::from_secs(6);
 
-/// A CA and what it signs.
-struct TestCa {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-impl TestCa {
-    fn new(name: &str) -> TestCa {
-        let key = KeyPair::generate().expect("CA key");
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let pem = params.self_signed(&key).expect("CA").pem();
-        TestCa {
-            issuer: Issuer::new(params, key),
-            pem,
-        }
-    }
-
-    /// `(certificate PEM, key PEM)` for `name` with `roles`; a node's (or a server's, with
-    /// `server`) is valid for 127.0.0.1.
-    fn issue(&self, name: &str, roles: &[&str], server: bool) -> (String, String) {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, name);
-        for role in roles {
-            params
-                .distinguished_name
-                .push(DnType::OrganizationName, *role);
-        }
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        if server {
-            params
-                .extended_key_usages
-                .push(ExtendedKeyUsagePurpose::ServerAuth);
-            params
-                .subject_alt_names
-                .push(SanType::IpAddress([127, 0, 0, 1].into()));
-        }
-        let certificate = params.signed_by(&key, &self.issuer).expect("signed");
-        (certificate.pem(), key.serialize_pem())
-    }
-}
-
 /// Writes the cluster CA and a certificate per node under `dir/pki`; returns a `tune` for
 /// [`start_plain_cluster`] that gives each node its `[tls]` and a reader token.
-fn cluster_pki(dir: &Path, ca: &TestCa, nodes: u64) -> impl Fn(&mut NodeConfig) + use<> {
+fn cluster_pki(dir: &Path, ca: &TransportCa, nodes: u64) -> impl Fn(&mut NodeConfig) + use<> {
     let pki = dir.join("pki");
     std::fs::create_dir_all(&pki).expect("pki dir");
     std::fs::write(pki.join("ca.pem"), &ca.pem).expect("ca file");
     for id in 1..=nodes {
-        let (cert, key) = ca.issue(&format!("node-{id}"), &["node"], true);
+        let (cert, key) = ca.issue(&format!("node-{id}"), &["node"]);
         std::fs::write(pki.join(format!("node-{id}.pem")), cert).expect("cert file");
         std::fs::write(pki.join(format!("node-{id}-key.pem")), key).expect("key file");
     }
@@ -110,7 +63,7 @@ fn cluster_pki(dir: &Path, ca: &TestCa, nodes: u64) -> impl Fn(&mut NodeConfig) 
     }
 }
 
-async fn channel(addr: SocketAddr, ca: &TestCa, identity: &(String, String)) -> Channel {
+async fn channel(addr: SocketAddr, ca: &TransportCa, identity: &(String, String)) -> Channel {
     let tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(&ca.pem))
         .identity(Identity::from_pem(&identity.0, &identity.1));
@@ -220,7 +173,7 @@ fn assert_json_error(body: &str, error: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tls_cluster_serves_challenges_in_plain_http_and_its_daemons_validate_through_it() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let ca = TestCa::new("Test cluster CA");
+    let ca = TransportCa::new("Test cluster CA");
     let tls = cluster_pki(dir.path(), &ca, 3);
     // The sessions CA, and the session's names pointed at the nodes' ACME listeners: the
     // daemons fetch in plain HTTP, as validators do, while the HTTP port speaks HTTPS only.
@@ -249,7 +202,7 @@ async fn a_tls_cluster_serves_challenges_in_plain_http_and_its_daemons_validate_
         };
     })
     .await;
-    let admin = ca.issue("ops", &["admin"], false);
+    let admin = ca.issue("ops", &["admin"]);
 
     // A token put through one node is served in plain HTTP by every node's ACME listener.
     LeasesClient::new(channel(configs[1].grpc_addr, &ca, &admin).await)
@@ -342,11 +295,11 @@ async fn a_tls_cluster_serves_challenges_in_plain_http_and_its_daemons_validate_
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_http_port_presents_an_operators_certificate_or_speaks_plain_http() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let ca = TestCa::new("Test cluster CA");
+    let ca = TransportCa::new("Test cluster CA");
     let tls = cluster_pki(dir.path(), &ca, 2);
     // A "public" CA the cluster knows nothing of, and the HTTP port's certificate from it.
-    let public = TestCa::new("Public CA");
-    let (cert, key) = public.issue("log.example.com", &[], true);
+    let public = TransportCa::new("Public CA");
+    let (cert, key) = public.issue_with("log.example.com", &[], true, support::loopback());
     let cert_file = dir.path().join("public.pem");
     let key_file = dir.path().join("public-key.pem");
     std::fs::write(&cert_file, cert).expect("write");
@@ -383,7 +336,7 @@ async fn the_http_port_presents_an_operators_certificate_or_speaks_plain_http() 
             .is_err(),
         "a client trusting only the cluster CA does not verify the public certificate"
     );
-    let admin = ca.issue("ops", &["admin"], false);
+    let admin = ca.issue("ops", &["admin"]);
     AdminClient::new(channel(with_public.grpc_addr, &ca, &admin).await)
         .status(v1::StatusRequest {})
         .await

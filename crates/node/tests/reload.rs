@@ -18,12 +18,9 @@ use certus_node::edge::security::{Role, TokenEntry, token_hash};
 use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::{AcquireRequest, ReloadRequest, StatusRequest};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
-};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use support::TransportCa;
 use support::start_plain_cluster;
 use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -31,53 +28,9 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 const OLD_TOKEN: &str = "b2xkLXRva2VuLW9mLXRoZS1yZWxvYWQtdGVzdA";
 const NEW_TOKEN: &str = "bmV3LXRva2VuLW9mLXRoZS1yZWxvYWQtdGVzdA";
 
-/// A CA and what it signs.
-struct TestCa {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-impl TestCa {
-    fn new(name: &str) -> TestCa {
-        let key = KeyPair::generate().expect("CA key");
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let pem = params.self_signed(&key).expect("CA").pem();
-        TestCa {
-            issuer: Issuer::new(params, key),
-            pem,
-        }
-    }
-
-    /// `(certificate PEM, key PEM)` for `name` with `roles`; a node's is valid for 127.0.0.1.
-    fn issue(&self, name: &str, roles: &[&str]) -> (String, String) {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, name);
-        for role in roles {
-            params
-                .distinguished_name
-                .push(DnType::OrganizationName, *role);
-        }
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        if roles.contains(&"node") {
-            params
-                .extended_key_usages
-                .push(ExtendedKeyUsagePurpose::ServerAuth);
-            params
-                .subject_alt_names
-                .push(SanType::IpAddress([127, 0, 0, 1].into()));
-        }
-        let certificate = params.signed_by(&key, &self.issuer).expect("signed");
-        (certificate.pem(), key.serialize_pem())
-    }
-}
-
 async fn channel(
     addr: std::net::SocketAddr,
-    ca: &TestCa,
+    ca: &TransportCa,
     identity: Option<&(String, String)>,
 ) -> Channel {
     let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca.pem));
@@ -98,7 +51,7 @@ async fn channel(
 /// the handshake and the call both went through.
 async fn status_over_new_connection(
     addr: std::net::SocketAddr,
-    ca: &TestCa,
+    ca: &TransportCa,
     identity: &(String, String),
 ) -> Result<(), String> {
     let tls = ClientTlsConfig::new()
@@ -140,7 +93,7 @@ fn reason(status: &tonic::Status) -> &str {
 /// client certificate: the server's leaf certificate (DER) and the protocol it chose.
 async fn served_leaf(
     addr: std::net::SocketAddr,
-    ca: &TestCa,
+    ca: &TransportCa,
     client: &(String, String),
     alpn: &[u8],
 ) -> (Vec<u8>, Option<Vec<u8>>) {
@@ -183,7 +136,7 @@ fn der_of(pem: &str) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn certificates_tokens_and_limits_are_reloaded_without_a_restart() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let ca = TestCa::new("Reload test CA");
+    let ca = TransportCa::new("Reload test CA");
     let pki = dir.path().join("pki");
     std::fs::create_dir_all(&pki).expect("pki dir");
     std::fs::write(pki.join("ca.pem"), &ca.pem).expect("ca file");
@@ -371,7 +324,7 @@ async fn certificates_tokens_and_limits_are_reloaded_without_a_restart() {
         .expect("the limits are back");
 
     // A second CA added to the CA file: its clients get in after the reload, not before.
-    let next_ca = TestCa::new("Reload test CA 2");
+    let next_ca = TransportCa::new("Reload test CA 2");
     let newcomer = next_ca.issue("ops-2", &["admin"]);
     status_over_new_connection(config.grpc_addr, &ca, &newcomer)
         .await

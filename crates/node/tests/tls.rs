@@ -23,10 +23,7 @@ use certus_proto::v1::{
     AcquireRequest, ChangeMembershipRequest, ClaimRequest, PutChallengeRequest, StatusReply,
     StatusRequest,
 };
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
-};
+use support::TransportCa;
 use support::start_plain_cluster;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tonic::Code;
@@ -36,53 +33,9 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 const CLIENT_TOKEN: &str = "c2VjcmV0LWNsaWVudC10b2tlbi1mb3ItdGVzdHM";
 const READER_TOKEN: &str = "c2VjcmV0LXJlYWRlci10b2tlbi1mb3ItdGVzdHM";
 
-/// A CA and what it signs.
-struct TestCa {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-impl TestCa {
-    fn new(name: &str) -> TestCa {
-        let key = KeyPair::generate().expect("CA key");
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let pem = params.self_signed(&key).expect("CA").pem();
-        TestCa {
-            issuer: Issuer::new(params, key),
-            pem,
-        }
-    }
-
-    /// `(certificate PEM, key PEM)` for `name` with `roles`; a node's is valid for 127.0.0.1.
-    fn issue(&self, name: &str, roles: &[&str]) -> (String, String) {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, name);
-        for role in roles {
-            params
-                .distinguished_name
-                .push(DnType::OrganizationName, *role);
-        }
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        if roles.contains(&"node") {
-            params
-                .extended_key_usages
-                .push(ExtendedKeyUsagePurpose::ServerAuth);
-            params
-                .subject_alt_names
-                .push(SanType::IpAddress([127, 0, 0, 1].into()));
-        }
-        let certificate = params.signed_by(&key, &self.issuer).expect("signed");
-        (certificate.pem(), key.serialize_pem())
-    }
-}
-
 async fn channel(
     addr: std::net::SocketAddr,
-    ca: &TestCa,
+    ca: &TransportCa,
     identity: Option<&(String, String)>,
 ) -> Result<Channel, tonic::transport::Error> {
     let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca.pem));
@@ -140,7 +93,7 @@ fn reason(status: &tonic::Status) -> &str {
 /// One HTTPS GET over rustls (not the node's code): `(status code, body)`.
 async fn https_get(
     addr: std::net::SocketAddr,
-    ca: &TestCa,
+    ca: &TransportCa,
     identity: Option<&(String, String)>,
     path: &str,
     token: Option<&str>,
@@ -194,7 +147,7 @@ async fn https_get(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn only_the_right_identities_get_in() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let ca = TestCa::new("Test cluster CA");
+    let ca = TransportCa::new("Test cluster CA");
     let pki = dir.path().join("pki");
     std::fs::create_dir_all(&pki).expect("pki dir");
     std::fs::write(pki.join("ca.pem"), &ca.pem).expect("ca file");
@@ -295,7 +248,7 @@ async fn only_the_right_identities_get_in() {
     );
 
     // A certificate from another CA does not get through the handshake, even with the node role.
-    let rogue_ca = TestCa::new("Rogue CA");
+    let rogue_ca = TransportCa::new("Rogue CA");
     let rogue = rogue_ca.issue("node-9", &["node"]);
     let outcome = match channel(addr, &ca, Some(&rogue)).await {
         Err(error) => Err(error.to_string()),

@@ -14,66 +14,25 @@ use certus_node::{MemberAddr, Node, NodeConfig, TlsSetup};
 use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::{AcquireRequest, AddLearnerRequest, SetMemberAddressRequest, StatusRequest};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
-};
+use rcgen::SanType;
+use support::TransportCa;
 use support::{free_addr, start_plain_cluster};
 use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-/// A CA and what it signs.
-struct TestCa {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-impl TestCa {
-    fn new() -> TestCa {
-        let key = KeyPair::generate().expect("CA key");
-        let mut params = CertificateParams::default();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "Test cluster CA");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let pem = params.self_signed(&key).expect("CA").pem();
-        TestCa {
-            issuer: Issuer::new(params, key),
-            pem,
-        }
-    }
-
-    /// `(certificate PEM, key PEM)` for `name` in `role`, valid for the names in `sans`.
-    fn issue(&self, name: &str, role: &str, sans: Vec<SanType>) -> (String, String) {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, role);
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ClientAuth,
-            ExtendedKeyUsagePurpose::ServerAuth,
-        ];
-        params.subject_alt_names = sans;
-        let certificate = params.signed_by(&key, &self.issuer).expect("signed");
-        (certificate.pem(), key.serialize_pem())
-    }
-
-    /// Writes node `id`'s identity into `dir` and returns its TLS setup.
-    fn node_files(&self, dir: &std::path::Path, id: u64, sans: Vec<SanType>) -> TlsSetup {
-        let (cert, key) = self.issue(&format!("node-{id}"), "node", sans);
-        let cert_file = dir.join(format!("node-{id}.pem"));
-        let key_file = dir.join(format!("node-{id}-key.pem"));
-        std::fs::write(&cert_file, cert).expect("cert file");
-        std::fs::write(&key_file, key).expect("key file");
-        TlsSetup {
-            ca_cert_file: dir.join("ca.pem"),
-            cert_file,
-            key_file,
-            https: true,
-        }
+/// Writes node `id`'s identity (signed by `ca`, valid for `sans`) into `dir` and returns its
+/// TLS setup.
+fn node_files(ca: &TransportCa, dir: &std::path::Path, id: u64, sans: Vec<SanType>) -> TlsSetup {
+    let (cert, key) = ca.issue_with(&format!("node-{id}"), &["node"], true, sans);
+    let cert_file = dir.join(format!("node-{id}.pem"));
+    let key_file = dir.join(format!("node-{id}-key.pem"));
+    std::fs::write(&cert_file, cert).expect("cert file");
+    std::fs::write(&key_file, key).expect("key file");
+    TlsSetup {
+        ca_cert_file: dir.join("ca.pem"),
+        cert_file,
+        key_file,
+        https: true,
     }
 }
 
@@ -88,7 +47,7 @@ fn named(name: &str, addr: std::net::SocketAddr) -> MemberAddr {
     MemberAddr::parse(&format!("{name}:{}", addr.port())).expect("a member address")
 }
 
-async fn channel(url: &str, ca: &TestCa, identity: &(String, String)) -> Channel {
+async fn channel(url: &str, ca: &TransportCa, identity: &(String, String)) -> Channel {
     let tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(&ca.pem))
         .identity(Identity::from_pem(&identity.0, &identity.1));
@@ -105,19 +64,19 @@ async fn channel(url: &str, ca: &TestCa, identity: &(String, String)) -> Channel
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peers_check_certificates_against_the_names_they_dial() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let ca = TestCa::new();
+    let ca = TransportCa::new("Test cluster CA");
     let pki = dir.path().join("pki");
     std::fs::create_dir_all(&pki).expect("pki dir");
     std::fs::write(pki.join("ca.pem"), &ca.pem).expect("ca file");
     let (configs, nodes) = start_plain_cluster(dir.path(), Duration::from_secs(15), |config| {
-        config.tls = Some(ca.node_files(&pki, config.id, localhost()));
+        config.tls = Some(node_files(&ca, &pki, config.id, localhost()));
         config.advertise_grpc = Some(named("localhost", config.grpc_addr));
         config.advertise_http = Some(named("localhost", config.http_addr));
     })
     .await;
     // Formed (every node knows the leader): heartbeats went by name over TLS. A write through
     // each node is forwarded to the leader by name too.
-    let admin = ca.issue("ops", "admin", Vec::new());
+    let admin = ca.issue_with("ops", &["admin"], true, Vec::new());
     for config in &configs {
         let url = format!("https://{}", named("localhost", config.grpc_addr));
         let channel = channel(&url, &ca, &admin).await;
@@ -150,7 +109,7 @@ async fn peers_check_certificates_against_the_names_they_dial() {
     // handshake fails on the name, so it is refused before anything is proposed.
     let ip_only = vec![SanType::IpAddress([127, 0, 0, 1].into())];
     let mut fourth = NodeConfig::new(4, free_addr(), free_addr(), dir.path().join("node-4"));
-    fourth.tls = Some(ca.node_files(&pki, 4, ip_only));
+    fourth.tls = Some(node_files(&ca, &pki, 4, ip_only));
     let fourth_node = Node::start(fourth.clone()).await.expect("node 4 starts");
     let url = format!("https://{}", named("localhost", configs[0].grpc_addr));
     let refused = AdminClient::new(channel(&url, &ca, &admin).await)

@@ -16,8 +16,8 @@ use certus_ct::structures::json::{AddChainResponse, GetSthResponse};
 use certus_ct::structures::{SignedCertificateTimestamp, SignedTreeHead};
 use certus_node::{CertusNode, CtFiles, Leader, Node, NodeConfig};
 use rcgen::{
-    BasicConstraints, CertificateParams, CustomExtension, DnType, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CustomExtension, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
 /// The precertificate poison extension (RFC 6962 §3.1).
@@ -271,4 +271,69 @@ pub async fn roles(nodes: &[Node]) -> (usize, usize, usize) {
         (leader + 1) % nodes.len(),
         (leader + 2) % nodes.len(),
     )
+}
+
+/// A transport CA for the TLS tests (what `certus pki` makes for a cluster) and the
+/// certificates it signs: roles in O, the name in CN.
+pub struct TransportCa {
+    issuer: Issuer<'static, KeyPair>,
+    /// The CA's certificate (PEM).
+    pub pem: String,
+}
+
+impl TransportCa {
+    /// A new CA named `name`.
+    pub fn new(name: &str) -> TransportCa {
+        let key = KeyPair::generate().expect("CA key");
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let pem = params.self_signed(&key).expect("CA").pem();
+        TransportCa {
+            issuer: Issuer::new(params, key),
+            pem,
+        }
+    }
+
+    /// `(certificate PEM, key PEM)` for `name` with `roles`, for client authentication; a
+    /// `node`'s is a server's too, valid for 127.0.0.1.
+    pub fn issue(&self, name: &str, roles: &[&str]) -> (String, String) {
+        let server = roles.contains(&"node");
+        let sans = if server { loopback() } else { Vec::new() };
+        self.issue_with(name, roles, server, sans)
+    }
+
+    /// `(certificate PEM, key PEM)` for `name` with `roles`, for client authentication and,
+    /// with `server`, server authentication, valid for exactly `sans`.
+    pub fn issue_with(
+        &self,
+        name: &str,
+        roles: &[&str],
+        server: bool,
+        sans: Vec<SanType>,
+    ) -> (String, String) {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, name);
+        for role in roles {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, *role);
+        }
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        if server {
+            params
+                .extended_key_usages
+                .push(ExtendedKeyUsagePurpose::ServerAuth);
+        }
+        params.subject_alt_names = sans;
+        let certificate = params.signed_by(&key, &self.issuer).expect("signed");
+        (certificate.pem(), key.serialize_pem())
+    }
+}
+
+/// The subject alternative names of a server on 127.0.0.1.
+pub fn loopback() -> Vec<SanType> {
+    vec![SanType::IpAddress([127, 0, 0, 1].into())]
 }
