@@ -16,9 +16,8 @@ use std::time::Duration;
 use certus_client::Client;
 use certus_proto::v1::enqueue_request::Route;
 use certus_proto::v1::{EnqueueRequest, GetStateRequest, QueueType};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use serde_json::Value;
-use support::{Cluster, Tuning, binary, eventually};
+use support::{Cluster, TestRoot, Tuning, binary, eventually};
 
 const SERVE_WAIT: Duration = Duration::from_secs(30);
 const PIPELINE: &str = "backup-pipeline";
@@ -417,48 +416,10 @@ async fn an_export_under_load_restores_into_a_new_cluster_holding_every_write_ac
     );
 }
 
-/// A root the CT log accepts, and leaves under it.
-struct Root {
-    params: CertificateParams,
-    key: KeyPair,
-    der: Vec<u8>,
-    pem: String,
-}
-
-impl Root {
-    fn new() -> Root {
-        let mut params = CertificateParams::default();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "Certus Backup Test Root");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-        let key = KeyPair::generate().expect("root key");
-        let root = params.self_signed(&key).expect("root");
-        Root {
-            der: root.der().to_vec(),
-            pem: root.pem(),
-            params,
-            key,
-        }
-    }
-
-    fn leaf(&self, name: &str) -> Vec<u8> {
-        let params = CertificateParams::new(vec![name.to_owned()]).expect("params");
-        let key = KeyPair::generate().expect("leaf key");
-        let issuer = Issuer::from_params(&self.params, &self.key);
-        params
-            .signed_by(&key, &issuer)
-            .expect("leaf")
-            .der()
-            .to_vec()
-    }
-}
-
 /// Submits leaves until `stop`; records the leaves that got an SCT.
 async fn submitter(
     client: Client,
-    root: Arc<Root>,
+    root: Arc<TestRoot>,
     stop: Arc<AtomicBool>,
     logged: Arc<Mutex<Vec<Vec<u8>>>>,
 ) {
@@ -514,7 +475,7 @@ fn assert_each_logged_once(what: &str, entries: &[Vec<u8>], leaves: &[Vec<u8>]) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_ct_log_is_restored_with_the_entries_cleaned_up_from_the_replicated_state() {
     let files = tempfile::tempdir().expect("files");
-    let root = Arc::new(Root::new());
+    let root = Arc::new(TestRoot::new("Certus Backup Test Root"));
     let key_file = files.path().join("log-key.pem");
     let roots_file = files.path().join("roots.pem");
     std::fs::write(

@@ -35,9 +35,9 @@ use certus_client::{
     enqueue_request::Route,
 };
 use certus_proto::v1::acquire_reply::How;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{CertificateParams, KeyPair};
 use support::netns::Network;
-use support::{Cluster, Tuning, eventually};
+use support::{Cluster, TestRoot, Tuning, eventually};
 
 const DEFAULT_SECONDS: u64 = 20;
 const LEASE_NAMES: u64 = 3;
@@ -56,44 +56,6 @@ impl Rng {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0 % bound.max(1)
-    }
-}
-
-/// A root that the log accepts, and leaves under it.
-struct Root {
-    params: CertificateParams,
-    key: KeyPair,
-    der: Vec<u8>,
-    pem: String,
-}
-
-impl Root {
-    fn new() -> Root {
-        let mut params = CertificateParams::default();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "Certus Chaos Root");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-        let key = KeyPair::generate().expect("root key");
-        let root = params.self_signed(&key).expect("root");
-        Root {
-            der: root.der().to_vec(),
-            pem: root.pem(),
-            params,
-            key,
-        }
-    }
-
-    fn leaf(&self, name: &str) -> Vec<u8> {
-        let params = CertificateParams::new(vec![name.to_owned()]).expect("params");
-        let key = KeyPair::generate().expect("leaf key");
-        let issuer = Issuer::from_params(&self.params, &self.key);
-        params
-            .signed_by(&key, &issuer)
-            .expect("leaf")
-            .der()
-            .to_vec()
     }
 }
 
@@ -257,7 +219,7 @@ async fn worker(client: Client, worker: u64, stop: Arc<AtomicBool>, history: Sha
     }
 }
 
-async fn submitter(client: Client, root: Arc<Root>, stop: Arc<AtomicBool>, history: Shared) {
+async fn submitter(client: Client, root: Arc<TestRoot>, stop: Arc<AtomicBool>, history: Shared) {
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let leaf = root.leaf(&format!("n{n}.chaos.test"));
@@ -523,7 +485,7 @@ async fn killed_restarted_and_partitioned_nodes_lose_nothing_acknowledged() {
     let seed = seed();
     println!("chaos: seed {seed} (CERTUS_CHAOS_SEED), {seconds} s of faults");
     let files = tempfile::tempdir().expect("files");
-    let root = Arc::new(Root::new());
+    let root = Arc::new(TestRoot::new("Certus Chaos Root"));
     let key_file = files.path().join("log-key.pem");
     let roots_file = files.path().join("roots.pem");
     std::fs::write(

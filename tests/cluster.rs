@@ -11,7 +11,7 @@ use certus_client::{Client, ClientConfig, ClientError};
 use certus_node::raft::forward::{ForwardRefusal, ForwardReply, ForwardRequest};
 use certus_proto::v1::RaftMessage;
 use certus_proto::v1::raft_client::RaftClient;
-use support::{Cluster, Tuning, eventually, http_get};
+use support::{Cluster, Tuning, assert_grants_survive, eventually, http_get};
 use tonic::Code;
 
 const ELECTION: Duration = Duration::from_secs(15);
@@ -21,49 +21,12 @@ async fn leader(cluster: &Cluster) -> u64 {
     leader_other_than(cluster, 0).await
 }
 
-/// The id of the leader, once every running node agrees on one that is not `old`.
 async fn leader_other_than(cluster: &Cluster, old: u64) -> u64 {
-    eventually(
-        ELECTION,
-        "a leader that every running node knows",
-        || async {
-            let mut leaders = Vec::new();
-            for endpoint in cluster.endpoints() {
-                let client = cluster.client();
-                let status = client.status_of(&endpoint).await.ok()?;
-                leaders.push(status.leader_id);
-            }
-            let first = *leaders.first()?;
-            (first != 0 && first != old && leaders.iter().all(|leader| *leader == first))
-                .then_some(first)
-        },
-    )
-    .await
+    support::leader_other_than(cluster, old, ELECTION).await
 }
 
 async fn acquire_many(client: &Client, prefix: &str, count: usize) -> BTreeMap<String, u64> {
-    let mut granted = BTreeMap::new();
-    for n in 0..count {
-        let name = format!("{prefix}-{n}");
-        let reply = client
-            .acquire(&name, "holder-a", 60_000)
-            .await
-            .unwrap_or_else(|error| panic!("acquire {name}: {error}"));
-        let lease = reply.lease.expect("an acquire returns the lease");
-        granted.insert(name, lease.fencing_token);
-    }
-    granted
-}
-
-async fn assert_grants_survive(client: &Client, granted: &BTreeMap<String, u64>) {
-    for (name, token) in granted {
-        let lease = client
-            .get_lease(name)
-            .await
-            .unwrap_or_else(|error| panic!("lease {name} lost: {error}"));
-        assert_eq!(lease.holder, "holder-a", "holder of {name}");
-        assert_eq!(lease.fencing_token, *token, "token of {name}");
-    }
+    support::acquire_many(client, prefix, count, 60_000).await
 }
 
 /// A client that talks to `endpoint` only (reads are served by that node).

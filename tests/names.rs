@@ -18,10 +18,18 @@ use std::time::Duration;
 
 use certus_client::{Client, ClientConfig};
 use support::netns::Network;
-use support::{Cluster, Tuning, eventually};
+use support::{Cluster, Tuning, assert_grants_survive, eventually};
 use tonic::Code;
 
 const ELECTION: Duration = Duration::from_secs(20);
+
+async fn leader_other_than(cluster: &Cluster, old: u64) -> u64 {
+    support::leader_other_than(cluster, old, ELECTION).await
+}
+
+async fn acquire_many(client: &Client, prefix: &str, count: usize) -> BTreeMap<String, u64> {
+    support::acquire_many(client, prefix, count, 600_000).await
+}
 
 /// A client that sends everything through `endpoints` (IP addresses) only.
 fn pinned(endpoints: Vec<String>) -> Client {
@@ -31,48 +39,6 @@ fn pinned(endpoints: Vec<String>) -> Client {
         ..ClientConfig::default()
     };
     Client::with_config(endpoints, config).expect("client")
-}
-
-/// The id of the leader, once every running node agrees on one that is not `old`.
-async fn leader_other_than(cluster: &Cluster, old: u64) -> u64 {
-    let client = pinned(cluster.endpoints());
-    eventually(ELECTION, "a leader every running node knows", || async {
-        let mut leaders = Vec::new();
-        for endpoint in cluster.endpoints() {
-            leaders.push(client.status_of(&endpoint).await.ok()?.leader_id);
-        }
-        let first = *leaders.first()?;
-        (first != 0 && first != old && leaders.iter().all(|leader| *leader == first))
-            .then_some(first)
-    })
-    .await
-}
-
-async fn acquire_many(client: &Client, prefix: &str, count: usize) -> BTreeMap<String, u64> {
-    let mut granted = BTreeMap::new();
-    for n in 0..count {
-        let name = format!("{prefix}-{n}");
-        let reply = client
-            .acquire(&name, "holder-a", 600_000)
-            .await
-            .unwrap_or_else(|error| panic!("acquire {name}: {error}"));
-        let lease = reply.lease.expect("an acquire returns the lease");
-        granted.insert(name, lease.fencing_token);
-    }
-    granted
-}
-
-/// Every grant in `granted`, read through `client` (a read is answered by the node it is sent
-/// to, once it has applied the leader's read index).
-async fn assert_grants_stand(client: &Client, granted: &BTreeMap<String, u64>) {
-    for (name, token) in granted {
-        let lease = client
-            .get_lease(name)
-            .await
-            .unwrap_or_else(|error| panic!("lease {name} lost: {error}"));
-        assert_eq!(lease.holder, "holder-a", "holder of {name}");
-        assert_eq!(lease.fencing_token, *token, "token of {name}");
-    }
 }
 
 /// The recorded gRPC address of every member, by id.
@@ -155,7 +121,7 @@ async fn members_advertise_names_and_a_moved_member_is_found_again_under_its_nam
         "the moved node replicating again at its new address",
     )
     .await;
-    assert_grants_stand(&pinned(vec![moved_endpoint.clone()]), &granted).await;
+    assert_grants_survive(&pinned(vec![moved_endpoint.clone()]), &granted).await;
 
     // It restarts on its data at the new address and rejoins under its name.
     cluster.nodes[moved].kill();
@@ -170,7 +136,7 @@ async fn members_advertise_names_and_a_moved_member_is_found_again_under_its_nam
     println!("node {second} leads after node {leader} was killed");
     let client = pinned(cluster.endpoints());
     granted.extend(acquire_many(&client, "after-leader", 5).await);
-    assert_grants_stand(&pinned(vec![moved_endpoint.clone()]), &granted).await;
+    assert_grants_survive(&pinned(vec![moved_endpoint.clone()]), &granted).await;
     assert_eq!(
         recorded(&client, &moved_endpoint).await,
         expected,
@@ -206,7 +172,7 @@ async fn members_advertise_names_and_a_moved_member_is_found_again_under_its_nam
         "the node replicating under its alias",
     )
     .await;
-    assert_grants_stand(&pinned(vec![moved_endpoint.clone()]), &granted).await;
+    assert_grants_survive(&pinned(vec![moved_endpoint.clone()]), &granted).await;
 
     // Another node's name, a name with no node, and a malformed name change nothing.
     let other = client
@@ -254,6 +220,6 @@ async fn on_loopback() {
     let granted = acquire_many(&client, "named", 10).await;
     for endpoint in cluster.endpoints() {
         caught_up(&cluster, &endpoint, "every node applying by name").await;
-        assert_grants_stand(&pinned(vec![endpoint]), &granted).await;
+        assert_grants_survive(&pinned(vec![endpoint]), &granted).await;
     }
 }

@@ -440,3 +440,96 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
         .unwrap_or_default();
     (code, body)
 }
+
+/// The id of the leader once every running node of `cluster` agrees on one that is not `old`
+/// (0: any), waiting at most `within`.
+pub async fn leader_other_than(cluster: &Cluster, old: u64, within: Duration) -> u64 {
+    eventually(within, "a leader that every running node knows", || async {
+        let mut leaders = Vec::new();
+        for endpoint in cluster.endpoints() {
+            let client = cluster.client();
+            let status = client.status_of(&endpoint).await.ok()?;
+            leaders.push(status.leader_id);
+        }
+        let first = *leaders.first()?;
+        (first != 0 && first != old && leaders.iter().all(|leader| *leader == first))
+            .then_some(first)
+    })
+    .await
+}
+
+/// Acquires `count` leases `{prefix}-{n}` for `holder-a` with `ttl_ms`; their fencing tokens.
+pub async fn acquire_many(
+    client: &Client,
+    prefix: &str,
+    count: usize,
+    ttl_ms: u64,
+) -> std::collections::BTreeMap<String, u64> {
+    let mut granted = std::collections::BTreeMap::new();
+    for n in 0..count {
+        let name = format!("{prefix}-{n}");
+        let reply = client
+            .acquire(&name, "holder-a", ttl_ms)
+            .await
+            .unwrap_or_else(|error| panic!("acquire {name}: {error}"));
+        let lease = reply.lease.expect("an acquire returns the lease");
+        granted.insert(name, lease.fencing_token);
+    }
+    granted
+}
+
+/// Every grant in `granted` (from [`acquire_many`]) read through `client`, unchanged.
+pub async fn assert_grants_survive(
+    client: &Client,
+    granted: &std::collections::BTreeMap<String, u64>,
+) {
+    for (name, token) in granted {
+        let lease = client
+            .get_lease(name)
+            .await
+            .unwrap_or_else(|error| panic!("lease {name} lost: {error}"));
+        assert_eq!(lease.holder, "holder-a", "holder of {name}");
+        assert_eq!(lease.fencing_token, *token, "token of {name}");
+    }
+}
+
+/// A root the CT log accepts, and leaves under it.
+pub struct TestRoot {
+    params: rcgen::CertificateParams,
+    key: rcgen::KeyPair,
+    /// The root certificate (DER).
+    pub der: Vec<u8>,
+    /// The root certificate (PEM), for the log's roots file.
+    pub pem: String,
+}
+
+impl TestRoot {
+    /// A root named `name`.
+    pub fn new(name: &str) -> TestRoot {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let key = KeyPair::generate().expect("root key");
+        let root = params.self_signed(&key).expect("root");
+        TestRoot {
+            der: root.der().to_vec(),
+            pem: root.pem(),
+            params,
+            key,
+        }
+    }
+
+    /// A leaf certificate (DER) for `name`, signed by this root.
+    pub fn leaf(&self, name: &str) -> Vec<u8> {
+        let params = rcgen::CertificateParams::new(vec![name.to_owned()]).expect("params");
+        let key = rcgen::KeyPair::generate().expect("leaf key");
+        let issuer = rcgen::Issuer::from_params(&self.params, &self.key);
+        params
+            .signed_by(&key, &issuer)
+            .expect("leaf")
+            .der()
+            .to_vec()
+    }
+}

@@ -382,6 +382,27 @@ fn failed(what: &str, error: &ClientError) -> String {
     format!("{what}: {error}")
 }
 
+/// `Ok` when the call went through on every endpoint; else each failure, with its endpoint.
+fn every_endpoint_ok<T>(
+    what: &str,
+    results: &[(String, Result<T, ClientError>)],
+) -> Result<(), String> {
+    let failures: Vec<String> = results
+        .iter()
+        .filter_map(|(endpoint, result)| {
+            result
+                .as_ref()
+                .err()
+                .map(|error| failed(&format!("{what} on {endpoint}"), error))
+        })
+        .collect();
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("; "))
+    }
+}
+
 fn join_ids(ids: &[u64]) -> String {
     ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
 }
@@ -603,20 +624,7 @@ async fn snapshot(client: &Client, out: &Output, endpoints: &[String]) -> Result
         }
         say!("{rows}");
     });
-    let failures: Vec<String> = results
-        .iter()
-        .filter_map(|(endpoint, result)| {
-            result
-                .as_ref()
-                .err()
-                .map(|error| failed(&format!("snapshot on {endpoint}"), error))
-        })
-        .collect();
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(failures.join("; "))
-    }
+    every_endpoint_ok("snapshot", &results)
 }
 
 // ---- reload ----------------------------------------------------------------------------
@@ -658,20 +666,7 @@ async fn reload(client: &Client, out: &Output, endpoints: &[String]) -> Result<(
         }
         say!("{rows}");
     });
-    let failures: Vec<String> = results
-        .iter()
-        .filter_map(|(endpoint, result)| {
-            result
-                .as_ref()
-                .err()
-                .map(|error| failed(&format!("reload on {endpoint}"), error))
-        })
-        .collect();
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(failures.join("; "))
-    }
+    every_endpoint_ok("reload", &results)
 }
 
 // ---- leases ----------------------------------------------------------------------------
