@@ -142,14 +142,24 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-/// openraft logs every failed replication attempt to an unreachable or slow peer as an ERROR
-/// (`RPCError`, with an `err` field) — every heartbeat while a peer is down, and at every start
-/// before the others are up. The node says once that a peer was lost and once that it is back.
-/// A storage error in replication is another event (its field is `error`) and stays.
+/// openraft logs every failed RPC to an unreachable or slow peer as an ERROR — every heartbeat
+/// while a peer is down, and every vote request at a start before the others listen. The node
+/// says once that a peer was lost and once that it is back. Those events are, in 0.9:
+/// replication's `RPCError` (an `err` field), and the core's vote and read-confirmation failures
+/// (an `error` and the peer as `target`). A storage error in replication (its field is `error`)
+/// and the core's other errors (no peer named) stay.
 fn is_routine(metadata: &tracing::Metadata<'_>) -> bool {
-    metadata.target() == "openraft::replication"
-        && *metadata.level() == tracing::Level::ERROR
-        && metadata.fields().field("err").is_some()
+    if *metadata.level() != tracing::Level::ERROR {
+        return false;
+    }
+    let fields = metadata.fields();
+    match metadata.target() {
+        "openraft::replication" => fields.field("err").is_some(),
+        "openraft::core::raft_core" => {
+            fields.field("error").is_some() && fields.field("target").is_some()
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -157,7 +167,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_openraft_replication_errors_about_peers_are_routine() {
+    fn only_openraft_errors_about_unreachable_peers_are_routine() {
         struct Probe;
         impl tracing::Subscriber for Probe {
             fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
@@ -185,10 +195,18 @@ mod tests {
             tracing::error!(target: "openraft::replication", error = "disk", "error replication");
             tracing::warn!(target: "openraft::replication", err = "unreachable", "RPCError");
             tracing::error!(target: "openraft::core", err = "x", "other");
+            tracing::error!(target: "openraft::core::raft_core", error = "unreachable", target = "2", "while requesting vote");
+            tracing::warn!(target: "openraft::core::raft_core", error = "unreachable", target = "2", "while requesting vote");
+            tracing::error!(target: "openraft::core::raft_core", error = "disk", "quit RaftCore::main on error");
+            tracing::error!(target: "openraft::core::raft_core", target = "2", "fail to join task");
         });
         let seen = SEEN.with(|list| list.borrow().clone());
         let routine: Vec<bool> = seen.iter().map(|(_, routine)| *routine).collect();
-        assert_eq!(routine, [true, false, false, false], "{seen:?}");
+        assert_eq!(
+            routine,
+            [true, false, false, false, true, false, false, false],
+            "{seen:?}"
+        );
     }
 
     #[test]
