@@ -92,6 +92,9 @@ pub struct Tuning {
     /// Log as an operator's node does (the binary's default filter) rather than with openraft's
     /// warnings, which the tests keep for debugging.
     pub default_logs: bool,
+    /// More names whose HTTP-01 challenges are fetched at the given address (an ACME client's
+    /// own HTTP-01 server); used with `sessions`.
+    pub http01_at: Vec<(String, SocketAddr)>,
 }
 
 impl Default for Tuning {
@@ -103,6 +106,7 @@ impl Default for Tuning {
             ct: None,
             sessions: None,
             default_logs: false,
+            http01_at: Vec::new(),
         }
     }
 }
@@ -224,6 +228,9 @@ impl Cluster {
                     "\"{name}\" = \"{}\"\n",
                     specs[n % specs.len()].http
                 ));
+            }
+            for (name, addr) in &tuning.http01_at {
+                members.push_str(&format!("\"{name}\" = \"{addr}\"\n"));
             }
         }
         for spec in &specs {

@@ -419,6 +419,11 @@ impl CaIdentity {
         self.not_after_ms
     }
 
+    /// The name, key identifier and key rcgen signs with: for the CRL signer (`crl`).
+    pub(crate) fn rcgen_issuer(&self) -> &Issuer<'static, KeyPair> {
+        &self.issuer
+    }
+
     /// Whether a leaf valid for `validity` from `now_ms` ends within this CA's validity, as
     /// [`issue`](Self::issue) requires: a node checks this at start, so an expired CA is a
     /// clear error there rather than every issuance failing later.

@@ -1,6 +1,7 @@
-//! Every bound of issuance, named: what a CSR, a CA, an HTTP-01 test, a poll policy and an
-//! upstream CA's order may hold. Some are the limits of a standard (RFC 1035's name lengths,
-//! X.520's common name, the CA/Browser Forum's validity), each cited where it is defined.
+//! Every bound of issuance, named: what a CSR, a CA, an HTTP-01 test, a poll policy, an
+//! upstream CA's order, a CRL and a certificate read back may hold. Some are the limits of a
+//! standard (RFC 1035's name lengths, X.520's common name, the CA/Browser Forum's validity), each
+//! cited where it is defined.
 
 use std::time::Duration;
 
@@ -32,6 +33,24 @@ pub const LEAF_VALIDITY_MAX: Duration = Duration::from_secs(398 * 24 * 60 * 60);
 pub const CA_COMMON_NAME_BYTES_MAX: usize = 64;
 /// Largest CA certificate or key PEM accepted.
 pub const CA_PEM_BYTES_MAX: usize = 64 * 1024;
+
+// Revocation lists (`crl`).
+
+/// Most entries in one CRL. At about 40 bytes an entry a full list is some 40 MB, as much as a
+/// CRL client should be asked to fetch; a CA revoking more needs partitioned CRLs.
+pub const CRL_ENTRIES_MAX: usize = 1_000_000;
+/// Longest serial number in a CRL entry, in the DER INTEGER's content bytes (RFC 5280 §4.1.2.2:
+/// "Conforming CAs MUST NOT use serialNumber values longer than 20 octets").
+pub const CRL_SERIAL_BYTES_MAX: usize = 20;
+
+// Certificates read back (`certificate`).
+
+/// Largest certificate accepted, in DER bytes. A leaf with a hundred names and an RSA-8192 key
+/// is under 8 KiB.
+pub const CERTIFICATE_DER_BYTES_MAX: usize = 64 * 1024;
+/// Largest PEM chain accepted: as much as an upstream CA's answer may hold
+/// ([`UPSTREAM_RESPONSE_BYTES_MAX`]).
+pub const CERTIFICATE_PEM_CHAIN_BYTES_MAX: usize = UPSTREAM_RESPONSE_BYTES_MAX;
 
 // The HTTP-01 tester (`http01`).
 

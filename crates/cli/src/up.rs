@@ -55,6 +55,21 @@ pub(crate) struct UpArgs {
     /// The private key (PKCS#8 PEM) of --http-cert.
     #[arg(long, requires = "http_cert")]
     http_key: Option<PathBuf>,
+    /// Fetch HTTP-01 challenges for NAME from ADDR instead of NAME's port 80 (repeatable): an
+    /// ACME client's own HTTP-01 server on a loopback port, say `www.example.test=127.0.0.1:5002`.
+    #[arg(long = "http01-resolve", value_name = "NAME=ADDR", value_parser = parse_resolve)]
+    http01_resolve: Vec<(String, SocketAddr)>,
+}
+
+fn parse_resolve(text: &str) -> Result<(String, SocketAddr), String> {
+    let (name, addr) = text.split_once('=').ok_or_else(|| {
+        format!("{text}: expected NAME=ADDR, e.g. www.example.test=127.0.0.1:5002")
+    })?;
+    certus_ca::csr::valid_dns_name(name).map_err(|why| format!("{name}: {why}"))?;
+    let addr = addr
+        .parse()
+        .map_err(|error| format!("{addr}: not an IP address and port: {error}"))?;
+    Ok((name.to_owned(), addr))
 }
 
 /// What the local nodes' HTTP port speaks.
@@ -161,6 +176,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
     let sessions = SessionsSetup {
         ca_key_file: Some(ca_key_file),
         ca_cert_file: Some(ca_cert_file.clone()),
+        http01_resolve: args.http01_resolve.iter().cloned().collect(),
         ..SessionsSetup::default()
     };
     let pki_created = if args.plaintext {
@@ -220,6 +236,16 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), String> {
         ca_cert_file.display(),
         if ca_created { "new" } else { "reused" }
     );
+    println!(
+        "ACME (RFC 8555): {scheme}://{}/acme/directory (every node answers; docs/acme.md)",
+        configs[0].http_addr
+    );
+    if scheme == "https" && http_port == HttpPort::AsCluster {
+        println!(
+            "  clients trust {}: REQUESTS_CA_BUNDLE for certbot, LEGO_CA_CERTIFICATES for lego",
+            args.data_dir.join(PKI_DIR).join(CA_CERT_FILE).display()
+        );
+    }
     match &http_port {
         HttpPort::AsCluster => {}
         HttpPort::Plain => println!(

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::acme::{AcmeCommand, AcmeError, AcmeReply};
 use crate::challenges::{ChallengeCommand, ChallengeError, ChallengeReply};
 use crate::client_requests::{ClientCommand, ClientError, ClientReply, ClientRequest};
 use crate::ct::{CtCommand, CtError, CtReply};
@@ -36,6 +37,8 @@ pub enum Command {
         /// The lease, challenge, CT, session or pipeline command.
         command: Box<Command>,
     },
+    /// An ACME command (accounts, orders, authorizations, revocations).
+    Acme(AcmeCommand),
 }
 
 /// What [`crate::apply`] answers, one variant per [`Command`] family.
@@ -58,6 +61,8 @@ pub enum Response {
     Tick(Box<TickReply>),
     /// The answer to a client-session command, or the refusal of a client's numbered request.
     Client(Result<ClientReply, ClientError>),
+    /// The answer to an ACME command.
+    Acme(Result<AcmeReply, AcmeError>),
 }
 
 impl Response {
@@ -71,6 +76,7 @@ impl Response {
             Response::Session(result) => result.is_err(),
             Response::Pipeline(result) => result.is_err(),
             Response::Client(result) => result.is_err(),
+            Response::Acme(result) => result.is_err(),
             Response::Tick(_) => false,
         }
     }

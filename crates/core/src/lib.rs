@@ -22,10 +22,13 @@
 //! - [`sessions`]: CA issuance sessions, their stage queues, claims by workers and retention;
 //! - [`pipelines`]: transaction pipelines: per-node-group queues, claims with a reaper, sleep and
 //!   switches, webhooks with backoff and URL pauses, administrator notices, completion
-//!   notifications, statistics and the archive.
+//!   notifications, statistics and the archive;
+//! - [`acme`]: ACME (RFC 8555) accounts, orders and authorizations, and revocations; an order is
+//!   issued by a session.
 
 #![deny(missing_docs, unreachable_pub)]
 
+pub mod acme;
 pub mod challenges;
 pub mod claims;
 mod client_requests;
@@ -63,6 +66,6 @@ pub use sessions::{
     StepOutcome, TestResult, WorkerId,
 };
 pub use snapshot::SnapshotError;
-pub use state::{InvariantViolation, State, apply};
+pub use state::{AcmeReads, InvariantViolation, State, apply};
 pub use text::{TextError, TextKind};
 pub use time::Stamp;

@@ -196,3 +196,34 @@ pub const CLIENT_OUTSTANDING_MAX: u64 = 128;
 /// Most idle client sessions one `Tick` removes; the rest go on the next tick. Expiry itself
 /// never waits for a tick.
 pub const TICK_EXPIRED_CLIENTS_MAX: usize = 1024;
+
+/// Most ACME accounts stored; registering past it is refused.
+pub const ACME_ACCOUNTS_MAX: usize = 100_000;
+/// Most ACME orders stored, in every status; creating past it is refused (rate limited).
+pub const ACME_ORDERS_MAX: usize = 100_000;
+/// Most orders one account keeps stored (the others are deleted after their retention).
+pub const ACME_ORDERS_PER_ACCOUNT_MAX: usize = 1_000;
+/// Most new orders one account creates in one [`ACME_ORDERS_WINDOW_MS`] (Let's Encrypt allows
+/// 300 per three hours).
+pub const ACME_ORDERS_PER_WINDOW_MAX: u32 = 300;
+/// The window [`ACME_ORDERS_PER_WINDOW_MAX`] counts over: three hours.
+pub const ACME_ORDERS_WINDOW_MS: u64 = 3 * 60 * 60 * 1000;
+/// Most identifiers in one order (Let's Encrypt's 100; sessions certify as many).
+pub const ACME_IDENTIFIERS_MAX: usize = SESSION_NAMES_MAX;
+/// Most contact URLs on one account.
+pub const ACME_CONTACTS_MAX: usize = 10;
+/// Longest contact URL.
+pub const ACME_CONTACT_BYTES_MAX: usize = 512;
+/// Largest account key (a public JWK as canonical JSON; an 8192-bit RSA key is about 1.4 KiB).
+pub const ACME_JWK_BYTES_MAX: usize = 2048;
+/// How long a pending or ready order (and its authorizations) stays usable: seven days.
+pub const ACME_ORDER_LIFETIME_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+/// How long an order is kept after its creation before a tick deletes it (its certificate stays
+/// downloadable until then); an order whose issuance still runs is kept until it ends.
+pub const ACME_ORDER_RETENTION_MS: u64 = 30 * 24 * 60 * 60 * 1000;
+/// Most orders one `Tick` deletes; the rest go on later ticks.
+pub const TICK_ACME_ORDERS_MAX: usize = 1024;
+/// Most revoked serial numbers recorded (the CRL's entries).
+pub const ACME_REVOCATIONS_MAX: usize = 1_000_000;
+/// Longest serial number, in hex digits (RFC 5280 §4.1.2.2: at most 20 octets).
+pub const ACME_SERIAL_HEX_MAX: usize = 40;

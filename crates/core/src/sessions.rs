@@ -1165,6 +1165,66 @@ impl Sessions {
         })
     }
 
+    /// Starts a session whose names were already validated (an ACME order being finalized):
+    /// it enters the issue stage with `challenges`, one satisfied challenge per name, and is
+    /// issued as any session is.
+    pub(crate) fn create_issuing(
+        &mut self,
+        csr: Vec<u8>,
+        names: Vec<DnsName>,
+        challenges: Vec<SessionChallenge>,
+        now_ms: u64,
+        log_index: u64,
+    ) -> Result<SessionId, SessionError> {
+        claims::within(
+            "number of names",
+            names.len() as u64,
+            1,
+            SESSION_NAMES_MAX as u64,
+        )?;
+        check_bytes("csr", csr.len(), SESSION_CSR_BYTES_MAX)?;
+        let fits = challenges.len() == names.len()
+            && challenges
+                .iter()
+                .zip(&names)
+                .all(|(challenge, name)| challenge.name == *name && challenge.satisfied);
+        if !fits || names.windows(2).any(|pair| pair[0] >= pair[1]) {
+            return Err(SessionError::BadNames(
+                "an issuing session needs sorted, distinct names, each with a satisfied challenge"
+                    .to_owned(),
+            ));
+        }
+        let max = self.config.sessions_max.min(SESSIONS_MAX as u64);
+        if self.table.len() as u64 >= max {
+            return Err(SessionError::TooMany { max });
+        }
+        self.last_session_id = claims::issue(self.last_session_id, log_index);
+        let id = SessionId(self.last_session_id);
+        self.put(Session {
+            id,
+            created_ms: now_ms,
+            request_key: None,
+            csr,
+            names,
+            place: Place::Queued(QueuedStage::Issue),
+            stage_entered_ms: now_ms,
+            challenges,
+            visible_at_ms: now_ms,
+            last_completion: None,
+            note: None,
+        });
+        Ok(id)
+    }
+
+    /// Acknowledges a done session on its ACME order's behalf (the order keeps the certificate).
+    pub(crate) fn acknowledge_for_acme(
+        &mut self,
+        id: SessionId,
+        now_ms: u64,
+    ) -> Result<SessionReply, SessionError> {
+        self.acknowledge(id, now_ms)
+    }
+
     fn claim(
         &mut self,
         stage: Stage,

@@ -15,6 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::acme::{Acme, AcmeRecords, AcmeRecordsRef};
 use crate::challenges::{Challenge, Challenges};
 use crate::clients::{ClientSession, Clients};
 use crate::ct::{CtLog, CtRecords, DedupeWindow, MirrorState};
@@ -23,7 +24,9 @@ use crate::pipelines::{PipelineRecords, PipelineRecordsRef, Pipelines};
 use crate::sessions::{SessionRecords, SessionRecordsRef, Sessions};
 use crate::state::State;
 
-const MAGIC: [u8; 8] = *b"CERTUS\x00\x07";
+const MAGIC: [u8; 8] = *b"CERTUS\x00\x08";
+/// The format before ACME: the same body without `acme`.
+const MAGIC_V7: [u8; 8] = *b"CERTUS\x00\x07";
 /// The format before the CT log's dedupe window: the same body without `ct_dedupe`.
 const MAGIC_V6: [u8; 8] = *b"CERTUS\x00\x06";
 /// The format before client sessions: the same body without `clients`.
@@ -39,7 +42,7 @@ const MAGIC_V2: [u8; 8] = *b"CERTUS\x00\x02";
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
     /// The bytes do not start with the snapshot magic and a known version.
-    #[error("not a Certus snapshot of format version 2 to 7 (bad magic or version)")]
+    #[error("not a Certus snapshot of format version 2 to 8 (bad magic or version)")]
     BadMagic,
     /// The body could not be decoded.
     #[error("snapshot body does not decode: {0}")]
@@ -66,6 +69,7 @@ struct BodyRef<'a> {
     pipelines: PipelineRecordsRef<'a>,
     clients: Vec<&'a ClientSession>,
     ct_dedupe: DedupeWindow,
+    acme: AcmeRecordsRef<'a>,
 }
 
 /// Version 2's body, which is also how later versions begin (postcard writes a struct as its
@@ -110,9 +114,16 @@ struct BodyV6 {
 
 /// Version 7's body: version 6's and the CT log's dedupe window.
 #[derive(Deserialize)]
-struct Body {
+struct BodyV7 {
     v6: BodyV6,
     ct_dedupe: DedupeWindow,
+}
+
+/// Version 8's body: version 7's and the ACME tables.
+#[derive(Deserialize)]
+struct Body {
+    v7: BodyV7,
+    acme: AcmeRecords,
 }
 
 impl State {
@@ -130,6 +141,7 @@ impl State {
             pipelines: self.pipelines.records(),
             clients: self.clients.iter().collect(),
             ct_dedupe: self.ct.dedupe(),
+            acme: self.acme.records(),
         };
         let bytes = MAGIC.to_vec();
         // Encoding into a Vec cannot fail: every field is plainly serializable.
@@ -139,12 +151,15 @@ impl State {
     /// Decodes and validates a snapshot made by [`State::to_snapshot`].
     pub fn from_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
         let decode = |e: postcard::Error| SnapshotError::Decode(e.to_string());
-        let (v6, ct_dedupe, rest) = if let Some(body) = bytes.strip_prefix(&MAGIC) {
+        let (v6, ct_dedupe, acme, rest) = if let Some(body) = bytes.strip_prefix(&MAGIC) {
             let (body, rest) = postcard::take_from_bytes::<Body>(body).map_err(decode)?;
-            (body.v6, body.ct_dedupe, rest)
+            (body.v7.v6, body.v7.ct_dedupe, body.acme, rest)
+        } else if let Some(body) = bytes.strip_prefix(&MAGIC_V7) {
+            let (body, rest) = postcard::take_from_bytes::<BodyV7>(body).map_err(decode)?;
+            (body.v6, body.ct_dedupe, AcmeRecords::default(), rest)
         } else {
             let (v6, rest) = Self::older_body(bytes)?;
-            (v6, DedupeWindow::default(), rest)
+            (v6, DedupeWindow::default(), AcmeRecords::default(), rest)
         };
         if !rest.is_empty() {
             return Err(SnapshotError::TrailingBytes(rest.len()));
@@ -177,6 +192,7 @@ impl State {
             sessions: Sessions::from_records(sessions).map_err(SnapshotError::Inconsistent)?,
             pipelines: Pipelines::from_records(pipelines).map_err(SnapshotError::Inconsistent)?,
             clients: Clients::from_records(clients).map_err(SnapshotError::Inconsistent)?,
+            acme: Acme::from_records(acme).map_err(SnapshotError::Inconsistent)?,
         };
         state
             .check_invariants()
@@ -256,8 +272,9 @@ mod tests {
         // definitions, transactions, external ids or switches; no webhooks (last event and
         // notice 0, none dropped, none pending, no URLs, no notices); no notifications (last 0,
         // none kept); no statistics rows at any of the three resolutions; no client sessions;
-        // the default dedupe window (100000) with nothing forgotten.
-        let expected: &[u8] = b"CERTUS\x00\x07\x00\x00\x00\x00\x00\
+        // the default dedupe window (100000) with nothing forgotten; no ACME accounts, orders
+        // or revocations (last id 0).
+        let expected: &[u8] = b"CERTUS\x00\x08\x00\x00\x00\x00\x00\
             \x02\xf4\x03\xa0\x8d\x06\x64\xc8\x01\x64\xb0\xea\x01\
             \x00\x00\x00\x00\x00\x00\x00\
             \x80\xdd\xdb\x01\x0a\xd0\x0f\x80\xb8\x99\x29\x80\x88\xb2\xa0\x02\xa0\x8d\x06\
@@ -269,7 +286,8 @@ mod tests {
             \x00\x00\
             \x00\x00\x00\
             \x00\
-            \xa0\x8d\x06\x00";
+            \xa0\x8d\x06\x00\
+            \x00\x00\x00\x00";
         assert_eq!(State::new().to_snapshot(), expected);
     }
 
@@ -289,9 +307,37 @@ mod tests {
     /// The encoding of a state with the default dedupe window ends with this.
     const DEFAULT_DEDUPE_SUFFIX: &[u8] = &[0xa0, 0x8d, 0x06, 0x00];
 
+    /// The encoding of a state without ACME ends with this.
+    const NO_ACME_SUFFIX: &[u8] = &[0, 0, 0, 0];
+
+    /// The state's encoding as version 7 (no ACME), under the current magic.
+    fn without_acme(state: &State) -> Vec<u8> {
+        let bytes = state.to_snapshot();
+        assert!(bytes.ends_with(NO_ACME_SUFFIX));
+        bytes[..bytes.len() - NO_ACME_SUFFIX.len()].to_vec()
+    }
+
+    #[test]
+    fn a_version_7_snapshot_loads_with_no_acme_state() {
+        let state = state_with_a_lease();
+        let bytes = without_acme(&state);
+        let mut v7 = MAGIC_V7.to_vec();
+        v7.extend_from_slice(&bytes[MAGIC.len()..]);
+        let loaded = State::from_snapshot(&v7).unwrap();
+        assert_eq!(loaded, state);
+        assert_eq!(loaded.acme().account_count(), 0);
+        // A version 8 body under the version 7 magic has the ACME tables too many.
+        let mut mislabelled = MAGIC_V7.to_vec();
+        mislabelled.extend_from_slice(&state.to_snapshot()[MAGIC.len()..]);
+        assert_eq!(
+            State::from_snapshot(&mislabelled),
+            Err(SnapshotError::TrailingBytes(NO_ACME_SUFFIX.len()))
+        );
+    }
+
     /// The state's encoding as version 6 (no dedupe window), under the current magic.
     fn without_dedupe(state: &State) -> Vec<u8> {
-        let bytes = state.to_snapshot();
+        let bytes = without_acme(state);
         assert!(bytes.ends_with(DEFAULT_DEDUPE_SUFFIX));
         bytes[..bytes.len() - DEFAULT_DEDUPE_SUFFIX.len()].to_vec()
     }
@@ -307,7 +353,7 @@ mod tests {
         assert_eq!(loaded.ct_dedupe(), DedupeWindow::default());
         // A version 7 body under the version 6 magic has the window too many.
         let mut mislabelled = MAGIC_V6.to_vec();
-        mislabelled.extend_from_slice(&state.to_snapshot()[MAGIC.len()..]);
+        mislabelled.extend_from_slice(&without_acme(&state)[MAGIC.len()..]);
         assert_eq!(
             State::from_snapshot(&mislabelled),
             Err(SnapshotError::TrailingBytes(DEFAULT_DEDUPE_SUFFIX.len()))
@@ -403,7 +449,7 @@ mod tests {
             Err(SnapshotError::BadMagic)
         );
         let mut newer = bytes.clone();
-        newer[7] = 8;
+        newer[7] = 9;
         assert_eq!(State::from_snapshot(&newer), Err(SnapshotError::BadMagic));
         let mut longer = bytes.clone();
         longer.push(0);
@@ -423,6 +469,7 @@ mod tests {
         let lease = state.leases.iter().next().unwrap().clone();
         let empty = Sessions::default();
         let no_pipelines = Pipelines::default();
+        let no_acme = Acme::default();
         let body = |last_token, clock_ms, leases| BodyRef {
             applied_index: 3,
             clock_ms,
@@ -435,6 +482,7 @@ mod tests {
             pipelines: no_pipelines.records(),
             clients: Vec::new(),
             ct_dedupe: DedupeWindow::default(),
+            acme: no_acme.records(),
         };
         // A token above the last issued one.
         let bytes = encode(&body(2, 10_000, vec![&lease]));

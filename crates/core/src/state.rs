@@ -1,5 +1,6 @@
 //! The whole replicated state and the one function that changes it.
 
+use crate::acme::{Account, AccountId, Acme, Order, OrderId, Revocation};
 use crate::challenges::{Challenge, ChallengeToken, Challenges};
 use crate::clients::{Admission, ClientId, ClientRequest, ClientSession, Clients};
 use crate::command::{Command, Response, TickReply};
@@ -24,6 +25,7 @@ pub struct State {
     pub(crate) sessions: Sessions,
     pub(crate) pipelines: Pipelines,
     pub(crate) clients: Clients,
+    pub(crate) acme: Acme,
 }
 
 /// Applies one command at one log position. The only way the state changes.
@@ -76,7 +78,17 @@ fn dispatch(state: &mut State, command: Command, index: u64, now_ms: u64) -> Res
         Command::Ct(command) => Response::Ct(state.ct.apply(command, now_ms)),
         Command::Session(command) => {
             // Session ids and claim tokens come from the log index.
-            Response::Session(state.sessions.apply(command, now_ms, index))
+            let response = Response::Session(state.sessions.apply(command, now_ms, index));
+            state.acme.follow_sessions(&mut state.sessions, now_ms);
+            response
+        }
+        Command::Acme(command) => {
+            // Account and order ids come from the log index.
+            Response::Acme(
+                state
+                    .acme
+                    .apply(command, &mut state.sessions, now_ms, index),
+            )
         }
         Command::Pipeline(command) => {
             // Transaction ids, claim tokens and webhook event ids come from the log index.
@@ -103,13 +115,17 @@ fn dispatch(state: &mut State, command: Command, index: u64, now_ms: u64) -> Res
         }
         Command::Tick => {
             let (expired_clients, more_clients) = state.clients.expire(now_ms);
-            Response::Tick(Box::new(TickReply {
+            let reply = TickReply {
                 expired_leases: state.leases.reclaim_expired(now_ms),
                 sessions: state.sessions.tick(now_ms),
                 pipelines: state.pipelines.tick(now_ms, index),
                 expired_clients,
                 more_clients,
-            }))
+            };
+            // A tick can end an issuing session (its stage timed out); the order follows.
+            state.acme.follow_sessions(&mut state.sessions, now_ms);
+            state.acme.tick(now_ms);
+            Response::Tick(Box::new(reply))
         }
     }
 }
@@ -209,6 +225,9 @@ impl State {
             .map_err(InvariantViolation)?;
         self.clients
             .check(self.clock_ms)
+            .map_err(InvariantViolation)?;
+        self.acme
+            .check(&self.sessions, self.clock_ms)
             .map_err(InvariantViolation)?;
         Ok(())
     }
@@ -381,6 +400,14 @@ impl State {
         PipelineReads::new(&self.pipelines, self.clock_ms)
     }
 
+    /// Reads of the ACME tables: accounts, orders, validations waiting, revocations.
+    pub fn acme(&self) -> AcmeReads<'_> {
+        AcmeReads {
+            acme: &self.acme,
+            clock_ms: self.clock_ms,
+        }
+    }
+
     fn read_time(&self, now_ms: u64) -> u64 {
         self.clock_ms.max(now_ms)
     }
@@ -390,3 +417,66 @@ impl State {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("state invariant violated: {0}")]
 pub struct InvariantViolation(pub String);
+
+/// Read access to the ACME tables (see [`crate::acme`]).
+#[derive(Clone, Copy, Debug)]
+pub struct AcmeReads<'a> {
+    acme: &'a Acme,
+    clock_ms: u64,
+}
+
+impl<'a> AcmeReads<'a> {
+    /// The machine clock: order and authorization statuses are read at `max(it, reader's)`.
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms
+    }
+
+    /// The account `id`.
+    pub fn account(&self, id: AccountId) -> Option<&'a Account> {
+        self.acme.account(id)
+    }
+
+    /// The account whose key has this RFC 7638 thumbprint.
+    pub fn account_by_thumbprint(&self, thumbprint: &str) -> Option<&'a Account> {
+        self.acme.account_by_thumbprint(thumbprint)
+    }
+
+    /// The order `id`.
+    pub fn order(&self, id: OrderId) -> Option<&'a Order> {
+        self.acme.order(id)
+    }
+
+    /// Up to `limit` orders of `account` with ids above `after`, in id order.
+    pub fn orders_of(&self, account: AccountId, after: OrderId, limit: usize) -> Vec<&'a Order> {
+        self.acme
+            .orders_of(account)
+            .filter(|order| order.id > after)
+            .take(limit)
+            .collect()
+    }
+
+    /// Up to `limit` challenges a validator should fetch: `(order, authorization position)`.
+    pub fn validating(&self, limit: usize) -> Vec<(OrderId, u32)> {
+        self.acme.validating().take(limit).collect()
+    }
+
+    /// The revocation of `serial` (lowercase hex), if it was revoked.
+    pub fn revocation(&self, serial: &str) -> Option<&'a Revocation> {
+        self.acme.revocation(serial)
+    }
+
+    /// Every revocation, in serial order.
+    pub fn revocations(&self) -> impl Iterator<Item = &'a Revocation> + 'a {
+        self.acme.revocations()
+    }
+
+    /// Orders stored.
+    pub fn order_count(&self) -> usize {
+        self.acme.order_count()
+    }
+
+    /// Accounts stored.
+    pub fn account_count(&self) -> usize {
+        self.acme.account_count()
+    }
+}

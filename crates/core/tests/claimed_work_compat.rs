@@ -13,7 +13,8 @@
 //!   same code: the run's answers and snapshots encode exactly as they did.
 //!
 //! Both were recorded in snapshot format 6; format 7 appends the CT log's dedupe window (the
-//! run logs no certificates, so it is the default one), and [`as_version_6`] takes it off again.
+//! run logs no certificates, so it is the default one) and format 8 the ACME tables (the run
+//! has none, so they are empty); [`as_version_6`] takes both off again.
 
 use certus_core::pipelines::{
     JsonDocument, NewTransaction, NodeGroup, Owner, PipelineName, QueueType, Route, SwitchName,
@@ -39,14 +40,22 @@ const DIGEST: u64 = 0xb885_2024_c8fa_98d6;
 /// The default dedupe window as format 7 appends it: 100000 and 0, as varints.
 const DEFAULT_DEDUPE_SUFFIX: &[u8] = &[0xa0, 0x8d, 0x06, 0x00];
 
-/// The state's snapshot in format 6: the magic's version byte back to 6, the default dedupe
-/// window taken off the end.
+/// Empty ACME tables as format 8 appends them: last id 0, no accounts, orders or revocations.
+const NO_ACME_SUFFIX: &[u8] = &[0, 0, 0, 0];
+
+/// The state's snapshot in format 6: the magic's version byte back to 6, the empty ACME tables
+/// and the default dedupe window taken off the end.
 fn as_version_6(state: &State) -> Vec<u8> {
     let bytes = state.to_snapshot();
-    assert!(bytes.starts_with(b"CERTUS\x00\x07"));
-    assert!(bytes.ends_with(DEFAULT_DEDUPE_SUFFIX));
+    assert!(bytes.starts_with(b"CERTUS\x00\x08"));
+    let bytes = bytes
+        .strip_suffix(NO_ACME_SUFFIX)
+        .expect("no ACME tables in the run");
+    let bytes = bytes
+        .strip_suffix(DEFAULT_DEDUPE_SUFFIX)
+        .expect("the default dedupe window");
     let mut v6 = b"CERTUS\x00\x06".to_vec();
-    v6.extend_from_slice(&bytes[8..bytes.len() - DEFAULT_DEDUPE_SUFFIX.len()]);
+    v6.extend_from_slice(&bytes[8..]);
     v6
 }
 

@@ -8,12 +8,14 @@
 //! One folder per concern: [`raft`] (openraft wired to the store and the transport; the
 //! [`Replica`] everything else goes through), [`convert`] (the client API's requests and replies
 //! to and from the state machine's commands, pure), [`services`] (the client gRPC services), [`ct`]
-//! (the CT log), [`roles`] (background work: ticks, session daemons, webhooks), [`edge`] (TLS,
+//! (the CT log), [`acme`] (ACME, RFC 8555: its HTTP resources and the challenge validator),
+//! [`roles`] (background work: ticks, session daemons, webhooks), [`edge`] (TLS,
 //! authorization, client limits, request metrics, HTTP) and [`metrics`]; [`node`] starts and
 //! stops them all.
 
 #![deny(missing_docs, unreachable_pub)]
 
+pub mod acme;
 pub mod address;
 pub mod clock;
 pub mod config;

@@ -220,3 +220,13 @@ pub const LOG_SEGMENT_BYTES_MIN: u64 = 4096;
 
 /// The most entry bytes one GetEntries reply carries, under the client message limit.
 pub const GET_ENTRIES_REPLY_BYTES_MAX: usize = CLIENT_MESSAGE_BYTES_MAX - 16 * 1024;
+
+/// Most ACME challenges the validator fetches at once.
+pub const ACME_VALIDATIONS_IN_FLIGHT_MAX: usize = 16;
+/// Fetches of an ACME challenge before it is recorded as not served (a second apart).
+pub const ACME_VALIDATION_ATTEMPTS_MAX: u32 = 3;
+/// Most orders one page of an account's order list names (RFC 8555 §7.1.2.1).
+pub const ACME_ORDERS_PAGE_MAX: usize = 100;
+/// How long an ACME request waits for the cluster to elect a leader before it is answered 503
+/// (ACME clients do not retry a server error, so the node rides out an election for them).
+pub const ACME_CLUSTER_WAIT: Duration = Duration::from_secs(20);

@@ -275,14 +275,31 @@ impl Node {
             stopped.clone(),
         );
         let mut servers = vec![grpc.await?];
+        // ACME validates with the session daemons' HTTP-01 tester and issues through sessions.
+        let acme_tester = if config.sessions.daemons {
+            sessions.tester.clone()
+        } else {
+            None
+        };
+        #[cfg(not(madsim))]
+        let acme = Arc::new(crate::acme::AcmeServer::new(
+            config.id,
+            reloader.https().is_some(),
+            sessions.ca.clone(),
+        ));
         #[cfg(not(madsim))]
         servers.extend(
             crate::edge::http_server::serve_http(
                 &config,
                 reloader.https(),
-                authorizer.map(Arc::new),
+                crate::edge::http::node_router(
+                    Arc::clone(&replica),
+                    Arc::clone(&metrics),
+                    ct.clone(),
+                    Some(acme),
+                    authorizer.map(Arc::new),
+                ),
                 Arc::clone(&replica),
-                ct.clone(),
                 Arc::clone(&metrics),
                 stopped.clone(),
             )
@@ -297,6 +314,12 @@ impl Node {
             servers.push(replica.tasks.spawn(
                 "ct round",
                 crate::ct::node::run(Arc::clone(&replica), Arc::clone(ct), stopped.clone()),
+            ));
+        }
+        if let Some(tester) = acme_tester {
+            servers.push(replica.tasks.spawn(
+                "ACME validator",
+                crate::acme::validator::run(Arc::clone(&replica), tester, stopped.clone()),
             ));
         }
         if config.sessions.daemons {

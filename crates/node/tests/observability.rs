@@ -329,6 +329,7 @@ async fn metrics_count_requests_by_route_template_and_read_the_node_at_scrape_ti
         Arc::clone(&metrics),
         Some(ct_node()),
         None,
+        None,
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
+use crate::acme::AcmeServer;
 use crate::ct::node::CtNode;
 use crate::edge::security::{Authorizer, Refusal};
 use crate::metrics::{LocalTree, Metrics, NodeSample, OTHER_PATH};
@@ -24,7 +25,8 @@ use crate::raft::replica::Replica;
 use crate::services::health::{liveness, readiness};
 
 /// Every HTTP route of one node, each request counted: the routes of [`router`], `/metrics`,
-/// and the CT log's `/ct/v1/` routes when `ct` is given.
+/// the CT log's `/ct/v1/` routes when `ct` is given, and the ACME resources under `/acme/`
+/// when `acme` is.
 ///
 /// With an `authorizer` (a node with TLS), routes that are not public need an identity
 /// ([`crate::edge::security::http_permission`]); refusals are counted like any answer.
@@ -32,6 +34,7 @@ pub fn node_router(
     replica: Arc<Replica>,
     metrics: Arc<Metrics>,
     ct: Option<Arc<CtNode>>,
+    acme: Option<Arc<AcmeServer>>,
     authorizer: Option<Arc<Authorizer>>,
 ) -> Router {
     let mut routes = router(Arc::clone(&replica)).merge(metrics_router(
@@ -39,6 +42,9 @@ pub fn node_router(
         Arc::clone(&metrics),
         ct.clone(),
     ));
+    if let Some(acme) = acme {
+        routes = crate::acme::http::router(Arc::clone(&replica), acme).merge(routes);
+    }
     if let Some(ct) = ct {
         routes = crate::ct::http::router(replica, ct).merge(routes);
     }
@@ -198,7 +204,13 @@ async fn ready(State(replica): State<Arc<Replica>>) -> Response {
 
 async fn status(State(replica): State<Arc<Replica>>) -> Response {
     let status = crate::services::admin::status_of(&replica);
+    // From this node's applied state: what it holds, not a linearizable count.
+    let (acme_accounts, acme_orders) = replica.reader.read(|applied| {
+        let acme = applied.state.acme();
+        (acme.account_count(), acme.order_count())
+    });
     axum::Json(json!({
+        "acme": { "accounts": acme_accounts, "orders": acme_orders },
         "id": status.id,
         "role": status.role,
         "term": status.term,

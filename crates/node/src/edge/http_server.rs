@@ -28,9 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::{debug, warn};
 
 use crate::config::{HttpSetup, NodeConfig};
-use crate::ct::node::CtNode;
 use crate::edge::http::PeerCertificate;
-use crate::edge::security::Authorizer;
 use crate::edge::tls::LiveServerConfig;
 use crate::errors::BodyTimeout;
 use crate::limits::HTTPS_HANDSHAKE_TIMEOUT;
@@ -54,13 +52,13 @@ pub enum ListenError {
 
 /// Starts the HTTP port's listener and, when `config.acme_http_addr` is set, the ACME listener;
 /// returns their accept loops. A port that cannot be bound is a [`ListenError`]; the HTTP port's
-/// TLS (`https`) was read with the node's other files (`crate::edge::reload`).
+/// TLS (`https`) was read with the node's other files (`crate::edge::reload`); the HTTP port
+/// serves `router` (`crate::edge::http::node_router`).
 pub(crate) async fn serve_http(
     config: &NodeConfig,
     https: Option<LiveServerConfig>,
-    authorizer: Option<Arc<Authorizer>>,
+    router: Router,
     replica: Arc<Replica>,
-    ct: Option<Arc<CtNode>>,
     metrics: Arc<Metrics>,
     stop: watch::Receiver<bool>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, ListenError> {
@@ -70,8 +68,6 @@ pub(crate) async fn serve_http(
         Some(addr) => Some(bind(addr).await?),
         None => None,
     };
-    let router =
-        crate::edge::http::node_router(Arc::clone(&replica), Arc::clone(&metrics), ct, authorizer);
     let tasks = Arc::clone(&replica.tasks);
     let mut servers = vec![tasks.spawn(
         "HTTP listener",

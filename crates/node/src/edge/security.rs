@@ -197,7 +197,9 @@ pub fn method_permission(path: &str) -> Option<Permission> {
 /// The permission an HTTP `path` needs: the RFC 6962 endpoints, ACME challenges and health
 /// probes are public; the node's status and metrics need a reader.
 pub fn http_permission(path: &str) -> Permission {
+    // ACME requests carry their own authentication (JWS signed by an account key).
     let public = path.starts_with("/ct/v1/")
+        || path.starts_with("/acme/")
         || path.starts_with("/.well-known/acme-challenge/")
         || path.starts_with("/health/");
     if public {
