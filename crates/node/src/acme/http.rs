@@ -63,30 +63,34 @@ pub(crate) fn router(replica: Arc<Replica>, server: Arc<AcmeServer>) -> Router {
         .with_state(Acme { replica, server })
 }
 
-/// A refusal, as a problem document with its status.
-struct Refusal(Problem);
+/// A refusal, as a problem document with its status, and when a retry may succeed (seconds,
+/// sent as `Retry-After`).
+struct Refusal(Problem, Option<u64>);
 
 impl From<Problem> for Refusal {
     fn from(problem: Problem) -> Refusal {
-        Refusal(problem)
+        Refusal(problem, None)
     }
 }
 
 impl From<ServiceError> for Refusal {
     fn from(error: ServiceError) -> Refusal {
         // The cluster could not answer now (no leader, stopping): the client may retry.
-        Refusal(Problem::with_status(
-            ProblemType::ServerInternal,
-            format!("the cluster cannot answer now: {error}"),
-            503,
-        ))
+        Refusal(
+            Problem::with_status(
+                ProblemType::ServerInternal,
+                format!("the cluster cannot answer now: {error}"),
+                503,
+            ),
+            Some(1),
+        )
     }
 }
 
 impl From<AcmeError> for Refusal {
     fn from(error: AcmeError) -> Refusal {
         let detail = error.to_string();
-        Refusal(match error {
+        Refusal::from(match error {
             AcmeError::InvalidText(_) | AcmeError::Malformed(_) => {
                 Problem::new(ProblemType::Malformed, detail)
             }
@@ -133,7 +137,13 @@ fn finish(acme: &Acme, base: Option<&str>, mut response: Response) -> Response {
 fn answer(acme: &Acme, base: Option<&str>, result: Answer) -> Response {
     let response = match result {
         Ok(response) => response,
-        Err(Refusal(problem)) => problem_response(&problem),
+        Err(Refusal(problem, retry_after_s)) => {
+            let response = problem_response(&problem);
+            match retry_after_s {
+                Some(seconds) => with_header(response, header::RETRY_AFTER, &seconds.to_string()),
+                None => response,
+            }
+        }
     };
     finish(acme, base, response)
 }
@@ -346,6 +356,20 @@ async fn propose(acme: &Acme, command: AcmeCommand) -> Result<AcmeReply, Refusal
         return match (result, &command) {
             (Ok(reply), _) => Ok(reply),
             (Err(error), command) if unknown => landed_before(acme, command, error).await,
+            (
+                Err(
+                    error @ AcmeError::RateLimited {
+                        retry_at_ms: Some(retry_at_ms),
+                        ..
+                    },
+                ),
+                _,
+            ) => {
+                // RFC 8555 §6.6: say when the limit lets a new request through.
+                let wait_ms = retry_at_ms.saturating_sub(acme.replica.clock.now_ms());
+                let Refusal(problem, _) = error.into();
+                Err(Refusal(problem, Some(wait_ms.div_ceil(1000).max(1))))
+            }
             (Err(error), _) => Err(error.into()),
         };
     }
@@ -1137,7 +1161,7 @@ async fn revoke_cert(
         )
         .await
         .map_err(|refusal| match refusal.0.kind {
-            ProblemType::Malformed if payload.reason.is_some() => Refusal(Problem::new(
+            ProblemType::Malformed if payload.reason.is_some() => Refusal::from(Problem::new(
                 ProblemType::BadRevocationReason,
                 refusal.0.detail,
             )),
@@ -1174,7 +1198,7 @@ async fn key_change(
                 &account_json(&post.base, &account),
             )),
             Ok(_) => Err(unexpected()),
-            Err(Refusal(problem)) if problem.status == 409 => {
+            Err(Refusal(problem, _)) if problem.status == 409 => {
                 // RFC 8555 §7.3.5: 409, with the account that has the key.
                 let holder = read(&acme, {
                     let thumbprint = rollover.new_key.thumbprint();
