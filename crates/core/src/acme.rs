@@ -1014,6 +1014,14 @@ impl Acme {
             .map(|(_, id)| &self.orders[id])
     }
 
+    pub(crate) fn orders_after(&self, after: OrderId, limit: usize) -> Vec<&Order> {
+        self.orders
+            .range((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
+            .map(|(_, order)| order)
+            .take(limit)
+            .collect()
+    }
+
     pub(crate) fn validating(&self) -> impl Iterator<Item = (OrderId, u32)> + '_ {
         self.validating.iter().copied()
     }

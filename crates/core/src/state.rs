@@ -455,6 +455,11 @@ impl<'a> AcmeReads<'a> {
             .collect()
     }
 
+    /// Up to `limit` orders of every account with ids above `after`, in id order.
+    pub fn orders(&self, after: OrderId, limit: usize) -> Vec<&'a Order> {
+        self.acme.orders_after(after, limit)
+    }
+
     /// Up to `limit` challenges a validator should fetch: `(order, authorization position)`.
     pub fn validating(&self, limit: usize) -> Vec<(OrderId, u32)> {
         self.acme.validating().take(limit).collect()

@@ -45,22 +45,75 @@ struct Acme {
 
 /// The ACME routes of one node.
 pub(crate) fn router(replica: Arc<Replica>, server: Arc<AcmeServer>) -> Router {
+    // A method a resource does not answer is a problem document too, with a nonce.
     Router::new()
-        .route("/acme/directory", get(directory))
-        .route("/acme/new-nonce", get(new_nonce).head(new_nonce))
-        .route("/acme/new-account", post(new_account))
-        .route("/acme/new-order", post(new_order))
-        .route("/acme/revoke-cert", post(revoke_cert))
-        .route("/acme/key-change", post(key_change))
-        .route("/acme/account/{id}", post(account))
-        .route("/acme/account/{id}/orders", post(account_orders))
-        .route("/acme/order/{id}", post(order))
-        .route("/acme/order/{id}/finalize", post(finalize))
-        .route("/acme/authz/{order}/{position}", post(authorization))
-        .route("/acme/challenge/{order}/{position}", post(challenge))
-        .route("/acme/certificate/{order}", post(certificate))
-        .route("/acme/crl", get(crl))
+        .route(
+            "/acme/directory",
+            get(directory).fallback(method_not_allowed),
+        )
+        .route(
+            "/acme/new-nonce",
+            get(new_nonce).head(new_nonce).fallback(method_not_allowed),
+        )
+        .route(
+            "/acme/new-account",
+            post(new_account).fallback(method_not_allowed),
+        )
+        .route(
+            "/acme/new-order",
+            post(new_order).fallback(method_not_allowed),
+        )
+        .route(
+            "/acme/revoke-cert",
+            post(revoke_cert).fallback(method_not_allowed),
+        )
+        .route(
+            "/acme/key-change",
+            post(key_change).fallback(method_not_allowed),
+        )
+        .route(
+            "/acme/account/{id}",
+            post(account).fallback(method_not_allowed),
+        )
+        .route(
+            "/acme/account/{id}/orders",
+            post(account_orders).fallback(method_not_allowed),
+        )
+        .route("/acme/order/{id}", post(order).fallback(method_not_allowed))
+        .route(
+            "/acme/order/{id}/finalize",
+            post(finalize).fallback(method_not_allowed),
+        )
+        .route(
+            "/acme/authz/{order}/{position}",
+            post(authorization).fallback(method_not_allowed),
+        )
+        .route(
+            "/acme/challenge/{order}/{position}",
+            post(challenge).fallback(method_not_allowed),
+        )
+        .route(
+            "/acme/certificate/{order}",
+            post(certificate).fallback(method_not_allowed),
+        )
+        .route("/acme/crl", get(crl).fallback(method_not_allowed))
         .with_state(Acme { replica, server })
+}
+
+async fn method_not_allowed(
+    State(acme): State<Acme>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    let base = base_url(&acme.server, &headers).ok();
+    let problem = Problem::with_status(
+        ProblemType::Malformed,
+        format!(
+            "{method} is not a method this ACME resource answers (resources take POST; the directory, nonces and the CRL GET)"
+        ),
+        405,
+    );
+    answer(&acme, base.as_deref(), Err(problem.into()))
 }
 
 /// A refusal, as a problem document with its status, and when a retry may succeed (seconds,
@@ -238,9 +291,28 @@ fn check_post(acme: &Acme, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Resul
         )
         .into());
     }
-    let url = format!("{base}{}", uri.path());
+    let path = uri
+        .path_and_query()
+        .map_or(uri.path(), |path| path.as_str());
+    let url = format!("{base}{path}");
     jws.check_url(&url).map_err(|error| error.problem())?;
     Ok(Post { base, jws })
+}
+
+/// The number in a resource URL (an account's or an order's id).
+fn resource_id(text: &str) -> Result<u64, Refusal> {
+    text.parse::<u64>()
+        .ok()
+        .filter(|id| id.to_string() == text)
+        .ok_or_else(|| Problem::not_found(format!("no resource {text}")).into())
+}
+
+/// An authorization's position in a resource URL.
+fn resource_position(text: &str) -> Result<u32, Refusal> {
+    text.parse::<u32>()
+        .ok()
+        .filter(|position| position.to_string() == text)
+        .ok_or_else(|| Problem::not_found(format!("no authorization {text}")).into())
 }
 
 /// The account a `kid`-signed request names, its signature checked with the account's key.
@@ -250,6 +322,8 @@ async fn signed_by_account(acme: &Acme, post: &Post) -> Result<Account, Refusal>
     let id = kid
         .strip_prefix(&prefix)
         .and_then(|id| id.parse::<u64>().ok())
+        // The account URL exactly (RFC 8555 §6.2), not another spelling of its number.
+        .filter(|id| kid == format!("{prefix}{id}"))
         .ok_or_else(|| {
             Problem::new(
                 ProblemType::AccountDoesNotExist,
@@ -264,13 +338,45 @@ async fn signed_by_account(acme: &Acme, post: &Post) -> Result<Account, Refusal>
     let key = stored_key(&account)?;
     post.jws.verify(&key).map_err(|error| error.problem())?;
     if account.status != AccountStatus::Valid {
-        return Err(Problem::new(
-            ProblemType::Unauthorized,
-            format!("account {id} is deactivated"),
-        )
-        .into());
+        return Err(deactivated(account.id));
     }
     Ok(account)
+}
+
+/// RFC 8555 §7.3.6: a deactivated account's requests are answered 401 `unauthorized`.
+fn deactivated(id: AccountId) -> Refusal {
+    Problem::with_status(
+        ProblemType::Unauthorized,
+        format!("account {id} is deactivated"),
+        401,
+    )
+    .into()
+}
+
+/// The contacts an account may have: `mailto:` URLs of one address without header fields
+/// (RFC 8555 §7.3).
+fn check_contacts(contacts: &[String]) -> Result<(), Refusal> {
+    for contact in contacts {
+        let Some(address) = contact.strip_prefix("mailto:") else {
+            return Err(Problem::new(
+                ProblemType::UnsupportedContact,
+                format!("{contact}: only mailto: contacts are supported"),
+            )
+            .into());
+        };
+        let one_address = !address.is_empty()
+            && address.contains('@')
+            && !address.contains(',')
+            && !address.contains('?');
+        if !one_address {
+            return Err(Problem::new(
+                ProblemType::InvalidContact,
+                format!("{contact}: a mailto: contact names one address, without header fields"),
+            )
+            .into());
+        }
+    }
+    Ok(())
 }
 
 fn stored_key(account: &Account) -> Result<Jwk, Refusal> {
@@ -580,15 +686,7 @@ async fn new_account(
         post.jws.verify(&jwk).map_err(|error| error.problem())?;
         let payload: NewAccountPayload =
             post.jws.payload_json().map_err(|error| error.problem())?;
-        for contact in &payload.contact {
-            if !contact.starts_with("mailto:") {
-                return Err(Problem::new(
-                    ProblemType::UnsupportedContact,
-                    format!("{contact}: only mailto: contacts are supported"),
-                )
-                .into());
-            }
-        }
+        check_contacts(&payload.contact)?;
         let _ = payload.terms_of_service_agreed;
         let reply = propose(
             &acme,
@@ -602,6 +700,10 @@ async fn new_account(
         let AcmeReply::Account { account, existing } = reply else {
             return Err(unexpected());
         };
+        if account.status != AccountStatus::Valid {
+            // Its key authorizes nothing any more, finding the account included.
+            return Err(deactivated(account.id));
+        }
         let status = if existing {
             StatusCode::OK
         } else {
@@ -634,12 +736,13 @@ struct AccountPayload {
 
 async fn account(
     State(acme): State<Acme>,
-    Path(id): Path<u64>,
+    Path(id): Path<String>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     serve_post(acme, uri, headers, body, |acme, post| async move {
+        let id = resource_id(&id)?;
         let account = signed_by_account(&acme, &post).await?;
         if account.id != AccountId(id) {
             return Err(Problem::new(
@@ -653,6 +756,9 @@ async fn account(
         } else {
             let payload: AccountPayload =
                 post.jws.payload_json().map_err(|error| error.problem())?;
+            if let Some(contact) = &payload.contact {
+                check_contacts(contact)?;
+            }
             let deactivate = match payload.status.as_deref() {
                 None => false,
                 Some("deactivated") => true,
@@ -692,13 +798,14 @@ async fn account(
 
 async fn account_orders(
     State(acme): State<Acme>,
-    Path(id): Path<u64>,
+    Path(id): Path<String>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let after = uri_cursor(&uri);
     serve_post(acme, uri, headers, body, |acme, post| async move {
+        let id = resource_id(&id)?;
         let account = signed_by_account(&acme, &post).await?;
         if account.id != AccountId(id) {
             return Err(Problem::new(
@@ -866,12 +973,13 @@ fn order_answer(base: &str, order: &Order, now_ms: u64) -> Response {
 
 async fn order(
     State(acme): State<Acme>,
-    Path(id): Path<u64>,
+    Path(id): Path<String>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     serve_post(acme, uri, headers, body, |acme, post| async move {
+        let id = resource_id(&id)?;
         let account = signed_by_account(&acme, &post).await?;
         let (order, now_ms) = owned_order(&acme, account.id, id).await?;
         Ok(order_answer(&post.base, &order, now_ms))
@@ -886,12 +994,13 @@ struct FinalizePayload {
 
 async fn finalize(
     State(acme): State<Acme>,
-    Path(id): Path<u64>,
+    Path(id): Path<String>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     serve_post(acme, uri, headers, body, |acme, post| async move {
+        let id = resource_id(&id)?;
         let account = signed_by_account(&acme, &post).await?;
         let payload: FinalizePayload = post.jws.payload_json().map_err(|error| error.problem())?;
         let der = certus_acme::b64::decode(&payload.csr).map_err(|error| {
@@ -960,12 +1069,13 @@ struct AuthorizationPayload {
 
 async fn authorization(
     State(acme): State<Acme>,
-    Path((id, position)): Path<(u64, u32)>,
+    Path((id, position)): Path<(String, String)>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     serve_post(acme, uri, headers, body, |acme, post| async move {
+        let (id, position) = (resource_id(&id)?, resource_position(&position)?);
         let account = signed_by_account(&acme, &post).await?;
         let (mut order, mut now_ms) = owned_order(&acme, account.id, id).await?;
         let index = position_in(&order, position)?;
@@ -1016,18 +1126,21 @@ async fn authorization(
 
 async fn challenge(
     State(acme): State<Acme>,
-    Path((id, position)): Path<(u64, u32)>,
+    Path((id, position)): Path<(String, String)>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     serve_post(acme, uri, headers, body, |acme, post| async move {
+        let (id, position) = (resource_id(&id)?, resource_position(&position)?);
         let account = signed_by_account(&acme, &post).await?;
         let (mut order, _) = owned_order(&acme, account.id, id).await?;
         let index = position_in(&order, position)?;
         // An empty payload fetches the challenge; `{}` says the client is ready (RFC 8555
         // §7.5.1).
         if !post.jws.is_post_as_get() {
+            let _: serde_json::Map<String, Value> =
+                post.jws.payload_json().map_err(|error| error.problem())?;
             let AcmeReply::Order(updated) = propose(
                 &acme,
                 AcmeCommand::RespondChallenge {
@@ -1061,12 +1174,13 @@ async fn challenge(
 
 async fn certificate(
     State(acme): State<Acme>,
-    Path(id): Path<u64>,
+    Path(id): Path<String>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     serve_post(acme, uri, headers, body, |acme, post| async move {
+        let id = resource_id(&id)?;
         let account = signed_by_account(&acme, &post).await?;
         let (order, _) = owned_order(&acme, account.id, id).await?;
         let chain = order
@@ -1085,7 +1199,8 @@ async fn certificate(
 #[derive(Debug, Deserialize)]
 struct RevokePayload {
     certificate: String,
-    reason: Option<u8>,
+    /// Read wide, so that any number out of RFC 5280's range is `badRevocationReason`.
+    reason: Option<i64>,
 }
 
 async fn revoke_cert(
@@ -1095,7 +1210,28 @@ async fn revoke_cert(
     body: Bytes,
 ) -> Response {
     serve_post(acme, uri, headers, body, |acme, post| async move {
+        // Who signed it comes first: an account (`kid`) or, with `jwk`, the key of the
+        // certificate itself (checked against the certificate below).
+        let account = match &post.jws.protected().key {
+            KeyRef::Kid(_) => Some(signed_by_account(&acme, &post).await?),
+            KeyRef::Jwk(jwk) => {
+                post.jws.verify(jwk).map_err(|error| error.problem())?;
+                None
+            }
+        };
         let payload: RevokePayload = post.jws.payload_json().map_err(|error| error.problem())?;
+        let reason = match payload.reason {
+            None => 0,
+            Some(code) => u8::try_from(code)
+                .ok()
+                .filter(|code| certus_ca::crl::is_revocation_reason(*code))
+                .ok_or_else(|| {
+                    Problem::new(
+                        ProblemType::BadRevocationReason,
+                        format!("{code} is not an RFC 5280 reason code (0 to 10, not 7)"),
+                    )
+                })?,
+        };
         let der = certus_acme::b64::decode(&payload.certificate).map_err(|error| {
             Problem::new(
                 ProblemType::Malformed,
@@ -1104,72 +1240,71 @@ async fn revoke_cert(
         })?;
         let leaf = certus_ca::certificate::leaf_info(&der)
             .map_err(|error| Problem::new(ProblemType::Malformed, error.to_string()))?;
-        match &post.jws.protected().key {
-            KeyRef::Kid(_) => {
-                // RFC 8555 §7.6: the account that ordered the certificate may revoke it.
-                let account = signed_by_account(&acme, &post).await?;
-                let der_for_read = der.clone();
-                let owns = read(&acme, move |state, _| {
-                    let acme = state.acme();
-                    let mut after = OrderId(0);
-                    loop {
-                        let page = acme.orders_of(account.id, after, 256);
-                        let Some(last) = page.last() else {
-                            return false;
-                        };
-                        after = last.id;
-                        let found = page.iter().any(|order| {
-                            order.certificate.as_deref().is_some_and(|chain| {
-                                certus_ca::certificate::first_pem_certificate(chain)
-                                    .is_ok_and(|first| first == der_for_read)
-                            })
-                        });
-                        if found {
-                            return true;
-                        }
-                    }
-                })
-                .await?;
-                if !owns {
-                    return Err(Problem::new(
-                        ProblemType::Unauthorized,
-                        "this account did not order that certificate",
-                    )
-                    .into());
-                }
+        // Only a certificate this cluster issued can be revoked here: one an order holds, byte
+        // for byte (a copy of its serial in a certificate of someone else's making is not it).
+        let owner = read(&acme, {
+            let der = der.clone();
+            move |state, _| issued_by_order(state, &der)
+        })
+        .await?
+        .ok_or_else(|| {
+            Problem::not_found("this server issued no such certificate (or its order was deleted)")
+        })?;
+        match (&post.jws.protected().key, account) {
+            (KeyRef::Kid(_), Some(account)) if account.id != owner => {
+                // RFC 8555 §7.6: the account that ordered it, or one holding valid
+                // authorizations for all its names; authorizations are per order here, so it
+                // is the account that ordered it.
+                return Err(Problem::new(
+                    ProblemType::Unauthorized,
+                    "this account did not order that certificate",
+                )
+                .into());
             }
-            KeyRef::Jwk(jwk) => {
-                // Signed with the certificate's own key.
-                post.jws.verify(jwk).map_err(|error| error.problem())?;
+            (KeyRef::Jwk(jwk), _) => {
                 let certificate_key =
                     Jwk::from_spki_der(&leaf.spki_der).map_err(|error| error.problem())?;
                 if !certificate_key.same_key(jwk) {
                     return Err(Problem::new(
                         ProblemType::Unauthorized,
-                        "the request is not signed with the certificate's key",
+                        "the request is signed neither by an account nor with the certificate's \
+                         key",
                     )
                     .into());
                 }
             }
+            _ => {}
         }
         propose(
             &acme,
             AcmeCommand::Revoke {
                 serial: leaf.serial_hex.clone(),
-                reason: payload.reason.unwrap_or(0),
+                reason,
             },
         )
-        .await
-        .map_err(|refusal| match refusal.0.kind {
-            ProblemType::Malformed if payload.reason.is_some() => Refusal::from(Problem::new(
-                ProblemType::BadRevocationReason,
-                refusal.0.detail,
-            )),
-            _ => refusal,
-        })?;
+        .await?;
         Ok(StatusCode::OK.into_response())
     })
     .await
+}
+
+/// The account of the order whose certificate (the first of its chain) is exactly `der`.
+fn issued_by_order(state: &certus_core::State, der: &[u8]) -> Option<AccountId> {
+    let acme = state.acme();
+    let mut after = OrderId(0);
+    loop {
+        let page = acme.orders(after, 256);
+        let last = page.last()?.id;
+        let found = page.iter().find(|order| {
+            order.certificate.as_deref().is_some_and(|chain| {
+                certus_ca::certificate::first_pem_certificate(chain).is_ok_and(|first| first == der)
+            })
+        });
+        if let Some(order) = found {
+            return Some(order.account);
+        }
+        after = last;
+    }
 }
 
 async fn key_change(
