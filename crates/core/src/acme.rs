@@ -805,7 +805,13 @@ impl Acme {
         self.active_account(account)?;
         let mut order = self.take_owned(account, id)?;
         let expires_ms = order.expires_ms;
+        let finalized = order.session.is_some();
         let result = match authorization_mut(&mut order, position) {
+            // Its issuance started on the strength of it: the order keeps what it was issued on.
+            Ok(_) if finalized => Err(AcmeError::Malformed(
+                "the order is finalized; its authorizations can no longer be deactivated"
+                    .to_owned(),
+            )),
             Ok(authz) => match authz.status(expires_ms, now_ms) {
                 AuthorizationStatus::Pending | AuthorizationStatus::Valid => {
                     authz.deactivated = true;
