@@ -26,7 +26,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "`bench raft|ct|ct-store|sessions|pipelines|grpc [--clients ...] [--seconds N] [--json]`: a 3-node loopback cluster, release build",
+        "`bench raft|ct|ct-store|sessions|pipelines|grpc|acme [--clients ...] [--seconds N] [--json]`: a 3-node loopback cluster, release build",
     ),
     (
         "fuzz",
@@ -225,6 +225,12 @@ const BENCHMARKS: &[(&str, &str)] = &[
         "grpc",
         "the transport's ceiling: unary health checks/s to the leader, which bound every \
          one-call-per-operation benchmark [--clients 1,50] [--seconds 5]",
+    ),
+    (
+        "acme",
+        "ACME orders/s end to end, one real `lego run` per order (HTTP-01, finalize, download), \
+         p50/p99 order latency, failures, against Certus then Pebble (Debian's pebble) and their \
+         ratio [--clients 1,16] [--seconds 20]",
     ),
 ];
 

@@ -13,6 +13,8 @@
 //!   second, with each step's latency.
 //! - `grpc` ([`grpc`]): the transport's ceiling — unary health checks per second, which bound
 //!   every benchmark above that makes one call per operation.
+//! - `acme` ([`acme`]): ACME orders completed per second by the real `lego` client, one process
+//!   per order, against the cluster and, in the same run, against Pebble.
 //!
 //! `raft --peer` and `pipelines --peer` then run the same workload against another system
 //! ([`peer`]): etcd and Redis, started by the benchmark on loopback from their installed
@@ -21,6 +23,7 @@
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
+mod acme;
 mod ct;
 mod ct_store;
 mod grpc;
@@ -52,6 +55,8 @@ enum Benchmark {
     Pipelines(pipelines::PipelinesArgs),
     /// The transport's ceiling: unary health checks/s against the leader.
     Grpc(grpc::GrpcArgs),
+    /// ACME orders/s end to end with lego, one process per order, against Certus and Pebble.
+    Acme(acme::AcmeArgs),
 }
 
 pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
@@ -62,6 +67,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
         Benchmark::Sessions(args) => sessions::run(args).await,
         Benchmark::Pipelines(args) => pipelines::run(args).await,
         Benchmark::Grpc(args) => grpc::run(args).await,
+        Benchmark::Acme(args) => acme::run(args).await,
     }
 }
 

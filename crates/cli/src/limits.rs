@@ -31,6 +31,15 @@ pub(crate) const BENCH_PICKUP_SAMPLES_MAX: u32 = 10_000;
 pub(crate) const BENCH_IDLE_WORKERS_MAX: u32 = 1_000;
 /// Longest idle measurement of `bench pipelines --long-poll` (`--idle-seconds`).
 pub(crate) const BENCH_IDLE_SECONDS_MAX: u64 = 600;
+/// The fastest one `bench acme` client loop can order (a lego process starts, makes an account,
+/// orders, waits at least the server's `Retry-After`, finalizes and downloads): names are made
+/// for this rate, and a loop that uses them all fails the run.
+pub(crate) const BENCH_ACME_ORDERS_PER_CLIENT_SECOND_MAX: u64 = 10;
+/// Most entries of the HTTP-01 map (name → the bench's webroot) every node of `bench acme`
+/// holds: every name its runs may order.
+pub(crate) const BENCH_ACME_HTTP01_NAMES_MAX: usize = 1_000_000;
+/// More failed orders than this in one `bench acme` run fail the bench, and stop the run.
+pub(crate) const BENCH_ACME_FAILURES_PER_RUN_MAX: usize = 3;
 
 /// Most commands `pipeline worker` runs at once (`--credit`): the node's bound on a Work
 /// stream's unused credit.
