@@ -421,7 +421,9 @@ impl Node {
     ) -> Result<(), StartError> {
         // openraft refuses to initialize a node with a vote, a log or a snapshot, and logs that
         // refusal as an ERROR: on every restart of a founding node, so ask it only when new.
-        let founded = {
+        // The store as read at start first: openraft's metrics may not show the restored vote
+        // and log yet when a loaded machine gets here.
+        let founded = self.replica.founded_at_start() || {
             let metrics = self.replica.metrics();
             let metrics = metrics.borrow();
             metrics.vote != openraft::Vote::default()

@@ -203,6 +203,12 @@ impl Replica {
         .map(|_| ())
     }
 
+    /// Whether this node's store held a vote or a log when it started: it is part of a cluster
+    /// already. Read from the store at start, so it does not wait for openraft's first metrics.
+    pub fn founded_at_start(&self) -> bool {
+        self.boot.term > 0 || self.boot.last_index > 0
+    }
+
     /// The leader as this node knows it now, if any.
     pub fn leader(&self) -> Option<Leader> {
         let metrics = self.raft.metrics();
