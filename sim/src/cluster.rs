@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use certus_core::{Command, Response};
+use certus_node::acme::AcmeServer;
 use certus_node::{
     CertusNode, Clock, CtNode, CtSetup, Leader, Node, NodeConfig, NodeParts, ServiceError,
     SessionParts, StartError,
@@ -126,6 +127,12 @@ type Running = Arc<Mutex<BTreeMap<u64, Arc<certus_node::Replica>>>>;
 /// The CT part of each running node.
 type RunningCt = Arc<Mutex<BTreeMap<u64, Arc<CtNode>>>>;
 
+/// The ACME part of each running node (its nonces), with the node's incarnation.
+type RunningAcme = Arc<Mutex<BTreeMap<u64, (u64, Arc<AcmeServer>)>>>;
+
+/// How many times each node has started.
+type Starts = Arc<Mutex<BTreeMap<u64, u64>>>;
+
 /// Role changes and commit progress of every node, as watchers on the nodes saw them.
 pub type Samples = Arc<Mutex<Vec<Sample>>>;
 
@@ -142,6 +149,7 @@ pub struct SimCluster {
     ct_files: BTreeMap<u64, SimFiles>,
     running: Running,
     running_ct: RunningCt,
+    running_acme: RunningAcme,
     samples: Samples,
     applied: AppliedLog,
     /// What crashes did to unsynced file writes, over the run.
@@ -174,6 +182,8 @@ impl SimCluster {
         let handle = Handle::current();
         let running: Running = Arc::default();
         let running_ct: RunningCt = Arc::default();
+        let running_acme: RunningAcme = Arc::default();
+        let starts: Starts = Arc::default();
         let samples: Samples = Arc::default();
         let applied: AppliedLog = Arc::default();
         let tune = spec.tune;
@@ -214,6 +224,8 @@ impl SimCluster {
                 });
             let running = Arc::clone(&running);
             let running_ct = Arc::clone(&running_ct);
+            let running_acme = Arc::clone(&running_acme);
+            let starts = Arc::clone(&starts);
             let samples = Arc::clone(&samples);
             let members = members.clone();
             let config = configs[&id].clone();
@@ -233,6 +245,13 @@ impl SimCluster {
                     };
                     let running = Arc::clone(&running);
                     let running_ct = Arc::clone(&running_ct);
+                    let running_acme = Arc::clone(&running_acme);
+                    let incarnation = {
+                        let mut starts = starts.lock().expect("starts");
+                        let count = starts.entry(id).or_insert(0);
+                        *count += 1;
+                        *count
+                    };
                     let samples = Arc::clone(&samples);
                     let members = members.clone();
                     let config = config.clone();
@@ -288,6 +307,10 @@ impl SimCluster {
                                 .expect("running CT table")
                                 .insert(id, Arc::clone(ct));
                         }
+                        running_acme
+                            .lock()
+                            .expect("running ACME table")
+                            .insert(id, (incarnation, Arc::clone(node.acme())));
                         // Watching runs on the node's machine, so it dies with it.
                         watch_roles(replica, samples, started).await;
                         // A node's init task must not return, or madsim stops the node's tasks.
@@ -307,6 +330,7 @@ impl SimCluster {
             ct_files: all_ct_files,
             running,
             running_ct,
+            running_acme,
             samples,
             applied,
             unsynced_writes: Arc::default(),
@@ -368,6 +392,16 @@ impl SimCluster {
             .collect()
     }
 
+    /// The ACME part of node `id` as it runs now, if it does, with the node's incarnation (1
+    /// for its first start, one more for each restart).
+    pub fn acme(&self, id: u64) -> Option<(u64, Arc<AcmeServer>)> {
+        self.running_acme
+            .lock()
+            .expect("running ACME table")
+            .get(&id)
+            .map(|(incarnation, acme)| (*incarnation, Arc::clone(acme)))
+    }
+
     /// The simulated disk of node `id` (what survives its crashes).
     pub fn disk(&self, id: u64) -> &SimDisk {
         &self.disks[&id]
@@ -391,6 +425,10 @@ impl SimCluster {
         self.running_ct
             .lock()
             .expect("running CT table")
+            .remove(&id);
+        self.running_acme
+            .lock()
+            .expect("running ACME table")
             .remove(&id);
         self.handle.kill(self.machines[&id].id());
         self.disks[&id].crash();

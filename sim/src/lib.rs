@@ -7,13 +7,15 @@
 //! table ([`scenarios`]); and the `certus-sim` command line ([`cli`], [`report`]).
 //!
 //! Each workload is a folder with its clients, its part of a run and its checkers: [`leases`]
-//! (every scenario), [`ct`], [`sessions`], [`pipelines`]. What is recorded ([`observe`], the
-//! workloads' histories) and what judges it ([`judge`], [`checkers`], each workload's checkers,
-//! [`linearizability`], [`schedule`], [`timeline`]) and the seeded signing [`keys`] are plain
-//! code, tested by a normal `cargo test`. The harness's bounds are named in [`limits`].
+//! (every scenario), [`ct`], [`sessions`], [`pipelines`], [`acme`]. What is recorded
+//! ([`observe`], the workloads' histories) and what judges it ([`judge`], [`checkers`], each
+//! workload's checkers, [`linearizability`], [`schedule`], [`timeline`]) and the seeded signing
+//! [`keys`] are plain code, tested by a normal `cargo test`. The harness's bounds are named in
+//! [`limits`].
 
 #![deny(missing_docs, unreachable_pub)]
 
+pub mod acme;
 pub mod checkers;
 pub mod ct;
 pub mod judge;
@@ -33,6 +35,8 @@ pub mod cli;
 pub mod cluster;
 #[cfg(madsim)]
 pub mod faults;
+#[cfg(madsim)]
+pub mod http01;
 #[cfg(madsim)]
 pub mod report;
 #[cfg(madsim)]

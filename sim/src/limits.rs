@@ -19,3 +19,6 @@ pub const SLED_LOCK_WAIT_MAX: Duration = Duration::from_secs(5);
 
 /// How many sessions the sessions scenario's long-polling external worker claims at once.
 pub const SESSION_LONG_POLL_CLAIM_MAX: u32 = 3;
+
+/// How many nonces an ACME client remembers having used (to replay one) or set aside.
+pub const ACME_NONCES_REMEMBERED_MAX: usize = 32;

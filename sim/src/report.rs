@@ -31,6 +31,9 @@ pub fn write_report(outcome: &RunOutcome, root: &Path) -> std::io::Result<PathBu
     if let Some(report) = &outcome.pipelines_report {
         std::fs::write(dir.join("pipelines.json"), report)?;
     }
+    if let Some(report) = &outcome.acme_report {
+        std::fs::write(dir.join("acme.json"), report)?;
+    }
     for (lease, window) in &outcome.nonlinearizable {
         write_json(&dir.join(format!("nonlinearizable-{lease}.json")), window)?;
     }

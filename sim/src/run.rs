@@ -1,8 +1,8 @@
 //! One simulated run of a scenario from a seed.
 //!
 //! A run: draw the fault schedule from the seed; start the cluster with each node's clock; start
-//! the workloads (the lease clients of every scenario, and the scenario's CT, session or pipeline
-//! workload); the **safety phase** applies the faults; then every fault is healed (or one is
+//! the workloads (the lease clients of every scenario, and the scenario's CT, session, pipeline
+//! or ACME workload); the **safety phase** applies the faults; then every fault is healed (or one is
 //! left on for good) and the **liveness phase** must see a grant within a bound; then the
 //! workloads stop, the nodes settle, and every checker judges what was recorded.
 
@@ -16,6 +16,7 @@ use tracing_subscriber::Layer as _;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt as _;
 
+use crate::acme::run::AcmeReport;
 use crate::checkers;
 use crate::cluster::{ClusterSpec, SimCluster, Storage, elapsed_ms};
 use crate::ct::run::CtReport;
@@ -30,7 +31,7 @@ use crate::scenarios::Scenario;
 use crate::schedule::Schedule;
 use crate::sessions::run::{SessionReport, SessionSetup};
 use crate::settle::settle;
-use crate::{ct, leases, pipelines, sessions};
+use crate::{acme, ct, leases, pipelines, sessions};
 
 /// How long after the faults heal a grant must succeed.
 pub const LIVENESS_BOUND_MS: u64 = 15_000;
@@ -63,6 +64,8 @@ pub struct RunOutcome {
     pub sessions_report: Option<String>,
     /// The pipelines' producer and worker history, as JSON, when the scenario runs them.
     pub pipelines_report: Option<String>,
+    /// The ACME clients' history and the upstream orders, as JSON, when the scenario runs ACME.
+    pub acme_report: Option<String>,
     /// Simulated time the run covered.
     pub simulated: Duration,
     /// Wall time it took.
@@ -85,6 +88,7 @@ impl RunOutcome {
         self.ct_report.hash(&mut hasher);
         self.sessions_report.hash(&mut hasher);
         self.pipelines_report.hash(&mut hasher);
+        self.acme_report.hash(&mut hasher);
         hasher.finish()
     }
 }
@@ -95,6 +99,7 @@ struct Collected {
     ct_report: Option<CtReport>,
     sessions_report: Option<SessionReport>,
     pipelines_report: Option<PipelineReport>,
+    acme_report: Option<AcmeReport>,
     record: RunRecord,
     verdicts: Vec<Verdict>,
     epoch_ms: u64,
@@ -190,6 +195,7 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> RunOutcome {
     let mut ct_report = None;
     let mut sessions_report = None;
     let mut pipelines_report = None;
+    let mut acme_report = None;
     let (history, mut record, mut verdicts, simulated) = match result {
         Ok(collected) => {
             ct_report = collected
@@ -202,6 +208,10 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> RunOutcome {
                 .map(|report| serde_json::to_string_pretty(report).unwrap_or_default());
             pipelines_report = collected
                 .pipelines_report
+                .as_ref()
+                .map(|report| serde_json::to_string_pretty(report).unwrap_or_default());
+            acme_report = collected
+                .acme_report
                 .as_ref()
                 .map(|report| serde_json::to_string_pretty(report).unwrap_or_default());
             let mut verdicts = collected.verdicts;
@@ -260,6 +270,7 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> RunOutcome {
         ct_report,
         sessions_report,
         pipelines_report,
+        acme_report,
         simulated,
         wall,
     }
@@ -317,10 +328,9 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         None
     };
     let ct_setup = scenario.ct.as_ref().map(|_| ct::run::setup(schedule.seed));
-    let session_setup = scenario
-        .sessions
-        .as_ref()
-        .map(|_| SessionSetup::new(schedule.seed, started));
+    // ACME validates with the sessions' HTTP-01 probe and issues through their upstream CA.
+    let session_setup = (scenario.sessions.is_some() || scenario.acme.is_some())
+        .then(|| SessionSetup::new(schedule.seed, started));
     let spec = ClusterSpec {
         nodes,
         clocks: schedule.clocks.clone(),
@@ -339,6 +349,13 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         .zip(ct_setup)
         .map(|(workload, (_, pki, verifier))| {
             ct::run::start(&cluster, workload, schedule.seed, pki, verifier, started)
+        });
+    let acme = scenario
+        .acme
+        .as_ref()
+        .zip(session_setup.clone())
+        .map(|(workload, setup)| {
+            acme::run::start(&cluster, workload, setup, schedule.seed, started)
         });
     let sessions = scenario
         .sessions
@@ -365,6 +382,9 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     }
     if let Some(pipelines) = &pipelines {
         pipelines.healed(heal_ms);
+    }
+    if let Some(acme) = &acme {
+        acme.healed(heal_ms);
     }
 
     // Liveness: a grant within the bound.
@@ -406,6 +426,14 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         Some(pipelines) => {
             let (pipeline_verdicts, report) = pipelines.finish(&cluster, heal_ms).await;
             verdicts.extend(pipeline_verdicts);
+            Some(report)
+        }
+        None => None,
+    };
+    let acme_report = match acme {
+        Some(acme) => {
+            let (acme_verdicts, report) = acme.finish(&cluster, heal_ms).await;
+            verdicts.extend(acme_verdicts);
             Some(report)
         }
         None => None,
@@ -459,6 +487,7 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         ct_report,
         sessions_report,
         pipelines_report,
+        acme_report,
         record,
         verdicts,
         epoch_ms,

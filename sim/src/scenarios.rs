@@ -4,6 +4,7 @@
 use certus_core::ct::LogConfig;
 use certus_node::NodeConfig;
 
+use crate::acme::workload::AcmeWorkload;
 use crate::ct::workload::CtWorkload;
 use crate::leases::workload::LeaseWorkload;
 use crate::pipelines::workload::PipelineWorkload;
@@ -37,6 +38,9 @@ pub struct Scenario {
     /// The transaction pipelines workload, if the scenario runs one (its `tune` must keep the
     /// webhook processor off: [`pipelines::run::tune`]).
     pub pipelines: Option<PipelineWorkload>,
+    /// The ACME workload, if the scenario runs one (its `tune` must turn the session daemons
+    /// on, [`sessions::run::tune`]: the validator and the issuance run beside them).
+    pub acme: Option<AcmeWorkload>,
 }
 
 /// Every scenario.
@@ -53,6 +57,7 @@ pub fn scenarios() -> Vec<Scenario> {
             ct: None,
             sessions: None,
             pipelines: None,
+            acme: None,
         },
         Scenario {
             name: "leases-5",
@@ -69,6 +74,7 @@ pub fn scenarios() -> Vec<Scenario> {
             ct: None,
             sessions: None,
             pipelines: None,
+            acme: None,
         },
         Scenario {
             name: "snapshots",
@@ -85,6 +91,7 @@ pub fn scenarios() -> Vec<Scenario> {
             ct: None,
             sessions: None,
             pipelines: None,
+            acme: None,
         },
         Scenario {
             name: "sled",
@@ -98,6 +105,7 @@ pub fn scenarios() -> Vec<Scenario> {
             ct: None,
             sessions: None,
             pipelines: None,
+            acme: None,
         },
         Scenario {
             name: "ct",
@@ -114,6 +122,7 @@ pub fn scenarios() -> Vec<Scenario> {
             ct: Some(CtWorkload::default()),
             sessions: None,
             pipelines: None,
+            acme: None,
         },
         Scenario {
             name: "ct-5",
@@ -145,6 +154,7 @@ pub fn scenarios() -> Vec<Scenario> {
             }),
             sessions: None,
             pipelines: None,
+            acme: None,
         },
         Scenario {
             name: "sessions",
@@ -162,6 +172,7 @@ pub fn scenarios() -> Vec<Scenario> {
             ct: None,
             sessions: Some(SessionWorkload::default()),
             pipelines: None,
+            acme: None,
         },
         Scenario {
             name: "pipelines",
@@ -179,6 +190,26 @@ pub fn scenarios() -> Vec<Scenario> {
             ct: None,
             sessions: None,
             pipelines: Some(PipelineWorkload::default()),
+            acme: None,
+        },
+        Scenario {
+            name: "acme",
+            about: "3 nodes serving ACME: clients registering, ordering, serving HTTP-01 (or \
+                    not), finalizing and revoking through random nodes with the nodes' own \
+                    nonces; the leader's validator and the session daemons' issuance; the ACME \
+                    checkers",
+            faults: FaultConfig::for_nodes(3),
+            sled: false,
+            deterministic: true,
+            tune: sessions::run::tune,
+            workload: LeaseWorkload {
+                clients: 2,
+                ..LeaseWorkload::default()
+            },
+            ct: None,
+            sessions: None,
+            pipelines: None,
+            acme: Some(AcmeWorkload::default()),
         },
     ]
 }

@@ -62,6 +62,8 @@ pub enum StartError {
 pub struct Node {
     replica: Arc<Replica>,
     ct: Option<Arc<CtNode>>,
+    /// What this node's ACME resources share: its nonces, which are not replicated.
+    acme: Arc<crate::acme::AcmeServer>,
     stop: watch::Sender<bool>,
     servers: Vec<tokio::task::JoinHandle<()>>,
     /// How many handles to the disk are left (openraft's tasks release theirs as they end).
@@ -281,10 +283,15 @@ impl Node {
         } else {
             None
         };
+        // Built in the simulation too, which has no HTTP: its ACME clients draw and use this
+        // node's nonces through `Node::acme`.
         #[cfg(not(madsim))]
+        let https = reloader.https().is_some();
+        #[cfg(madsim)]
+        let https = false;
         let acme = Arc::new(crate::acme::AcmeServer::new(
             config.id,
-            reloader.https().is_some(),
+            https,
             sessions.ca.clone(),
         ));
         #[cfg(not(madsim))]
@@ -296,7 +303,7 @@ impl Node {
                     Arc::clone(&replica),
                     Arc::clone(&metrics),
                     ct.clone(),
-                    Some(acme),
+                    Some(Arc::clone(&acme)),
                     authorizer.map(Arc::new),
                 ),
                 Arc::clone(&replica),
@@ -374,6 +381,7 @@ impl Node {
         Ok(Node {
             replica,
             ct,
+            acme,
             stop,
             servers,
             disk_handles: Box::new(move || disk.strong_count()),
@@ -411,6 +419,12 @@ impl Node {
     /// This node's part in the CT log, if it runs one.
     pub fn ct(&self) -> Option<&Arc<CtNode>> {
         self.ct.as_ref()
+    }
+
+    /// What this node's ACME resources share: the nonces it issued and not yet accepted (each
+    /// node has its own, and a restarted node starts with none).
+    pub fn acme(&self) -> &Arc<crate::acme::AcmeServer> {
+        &self.acme
     }
 
     /// Makes this node the first member of a new cluster of `members`. A node that is already

@@ -96,6 +96,11 @@ impl SessionSetup {
         }
     }
 
+    /// Every order the upstream CA took so far, in order id order.
+    pub fn upstream_orders(&self) -> Vec<UpstreamOrder> {
+        self.upstream.orders()
+    }
+
     /// The parts every node's daemons work with: the probe, the upstream CA polled on the
     /// compressed schedule, and an observer recording their claims.
     pub fn parts(&self) -> SessionPartsFor {

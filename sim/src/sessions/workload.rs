@@ -40,17 +40,13 @@ use super::checkers::{
 };
 use crate::cluster::{elapsed_ms, endpoint};
 use crate::ct::workload::ed25519_key;
+use crate::http01::{
+    HTTP01_ANSWER, HTTP01_PORT, HTTP01_REQUEST, SESSIONS_DOMAIN, resolve, sessions_client_ip,
+};
 use crate::schedule::SeedRng;
 
-/// The port client machines answer HTTP-01 fetches on.
-const HTTP01_PORT: u16 = 80;
-/// The message tag of an HTTP-01 request, and of its answer.
-const HTTP01_REQUEST: u64 = 1;
-const HTTP01_ANSWER: u64 = 2;
 /// How long the probe waits for an answer.
 const HTTP01_TIMEOUT: Duration = Duration::from_millis(1_000);
-/// The domain every workload name is under: `s{n}.c{client}.sessions.sim`.
-const DOMAIN: &str = "sessions.sim";
 
 /// The shape of the sessions workload.
 #[derive(Clone, Debug)]
@@ -91,25 +87,10 @@ impl Default for SessionWorkload {
     }
 }
 
-/// The simulated address of sessions client `index`.
-fn client_ip(index: u32) -> IpAddr {
-    let last = u8::try_from(index + 1).expect("at most 254 simulated session clients");
-    IpAddr::V4(Ipv4Addr::new(10, 0, 3, last))
-}
-
 /// The simulated address of external worker `index`.
 fn worker_ip(index: u32) -> IpAddr {
     let last = u8::try_from(index + 1).expect("at most 254 simulated workers");
     IpAddr::V4(Ipv4Addr::new(10, 0, 4, last))
-}
-
-/// Where `name` is served: the client its second label names (the simulation's DNS).
-fn resolve(name: &str) -> Option<SocketAddr> {
-    let mut labels = name.split('.');
-    let _session = labels.next()?;
-    let client: u32 = labels.next()?.strip_prefix('c')?.parse().ok()?;
-    (labels.collect::<Vec<_>>().join(".") == DOMAIN)
-        .then(|| SocketAddr::new(client_ip(client), HTTP01_PORT))
 }
 
 /// Everything the sessions part of a run recorded.
@@ -462,7 +443,7 @@ pub fn start(
         let machine = handle
             .create_node()
             .name(format!("session-client-{index}"))
-            .ip(client_ip(index))
+            .ip(sessions_client_ip(index))
             .build();
         let served: Served = Arc::default();
         tasks.push(machine.spawn(serve_challenges(context.clone(), Arc::clone(&served))));
@@ -537,7 +518,7 @@ async fn create_sessions(index: u32, workload: SessionWorkload, context: Context
             number += 1;
             let serves = !rng.chance(workload.unserved_per_mille);
             let names = (0..rng.between(1, 2))
-                .map(|name| format!("s{number}x{name}.c{index}.{DOMAIN}"))
+                .map(|name| format!("s{number}x{name}.c{index}.{SESSIONS_DOMAIN}"))
                 .collect();
             let session_rng = SeedRng::new(context.seed, rng.next_u64());
             running.push(madsim::task::spawn(one_session(
