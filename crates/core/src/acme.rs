@@ -266,6 +266,13 @@ pub struct Revocation {
     pub revoked_ms: u64,
 }
 
+/// What an authorization's change may depend on of its order.
+#[derive(Clone, Copy, Debug)]
+struct OrderFacts {
+    expires_ms: u64,
+    finalized: bool,
+}
+
 /// The ACME commands.
 ///
 /// The log holds them encoded by variant position: a new variant goes at the end.
@@ -719,12 +726,28 @@ impl Acme {
         Ok(AcmeReply::Order(order))
     }
 
-    /// The account's order, taken out of the table for a change (put it back with `put`).
-    fn take_owned(&mut self, account: AccountId, id: OrderId) -> Result<Order, AcmeError> {
+    /// Changes authorization `position` of order `id` (which must be `account`'s, when one is
+    /// named), keeping the indexes. `change` sees the order's expiry and whether it is finalized;
+    /// it changes the authorization only when it answers `Ok`, so a refusal changes nothing.
+    fn change_authorization(
+        &mut self,
+        account: Option<AccountId>,
+        id: OrderId,
+        position: u32,
+        change: impl FnOnce(OrderFacts, &mut Authorization) -> Result<(), AcmeError>,
+    ) -> Result<AcmeReply, AcmeError> {
         match self.orders.get(&id) {
-            Some(order) if order.account == account => Ok(self.take(id)),
-            _ => Err(AcmeError::NoOrder(id)),
+            Some(order) if account.is_none_or(|account| order.account == account) => {}
+            _ => return Err(AcmeError::NoOrder(id)),
         }
+        let mut order = self.take(id);
+        let facts = OrderFacts {
+            expires_ms: order.expires_ms,
+            finalized: order.session.is_some(),
+        };
+        let result = authorization_mut(&mut order, position).and_then(|authz| change(facts, authz));
+        self.put(order.clone());
+        result.map(|()| AcmeReply::Order(order))
     }
 
     fn respond(
@@ -735,13 +758,13 @@ impl Acme {
         now_ms: u64,
     ) -> Result<AcmeReply, AcmeError> {
         self.active_account(account)?;
-        let mut order = self.take_owned(account, id)?;
-        let expires_ms = order.expires_ms;
-        let result = match authorization_mut(&mut order, position) {
-            Ok(authz) if authz.deactivated || now_ms >= expires_ms => Err(AcmeError::Malformed(
-                "the authorization is deactivated or expired".to_owned(),
-            )),
-            Ok(authz) => match authz.challenge {
+        self.change_authorization(Some(account), id, position, |order, authz| {
+            if authz.deactivated || now_ms >= order.expires_ms {
+                return Err(AcmeError::Malformed(
+                    "the authorization is deactivated or expired".to_owned(),
+                ));
+            }
+            match authz.challenge {
                 ChallengeStatus::Pending => {
                     authz.challenge = ChallengeStatus::Processing;
                     Ok(())
@@ -749,11 +772,8 @@ impl Acme {
                 // Saying "ready" again is harmless (RFC 8555 §7.5.1 clients may retry).
                 ChallengeStatus::Processing | ChallengeStatus::Valid => Ok(()),
                 status => Err(AcmeError::ChallengeState { status }),
-            },
-            Err(error) => Err(error),
-        };
-        self.put(order.clone());
-        result.map(|()| AcmeReply::Order(order))
+            }
+        })
     }
 
     fn record_validation(
@@ -764,35 +784,29 @@ impl Acme {
         error: Option<Reason>,
         now_ms: u64,
     ) -> Result<AcmeReply, AcmeError> {
-        let Some(order) = self.orders.get(&id) else {
-            return Err(AcmeError::NoOrder(id));
-        };
-        let account = order.account;
-        let mut order = self.take_owned(account, id)?;
-        let result = match authorization_mut(&mut order, position) {
-            Ok(authz) if authz.token != *token => Err(AcmeError::Malformed(
-                "the token validated is not the challenge's".to_owned(),
-            )),
-            Ok(authz) if authz.challenge == ChallengeStatus::Processing => {
-                match error {
-                    None => {
-                        authz.challenge = ChallengeStatus::Valid;
-                        authz.validated_ms = Some(now_ms);
-                    }
-                    Some(reason) => {
-                        authz.challenge = ChallengeStatus::Invalid;
-                        authz.error = Some(reason);
-                    }
-                }
-                Ok(())
+        self.change_authorization(None, id, position, |_, authz| {
+            if authz.token != *token {
+                return Err(AcmeError::Malformed(
+                    "the token validated is not the challenge's".to_owned(),
+                ));
             }
-            Ok(authz) => Err(AcmeError::ChallengeState {
-                status: authz.challenge,
-            }),
-            Err(error) => Err(error),
-        };
-        self.put(order.clone());
-        result.map(|()| AcmeReply::Order(order))
+            if authz.challenge != ChallengeStatus::Processing {
+                return Err(AcmeError::ChallengeState {
+                    status: authz.challenge,
+                });
+            }
+            match error {
+                None => {
+                    authz.challenge = ChallengeStatus::Valid;
+                    authz.validated_ms = Some(now_ms);
+                }
+                Some(reason) => {
+                    authz.challenge = ChallengeStatus::Invalid;
+                    authz.error = Some(reason);
+                }
+            }
+            Ok(())
+        })
     }
 
     fn deactivate_authorization(
@@ -803,16 +817,16 @@ impl Acme {
         now_ms: u64,
     ) -> Result<AcmeReply, AcmeError> {
         self.active_account(account)?;
-        let mut order = self.take_owned(account, id)?;
-        let expires_ms = order.expires_ms;
-        let finalized = order.session.is_some();
-        let result = match authorization_mut(&mut order, position) {
-            // Its issuance started on the strength of it: the order keeps what it was issued on.
-            Ok(_) if finalized => Err(AcmeError::Malformed(
-                "the order is finalized; its authorizations can no longer be deactivated"
-                    .to_owned(),
-            )),
-            Ok(authz) => match authz.status(expires_ms, now_ms) {
+        self.change_authorization(Some(account), id, position, |order, authz| {
+            if order.finalized {
+                // Its issuance started on the strength of it: the order keeps what it was
+                // issued on.
+                return Err(AcmeError::Malformed(
+                    "the order is finalized; its authorizations can no longer be deactivated"
+                        .to_owned(),
+                ));
+            }
+            match authz.status(order.expires_ms, now_ms) {
                 AuthorizationStatus::Pending | AuthorizationStatus::Valid => {
                     authz.deactivated = true;
                     Ok(())
@@ -820,11 +834,8 @@ impl Acme {
                 status => Err(AcmeError::Malformed(format!(
                     "an authorization that is {status:?} cannot be deactivated"
                 ))),
-            },
-            Err(error) => Err(error),
-        };
-        self.put(order.clone());
-        result.map(|()| AcmeReply::Order(order))
+            }
+        })
     }
 
     fn finalize(
