@@ -45,58 +45,25 @@ struct Acme {
 
 /// The ACME routes of one node.
 pub(crate) fn router(replica: Arc<Replica>, server: Arc<AcmeServer>) -> Router {
-    // A method a resource does not answer is a problem document too, with a nonce.
     Router::new()
-        .route(
-            "/acme/directory",
-            get(directory).fallback(method_not_allowed),
-        )
-        .route(
-            "/acme/new-nonce",
-            get(new_nonce).head(new_nonce).fallback(method_not_allowed),
-        )
-        .route(
-            "/acme/new-account",
-            post(new_account).fallback(method_not_allowed),
-        )
-        .route(
-            "/acme/new-order",
-            post(new_order).fallback(method_not_allowed),
-        )
-        .route(
-            "/acme/revoke-cert",
-            post(revoke_cert).fallback(method_not_allowed),
-        )
-        .route(
-            "/acme/key-change",
-            post(key_change).fallback(method_not_allowed),
-        )
-        .route(
-            "/acme/account/{id}",
-            post(account).fallback(method_not_allowed),
-        )
-        .route(
-            "/acme/account/{id}/orders",
-            post(account_orders).fallback(method_not_allowed),
-        )
-        .route("/acme/order/{id}", post(order).fallback(method_not_allowed))
-        .route(
-            "/acme/order/{id}/finalize",
-            post(finalize).fallback(method_not_allowed),
-        )
-        .route(
-            "/acme/authz/{order}/{position}",
-            post(authorization).fallback(method_not_allowed),
-        )
-        .route(
-            "/acme/challenge/{order}/{position}",
-            post(challenge).fallback(method_not_allowed),
-        )
-        .route(
-            "/acme/certificate/{order}",
-            post(certificate).fallback(method_not_allowed),
-        )
-        .route("/acme/crl", get(crl).fallback(method_not_allowed))
+        .route("/acme/directory", get(directory))
+        .route("/acme/new-nonce", get(new_nonce).head(new_nonce))
+        .route("/acme/new-account", post(new_account))
+        .route("/acme/new-order", post(new_order))
+        .route("/acme/revoke-cert", post(revoke_cert))
+        .route("/acme/key-change", post(key_change))
+        .route("/acme/account/{id}", post(account))
+        .route("/acme/account/{id}/orders", post(account_orders))
+        .route("/acme/order/{id}", post(order))
+        .route("/acme/order/{id}/finalize", post(finalize))
+        .route("/acme/authz/{order}/{position}", post(authorization))
+        .route("/acme/challenge/{order}/{position}", post(challenge))
+        .route("/acme/certificate/{order}", post(certificate))
+        .route("/acme/crl", get(crl))
+        // A method a resource does not answer is a problem document too, with a nonce. Set
+        // here, before the node's router merges these routes: its own 405 fills only routes
+        // that have none.
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(Acme { replica, server })
 }
 

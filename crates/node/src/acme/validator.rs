@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use certus_core::acme::{AcmeCommand, OrderId};
-use certus_core::{ChallengeToken, Command, Reason};
+use certus_core::{ChallengeToken, Command};
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use tracing::{debug, info};
@@ -22,7 +22,7 @@ use crate::limits::{ACME_VALIDATION_ATTEMPTS_MAX, ACME_VALIDATIONS_IN_FLIGHT_MAX
 use crate::ordered_watch as watch;
 use crate::raft::applied::{AppliedWatch, Wake};
 use crate::raft::replica::{Leader, Replica};
-use crate::roles::session_daemons::{BoxFuture, ChallengeTester};
+use crate::roles::session_daemons::{BoxFuture, ChallengeTester, reason_text};
 
 /// The pause between two fetches of a challenge that was not served.
 const ATTEMPT_PAUSE: Duration = Duration::from_secs(1);
@@ -137,22 +137,7 @@ async fn fetch(
 }
 
 async fn record(replica: &Replica, validation: Validation, error: Option<String>) {
-    let reason = error.map(|error| {
-        let mut text: String = error.chars().filter(|c| !c.is_control()).collect();
-        if text.len() > certus_core::limits::REASON_BYTES_MAX {
-            let mut end = certus_core::limits::REASON_BYTES_MAX;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
-        }
-        Reason::new(if text.is_empty() {
-            "not served".to_owned()
-        } else {
-            text
-        })
-        .unwrap_or_else(|_| Reason::new("not served").expect("valid text"))
-    });
+    let reason = error.as_deref().map(reason_text);
     let valid = reason.is_none();
     let command = Command::Acme(AcmeCommand::RecordValidation {
         order: validation.order,

@@ -667,8 +667,8 @@ fn complete(session: &Session, token: u64, outcome: StepOutcome) -> Command {
     })
 }
 
-/// A reason for the state machine: one line, bounded.
-fn reason_text(text: &str) -> Reason {
+/// A reason for the state machine: one line, bounded (also the ACME validator's).
+pub(crate) fn reason_text(text: &str) -> Reason {
     let mut line: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
