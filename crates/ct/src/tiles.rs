@@ -87,19 +87,6 @@ impl ExpandedTile {
     }
 }
 
-/// The hash of a complete subtree over `hashes` (a power of two of them, at least one).
-fn complete_subtree(hashes: &[Hash]) -> Hash {
-    debug_assert!(hashes.len().is_power_of_two());
-    let mut level: Vec<Hash> = hashes.to_vec();
-    while level.len() > 1 {
-        level = level
-            .chunks_exact(2)
-            .map(|pair| node_hash(&pair[0], &pair[1]))
-            .collect();
-    }
-    level[0]
-}
-
 /// Why tiles do not fit together.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TileError {
@@ -132,6 +119,35 @@ pub struct TileEdge {
     size: u64,
     /// `partial[L]` holds `(size >> 8L) mod 256` hashes, for every level with `size >> 8L > 0`.
     partial: Vec<Vec<Hash>>,
+    /// `inner[L][r - 1]` holds the complete nodes at level `r` (1..=7) inside `partial[L]`:
+    /// derived from it as hashes arrive (one hash per arrival, amortized), so proofs and roots at
+    /// the right edge read the edge's subtrees instead of hashing up to 255 hashes each time.
+    inner: Vec<InnerLevels>,
+}
+
+/// The complete nodes above level 0 inside a partial tile, levels 1..=7 (level 8 is the tile's
+/// root, which exists only once the tile is full and leaves the edge).
+type InnerLevels = [Vec<Hash>; TILE_HEIGHT as usize - 1];
+
+/// Adds to `inner` the nodes that the last hash of `hashes` (a partial tile's level 0) completes.
+fn complete_inner(inner: &mut InnerLevels, hashes: &[Hash]) {
+    for r in 0..inner.len() {
+        let lower = if r == 0 { hashes } else { &inner[r - 1] };
+        if lower.is_empty() || lower.len() % 2 != 0 {
+            return;
+        }
+        let node = node_hash(&lower[lower.len() - 2], &lower[lower.len() - 1]);
+        inner[r].push(node);
+    }
+}
+
+/// The inner levels of a partial tile holding `hashes`.
+fn inner_of(hashes: &[Hash]) -> InnerLevels {
+    let mut inner = InnerLevels::default();
+    for end in 1..=hashes.len() {
+        complete_inner(&mut inner, &hashes[..end]);
+    }
+    inner
 }
 
 /// How many hashes tree size `size` puts at tile level `level`, in all.
@@ -196,7 +212,12 @@ impl TileEdge {
                 });
             }
         }
-        Ok(TileEdge { size, partial })
+        let inner = partial.iter().map(|hashes| inner_of(hashes)).collect();
+        Ok(TileEdge {
+            size,
+            partial,
+            inner,
+        })
     }
 
     /// How many leaves the tree holds.
@@ -221,16 +242,21 @@ impl TileEdge {
         loop {
             if self.partial.len() == level {
                 self.partial.push(Vec::with_capacity(TILE_WIDTH));
+                self.inner.push(InnerLevels::default());
             }
             self.partial[level].push(hash);
+            complete_inner(&mut self.inner[level], &self.partial[level]);
             if self.partial[level].len() < TILE_WIDTH {
                 break;
             }
             let hashes =
                 std::mem::replace(&mut self.partial[level], Vec::with_capacity(TILE_WIDTH));
+            let inner = std::mem::take(&mut self.inner[level]);
             // The tile's index: the hashes the level held before this one filled it, over 256.
             let index = hashes_at(self.size, level) / TILE_WIDTH as u64;
-            hash = complete_subtree(&hashes);
+            // The tile's root: the hash of its two level-7 nodes.
+            let top = &inner[inner.len() - 1];
+            hash = node_hash(&top[0], &top[1]);
             full.push((
                 TileId {
                     level: u8::try_from(level).expect("fewer than 256 tile levels"),
@@ -312,7 +338,11 @@ impl<R: TileReader> StoredNodes for TiledNodes<'_, R> {
         }
         match self.edge.partial.get(tile_level) {
             Some(partial) if tile == edge_tile && offset + width <= partial.len() => {
-                Ok(complete_subtree(&partial[offset..offset + width]))
+                if r == 0 {
+                    return Ok(partial[offset]);
+                }
+                // A complete subtree inside the partial tile is one of its inner nodes.
+                Ok(self.edge.inner[tile_level][r as usize - 1][offset >> r])
             }
             _ => Err(missing().into()),
         }

@@ -374,7 +374,7 @@ impl HashIndex {
         if !fresh.is_empty() {
             fresh.sort_unstable();
             self.fresh_records += fresh.len();
-            self.view.fresh.push(Arc::new(fresh));
+            push_fresh(&mut self.view.fresh, fresh);
         }
         Ok(())
     }
@@ -407,7 +407,7 @@ impl HashIndex {
         if !records.is_empty() {
             records.sort_unstable();
             self.fresh_records += records.len();
-            self.view.fresh.push(Arc::new(records));
+            push_fresh(&mut self.view.fresh, records);
         }
         // Runs merged away in the last round, whose swap is committed now; those a merge retires
         // in this round stay until the next one, for lookups that took the view before this
@@ -686,6 +686,38 @@ pub(crate) fn add_filters(
         file.sync_data()?;
     }
     Ok(())
+}
+
+/// Adds a sorted chunk of records not yet in a run, merging it with the newest chunks while
+/// they are not more than twice its size. Each chunk is then more than twice the next newer one,
+/// so a lookup binary-searches at most log2 of the records' count of them (a round a chunk, as
+/// before, meant hundreds at the bound), and a record is merged about that many times.
+fn push_fresh(fresh: &mut Vec<Arc<Vec<(Hash, u64)>>>, mut chunk: Vec<(Hash, u64)>) {
+    while let Some(newest) = fresh.last()
+        && newest.len() <= 2 * chunk.len()
+    {
+        let newest = fresh.pop().expect("a newest chunk was just seen");
+        chunk = merge_sorted(&newest, &chunk);
+    }
+    fresh.push(Arc::new(chunk));
+}
+
+/// The records of two sorted slices, sorted.
+fn merge_sorted(a: &[(Hash, u64)], b: &[(Hash, u64)]) -> Vec<(Hash, u64)> {
+    let mut merged = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        if b[j] < a[i] {
+            merged.push(b[j]);
+            j += 1;
+        } else {
+            merged.push(a[i]);
+            i += 1;
+        }
+    }
+    merged.extend_from_slice(&a[i..]);
+    merged.extend_from_slice(&b[j..]);
+    merged
 }
 
 impl IndexView {
@@ -1638,6 +1670,39 @@ mod tests {
         let view = harness.index.view();
         assert!(view.runs.iter().all(|run| run.filter.is_some()));
         harness.check_present();
+    }
+
+    proptest! {
+        /// Fresh chunks stay sorted, hold every record pushed, and shrink geometrically from the
+        /// oldest to the newest, so a lookup searches few of them.
+        #[test]
+        fn fresh_chunks_stay_few_and_hold_every_record(
+            sizes in proptest::collection::vec(1usize..300, 1..200),
+        ) {
+            let mut fresh = Vec::new();
+            let mut all = Vec::new();
+            let mut sequence = 0u64;
+            for size in sizes {
+                let mut chunk: Vec<(Hash, u64)> = (sequence..sequence + size as u64)
+                    .map(|n| (hash_of(n % 97), n))
+                    .collect();
+                sequence += size as u64;
+                chunk.sort_unstable();
+                all.extend_from_slice(&chunk);
+                push_fresh(&mut fresh, chunk);
+                for pair in fresh.windows(2) {
+                    prop_assert!(pair[0].len() > 2 * pair[1].len());
+                }
+                for chunk in &fresh {
+                    prop_assert!(chunk.windows(2).all(|pair| pair[0] <= pair[1]));
+                }
+            }
+            let mut held: Vec<(Hash, u64)> =
+                fresh.iter().flat_map(|chunk| chunk.iter().copied()).collect();
+            held.sort_unstable();
+            all.sort_unstable();
+            prop_assert_eq!(held, all);
+        }
     }
 
     proptest! {
