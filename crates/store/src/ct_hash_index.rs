@@ -702,6 +702,42 @@ fn push_fresh(fresh: &mut Vec<Arc<Vec<(Hash, u64)>>>, mut chunk: Vec<(Hash, u64)
     fresh.push(Arc::new(chunk));
 }
 
+/// Interpolation steps [`first_not_below`] takes before it bisects what is left.
+const INTERPOLATION_STEPS_MAX: usize = 4;
+
+/// The first 8 bytes of a hash as a number: where it falls among uniformly spread hashes.
+fn hash_prefix(hash: &Hash) -> u64 {
+    u64::from_be_bytes(hash[..8].try_into().expect("a hash has 8 bytes"))
+}
+
+/// The index of the first record not below `hash` in sorted `records`. The hashes are SHA-256
+/// outputs, spread evenly, so interpolating on their prefix narrows a chunk of tens of
+/// thousands to a few records in a couple of steps, where bisecting takes sixteen comparisons;
+/// the steps are capped so that hashes bunched on purpose cost no more than bisecting.
+fn first_not_below(records: &[(Hash, u64)], hash: &Hash) -> usize {
+    // The answer stays within lo..=hi.
+    let (mut lo, mut hi) = (0, records.len());
+    let target = hash_prefix(hash);
+    for _ in 0..INTERPOLATION_STEPS_MAX {
+        if hi - lo < 16 {
+            break;
+        }
+        let low = hash_prefix(&records[lo].0);
+        let high = hash_prefix(&records[hi - 1].0);
+        if target <= low || target > high || high == low {
+            break;
+        }
+        let span = (hi - 1 - lo) as u128;
+        let guess = lo + ((target - low) as u128 * span / (high - low) as u128) as usize;
+        if records[guess].0 < *hash {
+            lo = guess + 1;
+        } else {
+            hi = guess;
+        }
+    }
+    lo + records[lo..hi].partition_point(|(h, _)| h < hash)
+}
+
 /// The records of two sorted slices, sorted.
 fn merge_sorted(a: &[(Hash, u64)], b: &[(Hash, u64)]) -> Vec<(Hash, u64)> {
     let mut merged = Vec::with_capacity(a.len() + b.len());
@@ -758,7 +794,7 @@ impl IndexView {
             .fresh
             .iter()
             .filter_map(|chunk| {
-                let at = chunk.partition_point(|(h, _)| h < hash);
+                let at = first_not_below(chunk, hash);
                 chunk.get(at).filter(|(h, _)| h == hash).map(|(_, s)| *s)
             })
             .min())
@@ -1673,6 +1709,32 @@ mod tests {
     }
 
     proptest! {
+        /// Interpolating finds what bisecting finds, for hashes spread evenly or bunched.
+        #[test]
+        fn interpolation_finds_the_first_record_not_below(
+            numbers in proptest::collection::vec(0u64..5_000, 0..400),
+            bunched in any::<bool>(),
+            probe in 0u64..5_200,
+        ) {
+            let hash = |n: u64| -> Hash {
+                if bunched {
+                    // Equal prefixes, order decided by the last bytes.
+                    let mut hash = [7u8; 32];
+                    hash[24..].copy_from_slice(&n.to_be_bytes());
+                    hash
+                } else {
+                    hash_of(n)
+                }
+            };
+            let mut records: Vec<(Hash, u64)> = numbers.iter().map(|&n| (hash(n), n)).collect();
+            records.sort_unstable();
+            let target = hash(probe);
+            prop_assert_eq!(
+                first_not_below(&records, &target),
+                records.partition_point(|(h, _)| *h < target)
+            );
+        }
+
         /// Fresh chunks stay sorted, hold every record pushed, and shrink geometrically from the
         /// oldest to the newest, so a lookup searches few of them.
         #[test]

@@ -79,6 +79,11 @@ pub(crate) struct CtArgs {
     /// memory that grows with the log apart from this bounded cache.
     #[arg(long, default_value_t = certus_store::SLED_CACHE_MIB_DEFAULT)]
     store_cache_mib: u64,
+    /// Each node's cache of full Merkle tiles (`[ct] tile_cache_tiles`, 16 KiB each expanded):
+    /// set it low, with `--store-cache-mib`, to see the memory that grows with the log apart
+    /// from both bounded caches.
+    #[arg(long, default_value_t = certus_store::CT_TILE_CACHE_TILES_DEFAULT)]
+    tile_cache_tiles: usize,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     json: bool,
@@ -167,6 +172,7 @@ pub(super) async fn run(args: CtArgs) -> Result<(), String> {
             dir.path().join(format!("node-{id}")),
         );
         config.ct = ct.clone();
+        config.ct.tile_cache_tiles = args.tile_cache_tiles;
         config.store.cache_mib = args.store_cache_mib;
         configs.push(config);
     }
@@ -925,6 +931,7 @@ mod tests {
             guard_window_ms: None,
             unsequenced_watermark: None,
             store_cache_mib: certus_store::SLED_CACHE_MIB_DEFAULT,
+            tile_cache_tiles: certus_store::CT_TILE_CACHE_TILES_DEFAULT,
             json: false,
         };
         args.check().expect("valid");
