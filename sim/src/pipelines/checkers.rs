@@ -560,7 +560,8 @@ pub fn long_poll_final(polled: &[Polled], finals: &Finals) -> Verdict {
 /// sleeping) leaves it aborted; one answered `finished` leaves the status it named; after a
 /// cancel answered `requested` (it was running), every progress reply sent later says a cancel
 /// was asked for, no requeue or sleep sent later is accepted, and the transaction ends aborted
-/// — or with the status of a completion its worker sent without knowing of the cancel.
+/// — or with the status of a completion its worker sent without knowing of the cancel (accepted,
+/// or unanswered: a completion whose answer was lost may have been applied).
 pub fn cancels_honoured(
     cancels: &[CancelRecord],
     steps: &[StepRecord],
@@ -624,10 +625,12 @@ pub fn cancels_honoured(
                     ));
                 }
                 if let Some(status) = final_status.filter(|status| *status != "aborted") {
+                    // A completion left unanswered (its worker crashed or was cut off) may
+                    // have been applied as much as an accepted one.
                     let unknowing = steps.iter().any(|step| {
                         step.transaction == tx
                             && step.kind == StepKind::Complete
-                            && step.accepted == Some(true)
+                            && step.accepted != Some(false)
                             && !step.cancel_known
                             && step.status.as_deref() == Some(status)
                     });

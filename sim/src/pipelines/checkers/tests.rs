@@ -500,6 +500,41 @@ fn cancels_fail_when_a_requested_cancel_is_not_seen_or_ignored() {
     );
 }
 
+#[test]
+fn a_cancelled_transaction_may_end_by_an_unanswered_completion_sent_unknowing() {
+    let cancels = [
+        cancel(2, 1_000, Some(CancelSeen::Requested)),
+        cancel(3, 1_000, Some(CancelSeen::Requested)),
+    ];
+    // 2: the worker's completion went unanswered (it may have landed), so success is explained;
+    // 3: the only unknowing completion was refused, so success is not.
+    let steps = [
+        StepRecord {
+            accepted: None,
+            ..completed(2, 1_100, "success", false)
+        },
+        StepRecord {
+            accepted: Some(false),
+            ..completed(3, 1_100, "success", false)
+        },
+    ];
+    let verdict = cancels_honoured(
+        &cancels,
+        &steps,
+        &[],
+        &ended(&[(2, "success"), (3, "success")]),
+    );
+    assert_fails(
+        &verdict,
+        "transaction 3: cancel requested at 1000 ms while it ran, but it finished success",
+    );
+    assert!(
+        !verdict.detail.contains("transaction 2"),
+        "an unanswered completion explains transaction 2: {}",
+        verdict.detail
+    );
+}
+
 // sleepers_woken
 
 fn sleep(transaction: u64, token: u64, acknowledged_ms: u64, switch: Option<&str>) -> SleepRecord {
