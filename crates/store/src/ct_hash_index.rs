@@ -89,7 +89,7 @@ use crate::disk::{Disk, WriteBatch};
 use crate::files::LogFile;
 use crate::limits::{
     ENTRY_INDEX_FILTER_BYTES_MAX, FILTER_SEGMENT_WORDS_MAX, FRESH_RECORDS_MAX,
-    LEAF_INDEX_FILTER_BYTES_MAX,
+    INTERPOLATION_STEPS_MAX, LEAF_INDEX_FILTER_BYTES_MAX,
 };
 
 /// Where one index lives: its keys on the disk, its run files, and what errors call it. Indexes
@@ -701,9 +701,6 @@ fn push_fresh(fresh: &mut Vec<Arc<Vec<(Hash, u64)>>>, mut chunk: Vec<(Hash, u64)
     }
     fresh.push(Arc::new(chunk));
 }
-
-/// Interpolation steps [`first_not_below`] takes before it bisects what is left.
-const INTERPOLATION_STEPS_MAX: usize = 4;
 
 /// The first 8 bytes of a hash as a number: where it falls among uniformly spread hashes.
 fn hash_prefix(hash: &Hash) -> u64 {

@@ -30,3 +30,7 @@ pub(crate) const LEAF_INDEX_FILTER_BYTES_MAX: usize = 128 << 20;
 /// largest runs keep their filters (see `ct_hash_index.rs`), and a node's store stays under its
 /// 512 MiB target beside the leaf index's 128 MiB.
 pub(crate) const ENTRY_INDEX_FILTER_BYTES_MAX: usize = 64 << 20;
+/// Interpolation steps a lookup in an index's in-memory records takes before it bisects what is
+/// left: SHA-256 hashes are spread evenly, so two or three steps find the place among tens of
+/// thousands, and the cap keeps hashes bunched on purpose from costing more than bisecting.
+pub(crate) const INTERPOLATION_STEPS_MAX: usize = 4;
