@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod mutants;
 #[cfg(test)]
 mod tidy;
 
@@ -36,6 +37,11 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
         "chaos",
         "`chaos [--seconds N] [--seed S]`: real `certus serve` processes killed and restarted under leases, pipelines, CT and sessions (5 min by default), history checked",
     ),
+    (
+        "mutants",
+        "`mutants [NAME...] [--jobs N] [--write-docs]`: each planted bug of sim/mutants/ in a scratch \
+         copy, seeds of its scenario until one fails; seeds-to-catch and the checkers that fired",
+    ),
     ("help", "this list"),
 ];
 
@@ -47,6 +53,7 @@ fn main() -> ExitCode {
         Some("sim") => sim(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         Some("chaos") => chaos(&args[1..]),
+        Some("mutants") => mutants::run(&args[1..]),
         None | Some("help" | "-h" | "--help") => {
             print_help();
             Ok(())
