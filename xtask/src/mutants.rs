@@ -278,12 +278,24 @@ fn run_one(mutant: &Mutant, tree: &Path, target_dir: &Path, head: &str, jobs: us
     }
 }
 
-/// The checkers a failed run names (`  FAIL name: why`), or what ended it otherwise.
+/// How much of a panic's message the table keeps.
+const PANIC_TEXT_CHARS: usize = 90;
+
+/// The checkers a failed run names (`  FAIL name: why`), or what ended it otherwise. A run that
+/// panicked (`FAIL run: …`: an assertion of the node, openraft or the harness) is named by its
+/// message, since which assertion fired is what says how the bug was caught.
 fn fired(output: &str) -> Vec<String> {
     let mut checkers: Vec<String> = output
         .lines()
         .filter_map(|line| line.trim_start().strip_prefix("FAIL "))
-        .filter_map(|rest| rest.split_once(':').map(|(name, _)| name.trim().to_owned()))
+        .filter_map(|rest| rest.split_once(':'))
+        .map(|(name, why)| match name.trim() {
+            "run" => {
+                let why: String = why.trim().chars().take(PANIC_TEXT_CHARS).collect();
+                format!("the run: {}", why.replace('|', "/").replace('`', "'"))
+            }
+            name => name.to_owned(),
+        })
         .collect();
     checkers.dedup();
     if checkers.is_empty() {
@@ -414,6 +426,10 @@ mod tests {
         assert_eq!(
             fired("thread 'main' panicked at x"),
             vec!["a panic".to_owned()]
+        );
+        assert_eq!(
+            fired("  FAIL run: the simulation panicked: vote T1 must GE 2-212\n"),
+            vec!["the run: the simulation panicked: vote T1 must GE 2-212".to_owned()]
         );
     }
 
