@@ -144,6 +144,17 @@ async fn channel(addr: SocketAddr) -> Result<tonic::transport::Channel, String> 
         .map_err(|error| error.to_string())
 }
 
+/// Refuses a `--clients` list that is empty or holds a count of 0: every bench takes one run
+/// per count.
+fn check_client_counts(clients: &[usize]) -> Result<(), String> {
+    if clients.is_empty() || clients.contains(&0) {
+        return Err(format!(
+            "--clients needs one or more counts of at least 1, got {clients:?}"
+        ));
+    }
+    Ok(())
+}
+
 fn free_addr() -> Result<SocketAddr, String> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|error| error.to_string())?;
     listener.local_addr().map_err(|error| error.to_string())
@@ -237,6 +248,16 @@ mod tests {
         assert_eq!(percentile(&values, 1.0), Some(100));
         assert_eq!(percentile::<u64>(&[], 0.5), None);
         assert_eq!(percentile(&[7u64], 0.99), Some(7));
+    }
+
+    #[test]
+    fn client_counts_are_one_or_more_and_never_zero() {
+        assert_eq!(check_client_counts(&[1, 16]), Ok(()));
+        assert!(check_client_counts(&[]).is_err());
+        assert_eq!(
+            check_client_counts(&[1, 0]),
+            Err("--clients needs one or more counts of at least 1, got [1, 0]".to_owned())
+        );
     }
 
     #[test]

@@ -63,12 +63,7 @@ pub(crate) struct AcmeArgs {
 
 impl AcmeArgs {
     fn check(&self) -> Result<(), String> {
-        if self.clients.is_empty() || self.clients.contains(&0) {
-            return Err(format!(
-                "--clients needs one or more counts of at least 1, got {:?}",
-                self.clients
-            ));
-        }
+        super::check_client_counts(&self.clients)?;
         if self.seconds == 0 {
             return Err("--seconds must be at least 1".into());
         }

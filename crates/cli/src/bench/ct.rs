@@ -91,12 +91,7 @@ pub(crate) struct CtArgs {
 
 impl CtArgs {
     fn check(&self) -> Result<(), String> {
-        if self.clients.is_empty() || self.clients.contains(&0) {
-            return Err(format!(
-                "--clients needs one or more counts of at least 1, got {:?}",
-                self.clients
-            ));
-        }
+        super::check_client_counts(&self.clients)?;
         if self.seconds == 0 || self.entries == 0 || self.leaf_rate_max == 0 {
             return Err("--seconds, --entries and --leaf-rate-max must be at least 1".into());
         }

@@ -190,9 +190,7 @@ fn ms(sorted_us: &[u64], fraction: f64) -> f64 {
 }
 
 pub(super) async fn run(args: PipelinesArgs) -> Result<(), String> {
-    if args.clients.is_empty() || args.clients.contains(&0) {
-        return Err("--clients: one or more counts, each at least 1".into());
-    }
+    super::check_client_counts(&args.clients)?;
     if args.seconds == 0 {
         return Err("--seconds: at least 1".into());
     }

@@ -86,9 +86,7 @@ impl Run {
 }
 
 pub(super) async fn run(args: RaftArgs) -> Result<(), String> {
-    if args.clients.is_empty() || args.clients.contains(&0) {
-        return Err("--clients: one or more counts, each at least 1".into());
-    }
+    super::check_client_counts(&args.clients)?;
     if args.seconds == 0 {
         return Err("--seconds: at least 1".into());
     }

@@ -73,12 +73,7 @@ enum ChallengesAt {
 
 impl SessionsArgs {
     fn check(&self) -> Result<(), String> {
-        if self.clients.is_empty() || self.clients.contains(&0) {
-            return Err(format!(
-                "--clients needs one or more counts of at least 1, got {:?}",
-                self.clients
-            ));
-        }
+        super::check_client_counts(&self.clients)?;
         if self.seconds == 0 || self.session_rate_max == 0 {
             return Err("--seconds and --session-rate-max must be at least 1".into());
         }
