@@ -168,3 +168,182 @@ fn the_readme_mentions_only_real_xtask_commands() {
         );
     }
 }
+
+/// The API's table of contents names every `.proto` file, so a new service is never shipped
+/// without its line there (what it is and who calls it).
+#[test]
+fn the_proto_readme_names_every_proto_file() {
+    let proto = workspace_root().join("proto");
+    let readme = fs::read_to_string(proto.join("README.md")).unwrap();
+    let mut files = Vec::new();
+    let mut pending = vec![proto.clone()];
+    while let Some(dir) = pending.pop() {
+        for entry in fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "proto") {
+                files.push(path.strip_prefix(&proto).unwrap().display().to_string());
+            }
+        }
+    }
+    assert!(
+        files.iter().any(|file| file == "certus/v1/leases.proto"),
+        "the walk over proto/ found {files:?}"
+    );
+    let missing: Vec<&String> = files
+        .iter()
+        .filter(|file| !readme.contains(&format!("`{file}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "proto/README.md does not name {missing:?} (add a row to its table of files)"
+    );
+}
+
+/// Every bound a client or an operator can meet is in docs/operations.md ("Limits"), by name.
+///
+/// Which bounds: every `pub const` in the `src/limits.rs` of the crates that judge what reaches a
+/// node from outside — `crates/node` (the gRPC and HTTP edge, the services, a node's settings),
+/// `crates/core` (the replicated state: every request is judged there, and its tables fill up)
+/// and `crates/acme` (the ACME server). Every constant counts, whatever its name (`…_MAX`,
+/// `…_MIN`, `…_LIMIT`, `…_TIMEOUT`, `…_WAIT`, `…_KEPT`), because a limits file holds only
+/// bounds. The other crates' bounds are left out: `crates/client` and `crates/cli` bound the
+/// client's own side, `crates/store` and `crates/fuzz-targets` are internal, and `crates/ca`
+/// bounds what remote servers (HTTP-01 targets, the upstream CA) answer.
+///
+/// Required: the name appears in backticks in docs/operations.md, or it is in
+/// [`INTERNAL`] with the reason no client or operator meets it. An exception that is documented
+/// after all, or no longer exists, fails too, so the list stays true.
+mod documented_limits {
+    use std::fs;
+
+    use crate::workspace_root;
+
+    /// The limits files whose constants must be documented.
+    const LIMITS_FILES: &[&str] = &[
+        "crates/node/src/limits.rs",
+        "crates/core/src/limits.rs",
+        "crates/acme/src/limits.rs",
+    ];
+
+    /// Constants of those files that no client or operator meets, each with why.
+    const INTERNAL: &[(&str, &str)] = &[
+        // Node: pauses and retries inside the node, invisible but as latency.
+        (
+            "SESSION_CLAIM_RETRY_PAUSE",
+            "a waiting claim's pause between two proposals",
+        ),
+        (
+            "SESSION_WORK_CLAIM_ERROR_PAUSE",
+            "a worker stream's pause after a failed claim",
+        ),
+        (
+            "CT_FETCH_ROUNDS_MAX",
+            "how much a node fetches from its peers per CT round",
+        ),
+        (
+            "CT_DEDUPE_RECHECKS_MAX",
+            "rechecks of a submission against the local index",
+        ),
+        (
+            "CERTIFICATE_IDENTITIES_CACHED_MAX",
+            "a cache; past it the node parses again",
+        ),
+        (
+            "CLIENT_REGISTER_DRAWS_MAX",
+            "random 64-bit ids colliding three times in a row",
+        ),
+        // Core: commands only the nodes propose, in batches the nodes size to fit.
+        (
+            "CT_SCT_BYTES_MAX",
+            "the size of an SCT the nodes' own signer made",
+        ),
+        (
+            "CT_SIGNATURE_BYTES_MAX",
+            "the size of an STH signature the nodes' own signer made",
+        ),
+        (
+            "CT_ADD_BATCH_MAX",
+            "the node batches submissions into `Add` commands",
+        ),
+        ("CT_SEQUENCE_BATCH_MAX", "the master's `Sequence` command"),
+        ("CT_CLEANUP_BATCH_MAX", "the master's `CleanUp` command"),
+        (
+            "CT_MIRROR_BATCH_MAX",
+            "the mirror role's `MirrorAppend` command",
+        ),
+        (
+            "PIPELINE_WEBHOOK_BATCH_MAX",
+            "the webhook role's `TakeWebhooks` command",
+        ),
+        (
+            "PIPELINE_WEBHOOK_SCAN_MAX",
+            "the work of one `TakeWebhooks` command",
+        ),
+        // ACME: a format's bound that no clock reaches before the year 10000.
+        (
+            "RFC3339_MS_MAX",
+            "the latest time RFC 3339's four-digit years can write",
+        ),
+    ];
+
+    /// The names of the `pub const`s of a limits file.
+    fn public_constants(text: &str) -> Vec<&str> {
+        text.lines()
+            .filter_map(|line| line.trim_start().strip_prefix("pub const "))
+            .filter_map(|rest| rest.split(':').next())
+            .map(str::trim)
+            .collect()
+    }
+
+    #[test]
+    fn every_limit_a_client_or_operator_meets_is_in_the_operations_doc() {
+        let root = workspace_root();
+        let doc = fs::read_to_string(root.join("docs/operations.md")).unwrap();
+        let documented = |name: &str| doc.contains(&format!("`{name}`"));
+        let mut undocumented = Vec::new();
+        let mut all = Vec::new();
+        for file in LIMITS_FILES {
+            let text = fs::read_to_string(root.join(file)).unwrap();
+            for name in public_constants(&text) {
+                all.push(name.to_owned());
+                if !documented(name) && !INTERNAL.iter().any(|(internal, _)| *internal == name) {
+                    undocumented.push(format!("  {file}: {name}"));
+                }
+            }
+        }
+        assert!(
+            undocumented.is_empty(),
+            "bounds missing from docs/operations.md's Limits tables (add a row: name, value, what \
+             answers past it; or, if no client or operator can meet it, add it to INTERNAL in \
+             xtask/src/tidy/documented_limits.rs with why):\n{}",
+            undocumented.join("\n")
+        );
+        let stale: Vec<&str> = INTERNAL
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| documented(name) || !all.iter().any(|constant| constant == name))
+            .collect();
+        assert!(
+            stale.is_empty(),
+            "INTERNAL lists bounds that are documented or no longer exist: {stale:?}"
+        );
+    }
+
+    #[test]
+    fn public_constants_are_found_by_name() {
+        let text = "\
+/// A bound.
+pub const LEASES_MAX: usize = 1;
+const PRIVATE_MAX: usize = 2;
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+const _: () = assert!(LEASES_MAX > 0);
+    pub const INDENTED_MAX: usize = 3;
+";
+        assert_eq!(
+            public_constants(text),
+            vec!["LEASES_MAX", "FORWARD_TIMEOUT", "INDENTED_MAX"]
+        );
+    }
+}

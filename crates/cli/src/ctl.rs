@@ -1143,6 +1143,46 @@ mod tests {
     }
 
     #[test]
+    fn set_address_takes_either_address_and_needs_one() {
+        let args = parse(&[
+            "members",
+            "set-address",
+            "--id",
+            "2",
+            "--grpc-addr",
+            "node-2.certus.test:7101",
+        ]);
+        let CtlCommand::Members {
+            command:
+                Some(MembersCommand::SetAddress {
+                    id,
+                    grpc_addr,
+                    http_addr,
+                }),
+        } = args.command
+        else {
+            panic!("not set-address: {:?}", args.command);
+        };
+        assert_eq!(id, 2);
+        assert_eq!(
+            grpc_addr.map(|addr| addr.to_string()).as_deref(),
+            Some("node-2.certus.test:7101")
+        );
+        assert!(http_addr.is_none());
+        let error = parse_error(&["members", "set-address", "--id", "2"]);
+        assert!(error.contains("--grpc-addr"), "{error}");
+        let error = parse_error(&[
+            "members",
+            "set-address",
+            "--id",
+            "2",
+            "--grpc-addr",
+            "no-port",
+        ]);
+        assert!(error.contains("--grpc-addr"), "{error}");
+    }
+
+    #[test]
     fn every_subcommand_parses() {
         for args in [
             &["status"][..],
@@ -1155,6 +1195,24 @@ mod tests {
                 "a:1",
                 "--http-addr",
                 "a:2",
+            ],
+            &[
+                "members",
+                "set-address",
+                "--id",
+                "2",
+                "--grpc-addr",
+                "node-2.certus.test:7101",
+                "--http-addr",
+                "node-2.certus.test:7181",
+            ],
+            &[
+                "members",
+                "set-address",
+                "--id",
+                "2",
+                "--http-addr",
+                "10.0.0.2:7181",
             ],
             &["snapshot"],
             &["snapshot", "--endpoint", "127.0.0.1:7101"],

@@ -1,6 +1,6 @@
 //! Health that tells the truth: a node removed from the cluster stops being ready, a node whose
 //! Raft has stopped stops being live, and the gRPC health service answers for every service a
-//! node serves and for liveness apart from readiness.
+//! node serves (the CT log's on a node that runs it) and for liveness apart from readiness.
 
 #![cfg(not(madsim))]
 
@@ -181,4 +181,27 @@ async fn health_answers_for_every_service_and_tells_removed_and_stopped_nodes_ap
     for node in nodes {
         node.shutdown().await;
     }
+}
+
+/// A node that runs the CT log answers for its service as for every other: SERVING while ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ct_node_answers_serving_for_the_log_service() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pki = support::Pki::new();
+    let (configs, nodes, _) = support::start(dir.path(), "ct-health", &pki).await;
+    let (code, body) = ready_until(&configs[0], |code, _| code == 200).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        health(&configs[0], "certus.v1.Log")
+            .await
+            .expect("the CT log's service is known"),
+        ServingStatus::Serving
+    );
+    assert_eq!(
+        health(&configs[0], "certus.v1.Leases")
+            .await
+            .expect("every node's services stay known"),
+        ServingStatus::Serving
+    );
+    support::shutdown(nodes).await;
 }

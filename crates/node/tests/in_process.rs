@@ -101,6 +101,73 @@ async fn a_follower_forwards_writes_and_serves_linearizable_reads() {
     shutdown(nodes).await;
 }
 
+/// `Admin/AddLearner` under a current voter's id is refused, through a follower and through the
+/// leader, and the voter stays as it was: openraft would take it and change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adding_a_voter_as_a_learner_is_refused() {
+    use certus_proto::v1;
+    use certus_proto::v1::admin_client::AdminClient;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let configs = configs(dir.path());
+    let nodes = start(&configs).await;
+    let leader = leader_index(&nodes).await;
+    let follower = (leader + 1) % nodes.len();
+    let voter = &configs[(leader + 2) % nodes.len()];
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while nodes.iter().any(|node| {
+        node.replica()
+            .membership()
+            .members
+            .iter()
+            .filter(|member| member.voter)
+            .count()
+            < 3
+    }) {
+        assert!(Instant::now() < deadline, "not every node knows the voters");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = nodes[leader].replica().membership().members;
+
+    for through in [follower, leader] {
+        let mut admin = AdminClient::connect(format!("http://{}", configs[through].grpc_addr))
+            .await
+            .expect("gRPC connection");
+        let refused = admin
+            .add_learner(v1::AddLearnerRequest {
+                id: voter.id,
+                grpc_addr: free_addr().to_string(),
+                http_addr: free_addr().to_string(),
+            })
+            .await
+            .expect_err("a voter's id is refused");
+        assert_eq!(
+            refused.code(),
+            tonic::Code::FailedPrecondition,
+            "{refused:?}"
+        );
+        assert_eq!(
+            refused
+                .metadata()
+                .get("certus-error")
+                .and_then(|value| value.to_str().ok()),
+            Some("already-a-voter"),
+            "{refused:?}"
+        );
+        assert!(
+            refused.message().contains("already a voter"),
+            "{}",
+            refused.message()
+        );
+    }
+    assert_eq!(
+        nodes[leader].replica().membership().members,
+        before,
+        "the membership is unchanged"
+    );
+    shutdown(nodes).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writes_share_raft_entries() {
     let dir = tempfile::tempdir().expect("temp dir");

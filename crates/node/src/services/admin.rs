@@ -180,6 +180,26 @@ impl Admin for AdminService {
         request: Request<v1::AddLearnerRequest>,
     ) -> Result<Response<v1::MembershipReply>, Status> {
         let (id, node) = convert::add_learner(request.into_inner())?;
+        // openraft adds a voter's id as a learner by doing nothing, so the caller would believe
+        // a node was added (or its address changed) when nothing was.
+        if let Some(voter) = self
+            .replica
+            .membership()
+            .members
+            .into_iter()
+            .find(|member| member.id == id && member.voter)
+        {
+            return Err(status(
+                Code::FailedPrecondition,
+                "already-a-voter",
+                format!(
+                    "node {id} is already a voter (at {}); a node that lost its data joins under a \
+                     new id. To replace the voter, remove it first (`certus serve --replace` \
+                     does); to change its addresses, use SetMemberAddress",
+                    voter.node.grpc_addr
+                ),
+            ));
+        }
         probe_new_member(id, &node.grpc_addr, self.replica.peer_tls()).await?;
         let view = self.replica.add_learner(id, node).await?;
         Ok(Response::new(convert::membership(&view)))

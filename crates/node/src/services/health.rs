@@ -255,3 +255,24 @@ impl<T> Stream for ReceiverStream<T> {
         self.0.poll_recv(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_with_the_ct_log_names_its_service_and_one_without_does_not() {
+        let with_log = served_service_names(true);
+        assert!(with_log.contains(&"certus.v1.Log"), "{with_log:?}");
+        let without_log = served_service_names(false);
+        assert!(!without_log.contains(&"certus.v1.Log"), "{without_log:?}");
+        // The log adds its one name to every node's, and takes none away.
+        for name in NODE_SERVICE_NAMES {
+            assert!(
+                with_log.contains(name),
+                "{name:?} missing from {with_log:?}"
+            );
+        }
+        assert_eq!(with_log.len(), without_log.len() + 1);
+    }
+}
