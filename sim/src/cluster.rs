@@ -13,7 +13,7 @@ use certus_node::{
     CertusNode, Clock, CtNode, CtSetup, Leader, Node, NodeConfig, NodeParts, ServiceError,
     SessionParts, StartError,
 };
-use certus_store::{ApplyObserver, CrashReport, SimDisk, SimFiles};
+use certus_store::{ApplyObserver, CrashReport, DiskFault, SimDisk, SimFiles};
 use madsim::runtime::{Handle, NodeHandle};
 use openraft_metrics::watch_roles;
 
@@ -154,8 +154,15 @@ pub struct SimCluster {
     applied: AppliedLog,
     /// What crashes did to unsynced file writes, over the run.
     unsynced_writes: Arc<Mutex<CrashReport>>,
+    /// Each node's wall clock (one across its restarts) and its drawn skew.
+    clocks: BTreeMap<u64, (Clock, Skew)>,
+    /// The clock steps in force on each node, added to its skew (a restart keeps them).
+    clock_steps: ClockSteps,
     started: tokio::time::Instant,
 }
+
+/// The clock step in force on each node, in ms.
+type ClockSteps = Arc<Mutex<BTreeMap<u64, i64>>>;
 
 impl std::fmt::Debug for SimCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -205,6 +212,8 @@ impl SimCluster {
         let mut disks = BTreeMap::new();
         let mut all_log_files = BTreeMap::new();
         let mut all_ct_files = BTreeMap::new();
+        let mut clocks = BTreeMap::new();
+        let clock_steps: ClockSteps = Arc::default();
         for id in 1..=spec.nodes {
             let disk = SimDisk::new();
             disks.insert(id, disk.clone());
@@ -222,6 +231,9 @@ impl SimCluster {
                     offset_ms: 0,
                     drift_ppm: 0,
                 });
+            let node_clock = Clock::system();
+            clocks.insert(id, (node_clock.clone(), skew));
+            let steps = Arc::clone(&clock_steps);
             let running = Arc::clone(&running);
             let running_ct = Arc::clone(&running_ct);
             let running_acme = Arc::clone(&running_acme);
@@ -261,6 +273,9 @@ impl SimCluster {
                         .as_ref()
                         .map_or_else(SessionParts::default, |parts| parts(id));
                     let applied = Arc::clone(&applied);
+                    let clock = node_clock.clone();
+                    let log_files_of_node = log_files.clone();
+                    let step_ms = steps.lock().expect("clock steps").get(&id).copied();
                     let observer = ApplyObserver::new(move |request, index| {
                         applied.lock().expect("applied log").push(
                             crate::checkers::AppliedRequest {
@@ -272,9 +287,10 @@ impl SimCluster {
                         );
                     });
                     async move {
-                        // The wall clock picks up where its drift has taken it by now.
-                        let clock = Clock::system();
-                        clock.set_skew(skew.offset_at(elapsed_ms(started)), skew.drift_ppm);
+                        // The wall clock picks up where its drift (and any step in force) has
+                        // taken it by now.
+                        let offset_ms = skew.offset_at(elapsed_ms(started)) + step_ms.unwrap_or(0);
+                        clock.set_skew(offset_ms, skew.drift_ppm);
                         let node = match storage {
                             Storage::Simulated => {
                                 let parts = NodeParts {
@@ -291,10 +307,27 @@ impl SimCluster {
                                 Ok(parts) => Node::start_with(config, parts).await,
                                 Err(error) => Err(error),
                             },
-                        }
-                        .expect("a simulated node starts");
-                        if id == 1 {
-                            node.initialize(members).await.expect("initialize");
+                        };
+                        // A node on a disk that fails now may not start, as a real process
+                        // would exit; it stays down until the harness restarts it once the
+                        // disk works. On a healthy disk a failed start is a bug.
+                        let disk_fails = || log_files_of_node.fault().is_some();
+                        let node = match node {
+                            Ok(node) => node,
+                            Err(error) if disk_fails() => {
+                                tracing::warn!(node = id, %error, "no start on a failing disk");
+                                return std::future::pending::<()>().await;
+                            }
+                            Err(error) => panic!("a simulated node starts: {error}"),
+                        };
+                        if id == 1
+                            && let Err(error) = node.initialize(members).await
+                        {
+                            if !disk_fails() {
+                                panic!("initialize: {error}");
+                            }
+                            tracing::warn!(node = id, %error, "no initialize on a failing disk");
+                            return std::future::pending::<()>().await;
                         }
                         let replica = Arc::clone(node.replica());
                         running
@@ -334,6 +367,8 @@ impl SimCluster {
             samples,
             applied,
             unsynced_writes: Arc::default(),
+            clocks,
+            clock_steps,
             started,
         }
     }
@@ -453,6 +488,41 @@ impl SimCluster {
     /// Restarts a crashed node on its disk.
     pub fn restart(&self, id: u64) {
         self.handle.restart(self.machines[&id].id());
+    }
+
+    /// Stops running node `id`'s tasks (a process paused: nothing is lost, packets wait).
+    pub fn pause(&self, id: u64) {
+        self.handle.pause(self.machines[&id].id());
+    }
+
+    /// Runs node `id`'s tasks again after [`pause`](Self::pause); its timers and clocks find the
+    /// time that passed.
+    pub fn resume(&self, id: u64) {
+        self.handle.resume(self.machines[&id].id());
+    }
+
+    /// Steps node `id`'s wall clock to `step_ms` away from its drawn skew (0: back to it), as
+    /// NTP stepping it would; timers are untouched.
+    pub fn step_clock(&self, id: u64, step_ms: i64) {
+        self.clock_steps
+            .lock()
+            .expect("clock steps")
+            .insert(id, step_ms);
+        let (clock, skew) = &self.clocks[&id];
+        clock.set_skew(
+            skew.offset_at(elapsed_ms(self.started)) + step_ms,
+            skew.drift_ppm,
+        );
+    }
+
+    /// Makes node `id`'s Raft log disk fail as `fault` says, or work again (`None`).
+    pub fn set_disk_fault(&self, id: u64, fault: Option<DiskFault>) {
+        self.log_files[&id].set_fault(fault);
+    }
+
+    /// Adds `extra` to every sync of node `id`'s Raft log (zero: a healthy disk).
+    pub fn set_slow_disk(&self, id: u64, extra: Duration) {
+        certus_node::raft::runtime::slow_disk::set(self.machines[&id].id(), extra);
     }
 
     /// Waits until a running node leads, and returns its id.

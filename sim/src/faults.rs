@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use certus_store::DiskFault;
 use madsim::net::NetSim;
 use tracing::info;
 
 use crate::cluster::{SimCluster, elapsed_ms};
 use crate::limits::CRASH_AIM_MS_MAX;
 use crate::observe::FaultSpan;
-use crate::schedule::{Fault, Schedule};
+use crate::schedule::{DiskErrorKind, Fault, Schedule};
 
 /// How often an aimed crash looks for one.
 const CRASH_AIM_POLL: Duration = Duration::from_micros(200);
@@ -23,6 +24,14 @@ struct Board {
     active: BTreeMap<u64, (Fault, bool)>,
     /// Nodes currently crashed.
     crashed: BTreeMap<u64, ()>,
+    /// Nodes currently paused.
+    paused: BTreeMap<u64, ()>,
+    /// The clock step set on each node, where not 0.
+    clock_steps: BTreeMap<u64, i64>,
+    /// The fsync latency added on each node, where any.
+    slow_syncs: BTreeMap<u64, u64>,
+    /// How each node's disk fails, where it does.
+    disk_errors: BTreeMap<u64, DiskErrorKind>,
     /// Every fault as applied, for the timeline.
     spans: Vec<FaultSpan>,
 }
@@ -171,6 +180,10 @@ impl FaultDriver {
         };
         info!(fault = %fault, "fault ends");
         let label = fault.to_string();
+        let failed_disk = match fault {
+            Fault::DiskError { node, .. } => Some(node),
+            _ => None,
+        };
         if let Some(span) = board
             .spans
             .iter_mut()
@@ -180,6 +193,19 @@ impl FaultDriver {
             span.until_ms = Some(now);
         }
         self.apply(&mut board);
+        // A process that met a failing disk must have stopped (or fenced itself): its
+        // supervisor starts it again once the disk works. The restart is a crash, since the
+        // page cache of a disk that failed cannot be trusted.
+        if let Some(node) = failed_disk
+            && !board.crashed.contains_key(&node)
+            && !board.disk_errors.contains_key(&node)
+        {
+            info!(node, "restart after the disk failure");
+            self.cluster.crash(node);
+            board.paused.remove(&node);
+            self.cluster.restart(node);
+            self.apply(&mut board);
+        }
     }
 
     /// Makes the network and machines match the faults in `board.active`.
@@ -198,8 +224,26 @@ impl FaultDriver {
         let mut loss_per_mille = 0;
         let mut latency_ms = 10;
         let mut should_crash: BTreeMap<u64, ()> = BTreeMap::new();
+        let mut should_pause: BTreeMap<u64, ()> = BTreeMap::new();
+        let mut clock_steps: BTreeMap<u64, i64> = BTreeMap::new();
+        let mut slow_syncs: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut disk_errors: BTreeMap<u64, DiskErrorKind> = BTreeMap::new();
         for (fault, down) in board.active.values() {
             match fault {
+                Fault::Pause { node } => {
+                    should_pause.insert(*node, ());
+                }
+                Fault::ClockStep { node, step_ms } => {
+                    *clock_steps.entry(*node).or_default() += step_ms;
+                }
+                Fault::SlowDisk { node, sync_ms } => {
+                    let slowest = slow_syncs.entry(*node).or_default();
+                    *slowest = (*slowest).max(*sync_ms);
+                }
+                Fault::DiskError { node, kind } => {
+                    // The latest of overlapping disk faults wins.
+                    disk_errors.insert(*node, *kind);
+                }
                 Fault::Crash { node } => {
                     should_crash.insert(*node, ());
                 }
@@ -248,11 +292,55 @@ impl FaultDriver {
                 info!(node = id, "crash");
                 self.cluster.crash(id);
                 board.crashed.insert(id, ());
+                // A killed machine's tasks are gone, paused or not.
+                board.paused.remove(&id);
             } else if !should && crashed {
                 info!(node = id, "restart");
                 self.cluster.restart(id);
                 board.crashed.remove(&id);
             }
         }
+        // Pauses, of the machines that run.
+        for &id in &ids {
+            let should = should_pause.contains_key(&id) && !board.crashed.contains_key(&id);
+            let paused = board.paused.contains_key(&id);
+            if should && !paused {
+                info!(node = id, "pause");
+                self.cluster.pause(id);
+                board.paused.insert(id, ());
+            } else if !should && paused {
+                info!(node = id, "resume");
+                self.cluster.resume(id);
+                board.paused.remove(&id);
+            }
+        }
+        // Clocks and disks.
+        for &id in &ids {
+            let step = clock_steps.get(&id).copied().unwrap_or(0);
+            if board.clock_steps.get(&id).copied().unwrap_or(0) != step {
+                info!(node = id, step_ms = step, "clock stepped");
+                self.cluster.step_clock(id, step);
+            }
+            let slow = slow_syncs.get(&id).copied().unwrap_or(0);
+            if board.slow_syncs.get(&id).copied().unwrap_or(0) != slow {
+                self.cluster.set_slow_disk(id, Duration::from_millis(slow));
+            }
+            let disk = disk_errors.get(&id).copied();
+            if board.disk_errors.get(&id).copied() != disk {
+                self.cluster.set_disk_fault(id, disk.map(disk_fault));
+            }
+        }
+        board.clock_steps = clock_steps;
+        board.slow_syncs = slow_syncs;
+        board.disk_errors = disk_errors;
+    }
+}
+
+/// The simulated files' failure for a drawn disk error.
+fn disk_fault(kind: DiskErrorKind) -> DiskFault {
+    match kind {
+        DiskErrorKind::WriteEio => DiskFault::WriteError,
+        DiskErrorKind::SyncEio => DiskFault::SyncError,
+        DiskErrorKind::Full => DiskFault::Full,
     }
 }

@@ -22,3 +22,18 @@ pub const SESSION_LONG_POLL_CLAIM_MAX: u32 = 3;
 
 /// How many nonces an ACME client remembers having used (to replay one) or set aside.
 pub const ACME_NONCES_REMEMBERED_MAX: usize = 32;
+
+/// The most machine faults (pauses, clock steps, slow disks, disk errors) a seed draws.
+pub const MACHINE_FAULTS_MAX: u64 = 3;
+/// The shortest and longest process pause (a GC pause, a VM stolen).
+pub const PAUSE_MS_MIN: u64 = 500;
+/// See [`PAUSE_MS_MIN`].
+pub const PAUSE_MS_MAX: u64 = 10_000;
+/// The smallest and largest wall-clock step (NTP), either way: more than an election takes.
+pub const CLOCK_STEP_MS_MIN: u64 = 1_000;
+/// See [`CLOCK_STEP_MS_MIN`].
+pub const CLOCK_STEP_MS_MAX: u64 = 5_000;
+/// The least and most a slow disk adds to each fsync.
+pub const SLOW_SYNC_MS_MIN: u64 = 10;
+/// See [`SLOW_SYNC_MS_MIN`].
+pub const SLOW_SYNC_MS_MAX: u64 = 200;

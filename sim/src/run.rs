@@ -217,7 +217,7 @@ pub fn run_seed(scenario: &Scenario, seed: u64) -> RunOutcome {
             let mut verdicts = collected.verdicts;
             let model = LeaseModel {
                 epoch_ms: collected.epoch_ms,
-                skew_ms: schedule.config.max_skew_ms,
+                skew_ms: schedule.clock_spread_ms(),
             };
             let (linearizable, windows) = leases::checkers::linearizability(
                 &collected.history,
@@ -303,6 +303,7 @@ fn without_task_ids(trace: &str) -> String {
 /// The simulated part of a run, on madsim's main machine.
 async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     certus_node::raft::runtime::skew::reset();
+    certus_node::raft::runtime::slow_disk::reset();
     let started = Instant::now();
     let epoch_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -368,6 +369,7 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
             workload,
             schedule.seed,
             config.max_skew_ms,
+            schedule.clock_spread_ms(),
             started,
         )
     });
@@ -416,7 +418,19 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     };
     let sessions_report = match sessions {
         Some(sessions) => {
-            let (session_verdicts, report) = sessions.finish(&cluster, heal_ms).await;
+            let faulty_after_heal = schedule
+                .permanent
+                .as_ref()
+                .map(|fault| fault.nodes(config.nodes))
+                .unwrap_or_default();
+            let (session_verdicts, report) = sessions
+                .finish(
+                    &cluster,
+                    heal_ms,
+                    &faulty_after_heal,
+                    schedule.clock_spread_ms(),
+                )
+                .await;
             verdicts.extend(session_verdicts);
             Some(report)
         }
@@ -451,7 +465,7 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     verdicts.push(checkers::single_master(&samples));
     verdicts.push(leases::checkers::exclusive_holding(
         &history,
-        config.max_skew_ms,
+        schedule.clock_spread_ms(),
     ));
     verdicts.push(leases::checkers::no_stale_token(&history));
     // Sled nodes start without an apply observer (the production path).

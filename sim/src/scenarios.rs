@@ -97,7 +97,11 @@ pub fn scenarios() -> Vec<Scenario> {
             name: "sled",
             about: "3 nodes on sled (the production store, with OS threads: a crash cannot lose \
                     what sled buffered)",
-            faults: FaultConfig::for_nodes(3),
+            // The Raft log is on real files here, which the simulation cannot make fail.
+            faults: FaultConfig {
+                disk_faults: false,
+                ..FaultConfig::for_nodes(3)
+            },
             sled: true,
             deterministic: false,
             tune: |_| {},

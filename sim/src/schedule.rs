@@ -9,6 +9,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::limits::{
+    CLOCK_STEP_MS_MAX, CLOCK_STEP_MS_MIN, MACHINE_FAULTS_MAX, PAUSE_MS_MAX, PAUSE_MS_MIN,
+    SLOW_SYNC_MS_MAX, SLOW_SYNC_MS_MIN,
+};
 use crate::observe::ClockSkew;
 
 /// A small deterministic generator (SplitMix64) for schedules: independent of madsim's RNG, so a
@@ -77,6 +81,14 @@ pub struct FaultConfig {
     pub max_latency_ms: u64,
     /// Whether the liveness phase may keep one fault on that leaves a majority able to work.
     pub permanent_fault: bool,
+    /// Whether the machine faults (pauses, clock steps, and disk faults if `disk_faults`) may
+    /// be drawn.
+    #[serde(default)]
+    pub machine_faults: bool,
+    /// Whether disk faults (slow fsyncs, EIO, a full disk) may be drawn: only where the Raft
+    /// log is on simulated files.
+    #[serde(default)]
+    pub disk_faults: bool,
 }
 
 impl FaultConfig {
@@ -93,6 +105,8 @@ impl FaultConfig {
             max_loss_per_mille: 100,
             max_latency_ms: 50,
             permanent_fault: true,
+            machine_faults: true,
+            disk_faults: true,
         }
     }
 }
@@ -115,10 +129,19 @@ pub enum Family {
     Network,
     /// Crash every node at once, then restart them all.
     CrashAll,
+    /// Stop a node's process for a while (a GC pause, a VM stolen); its clock jumps on resume.
+    Pause,
+    /// Step a node's wall clock by seconds (NTP), and back when the fault ends.
+    ClockStep,
+    /// Make a node's fsyncs slow.
+    SlowDisk,
+    /// A node's disk answers EIO on writes or on syncs, or is full.
+    DiskError,
 }
 
 impl Family {
-    /// Every family.
+    /// The network and crash families, drawn from a seed's first stream (as before the machine
+    /// faults existed, so those seeds still draw the same faults of these families).
     pub const ALL: [Family; 7] = [
         Family::Crash,
         Family::Isolate,
@@ -127,6 +150,14 @@ impl Family {
         Family::Flap,
         Family::Network,
         Family::CrashAll,
+    ];
+
+    /// The machine faults, drawn from a seed's second stream.
+    pub const MACHINE: [Family; 4] = [
+        Family::Pause,
+        Family::ClockStep,
+        Family::SlowDisk,
+        Family::DiskError,
     ];
 
     /// Its name, as in a schedule.
@@ -139,6 +170,10 @@ impl Family {
             Family::Flap => "flap",
             Family::Network => "network",
             Family::CrashAll => "crash-all",
+            Family::Pause => "pause",
+            Family::ClockStep => "clock-step",
+            Family::SlowDisk => "slow-disk",
+            Family::DiskError => "disk-error",
         }
     }
 }
@@ -188,6 +223,57 @@ pub enum Fault {
     },
     /// Every node crashes at once; all restart when the fault ends.
     CrashAll,
+    /// Node `node`'s process stops running (nothing is lost); it resumes when the fault ends,
+    /// its clocks having jumped by the pause.
+    Pause {
+        /// The node.
+        node: u64,
+    },
+    /// Node `node`'s wall clock steps by `step_ms`, and steps back when the fault ends (NTP
+    /// correcting it); its timers are untouched.
+    ClockStep {
+        /// The node.
+        node: u64,
+        /// The step (+ forward).
+        step_ms: i64,
+    },
+    /// Every fsync of node `node`'s Raft log takes `sync_ms` more.
+    SlowDisk {
+        /// The node.
+        node: u64,
+        /// The added latency.
+        sync_ms: u64,
+    },
+    /// Node `node`'s disk fails as `kind` says; when the fault ends the disk works again and
+    /// the node's process is restarted (a process that met a failing disk must have stopped).
+    DiskError {
+        /// The node.
+        node: u64,
+        /// How the disk fails.
+        kind: DiskErrorKind,
+    },
+}
+
+/// How a disk fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskErrorKind {
+    /// Writes answer EIO.
+    WriteEio,
+    /// Syncs answer EIO, and the writes they were to make durable never will be.
+    SyncEio,
+    /// No space left.
+    Full,
+}
+
+impl fmt::Display for DiskErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DiskErrorKind::WriteEio => "EIO on write",
+            DiskErrorKind::SyncEio => "EIO on fsync",
+            DiskErrorKind::Full => "full",
+        })
+    }
 }
 
 impl Fault {
@@ -201,13 +287,22 @@ impl Fault {
             Fault::Flap { .. } => Family::Flap,
             Fault::Network { .. } => Family::Network,
             Fault::CrashAll => Family::CrashAll,
+            Fault::Pause { .. } => Family::Pause,
+            Fault::ClockStep { .. } => Family::ClockStep,
+            Fault::SlowDisk { .. } => Family::SlowDisk,
+            Fault::DiskError { .. } => Family::DiskError,
         }
     }
 
     /// The nodes it touches.
     pub fn nodes(&self, cluster: u64) -> Vec<u64> {
         match self {
-            Fault::Crash { node } | Fault::Isolate { node } => vec![*node],
+            Fault::Crash { node }
+            | Fault::Isolate { node }
+            | Fault::Pause { node }
+            | Fault::ClockStep { node, .. }
+            | Fault::SlowDisk { node, .. }
+            | Fault::DiskError { node, .. } => vec![*node],
             Fault::OneWay { from, to } => vec![*from, *to],
             Fault::Split { minority } => minority.clone(),
             Fault::Flap { a, b, .. } => vec![*a, *b],
@@ -233,6 +328,10 @@ impl fmt::Display for Fault {
                 latency_ms,
             } => write!(f, "network loss {loss_per_mille}‰ latency ≤{latency_ms}ms"),
             Fault::CrashAll => write!(f, "crash all"),
+            Fault::Pause { node } => write!(f, "pause n{node}"),
+            Fault::ClockStep { node, step_ms } => write!(f, "clock n{node} stepped {step_ms:+}ms"),
+            Fault::SlowDisk { node, sync_ms } => write!(f, "slow disk n{node} fsync +{sync_ms}ms"),
+            Fault::DiskError { node, kind } => write!(f, "disk n{node} {kind}"),
         }
     }
 }
@@ -341,6 +440,11 @@ impl Schedule {
                 fault,
             });
         }
+        if config.machine_faults {
+            let (machine_families, machine_faults) = draw_machine_faults(seed, config, nodes);
+            families.extend(machine_families);
+            faults.extend(machine_faults);
+        }
         faults.sort_by_key(|planned| planned.at_ms);
 
         let permanent = if config.permanent_fault && nodes >= 3 && rng.chance(400) {
@@ -363,6 +467,20 @@ impl Schedule {
             faults,
             permanent,
         }
+    }
+
+    /// The most two nodes' wall clocks may differ at any moment of the run: the drawn skew, plus
+    /// on each side every clock step one node may have in force at once. Checkers that judge
+    /// times against clocks widen their windows by it.
+    pub fn clock_spread_ms(&self) -> u64 {
+        let mut stepped: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+        for planned in &self.faults {
+            if let Fault::ClockStep { node, step_ms } = planned.fault {
+                *stepped.entry(node).or_default() += step_ms.unsigned_abs();
+            }
+        }
+        let worst = stepped.values().copied().max().unwrap_or(0);
+        self.config.max_skew_ms + 2 * worst
     }
 
     /// The schedule as people read it, one line per fault.
@@ -429,6 +547,45 @@ fn draw_clocks(rng: &mut SeedRng, config: &FaultConfig) -> Vec<Skew> {
         .collect()
 }
 
+/// The machine faults of `seed`, from their own stream so that the network and crash faults a
+/// seed draws do not depend on them: each machine family is on with probability 1/2, and a seed
+/// with any on draws 1..=[`MACHINE_FAULTS_MAX`] faults from them.
+fn draw_machine_faults(seed: u64, config: &FaultConfig, nodes: u64) -> (Vec<Family>, Vec<Planned>) {
+    let mut rng = SeedRng::new(seed, 2);
+    let families: Vec<Family> = Family::MACHINE
+        .into_iter()
+        .map(|family| (family, rng.chance(500)))
+        .filter(|(family, on)| {
+            *on && (config.disk_faults || !matches!(family, Family::SlowDisk | Family::DiskError))
+        })
+        .map(|(family, _)| family)
+        .collect();
+    if families.is_empty() {
+        return (families, Vec::new());
+    }
+    let count = rng.between(1, MACHINE_FAULTS_MAX);
+    let mut faults = Vec::new();
+    for _ in 0..count {
+        let pick = usize::try_from(rng.between(0, families.len() as u64 - 1)).unwrap_or(0);
+        let family = families[pick];
+        let latest_start = config.safety_ms.saturating_sub(500);
+        let at_ms = rng.between(500, latest_start.max(500));
+        let room_ms = config.safety_ms.saturating_sub(at_ms);
+        let fault = draw_fault(&mut rng, family, nodes, config);
+        let (shortest, longest) = match fault {
+            Fault::Pause { .. } => (PAUSE_MS_MIN, PAUSE_MS_MAX.min(room_ms)),
+            _ => (300, config.max_fault_ms.min(room_ms)),
+        };
+        let duration_ms = rng.between(shortest.min(longest), longest);
+        faults.push(Planned {
+            at_ms,
+            duration_ms,
+            fault,
+        });
+    }
+    (families, faults)
+}
+
 fn draw_fault(rng: &mut SeedRng, family: Family, nodes: u64, config: &FaultConfig) -> Fault {
     let node = rng.between(1, nodes);
     let other = if nodes > 1 {
@@ -464,6 +621,29 @@ fn draw_fault(rng: &mut SeedRng, family: Family, nodes: u64, config: &FaultConfi
             latency_ms: rng.between(10, config.max_latency_ms.max(10)),
         },
         Family::CrashAll => Fault::CrashAll,
+        Family::Pause => Fault::Pause { node },
+        Family::ClockStep => {
+            let magnitude = rng.between(CLOCK_STEP_MS_MIN, CLOCK_STEP_MS_MAX);
+            let magnitude = i64::try_from(magnitude).unwrap_or(0);
+            let step_ms = if rng.chance(500) {
+                magnitude
+            } else {
+                -magnitude
+            };
+            Fault::ClockStep { node, step_ms }
+        }
+        Family::SlowDisk => Fault::SlowDisk {
+            node,
+            sync_ms: rng.between(SLOW_SYNC_MS_MIN, SLOW_SYNC_MS_MAX),
+        },
+        Family::DiskError => Fault::DiskError {
+            node,
+            kind: match rng.between(0, 2) {
+                0 => DiskErrorKind::WriteEio,
+                1 => DiskErrorKind::SyncEio,
+                _ => DiskErrorKind::Full,
+            },
+        },
     }
 }
 
@@ -471,7 +651,11 @@ fn draw_fault(rng: &mut SeedRng, family: Family, nodes: u64, config: &FaultConfi
 mod tests {
     use proptest::prelude::*;
 
-    use super::{Fault, FaultConfig, Schedule};
+    use super::{Family, Fault, FaultConfig, Schedule};
+    use crate::limits::{
+        CLOCK_STEP_MS_MAX, CLOCK_STEP_MS_MIN, MACHINE_FAULTS_MAX, PAUSE_MS_MAX, SLOW_SYNC_MS_MAX,
+        SLOW_SYNC_MS_MIN,
+    };
 
     #[test]
     fn the_same_seed_draws_the_same_schedule() {
@@ -482,13 +666,64 @@ mod tests {
         assert!(differ, "different seeds draw different schedules");
     }
 
+    #[test]
+    fn machine_faults_leave_the_network_and_crash_faults_of_a_seed_as_they_were() {
+        let with = FaultConfig::for_nodes(3);
+        let without = FaultConfig {
+            machine_faults: false,
+            ..with.clone()
+        };
+        let mut drawn_any = false;
+        for seed in 0..50 {
+            let a = Schedule::draw(seed, &with);
+            let b = Schedule::draw(seed, &without);
+            let older: Vec<_> = a
+                .faults
+                .iter()
+                .filter(|planned| !Family::MACHINE.contains(&planned.fault.family()))
+                .cloned()
+                .collect();
+            assert_eq!(
+                older, b.faults,
+                "seed {seed}: the older families' faults changed"
+            );
+            assert_eq!(a.permanent, b.permanent);
+            drawn_any |= a.faults.len() > b.faults.len();
+        }
+        assert!(drawn_any, "some seed draws a machine fault");
+    }
+
+    #[test]
+    fn the_clock_spread_covers_steps_in_opposite_directions() {
+        let mut schedule = Schedule::draw(1, &FaultConfig::for_nodes(3));
+        schedule.faults = vec![
+            super::Planned {
+                at_ms: 1_000,
+                duration_ms: 1_000,
+                fault: Fault::ClockStep {
+                    node: 1,
+                    step_ms: 3_000,
+                },
+            },
+            super::Planned {
+                at_ms: 1_500,
+                duration_ms: 1_000,
+                fault: Fault::ClockStep {
+                    node: 1,
+                    step_ms: -2_000,
+                },
+            },
+        ];
+        assert_eq!(schedule.clock_spread_ms(), 200 + 2 * 5_000);
+    }
+
     proptest! {
         #[test]
         fn schedules_stay_within_their_bounds(seed in any::<u64>(), nodes in 1u64..=5) {
             let config = FaultConfig::for_nodes(nodes);
             let schedule = Schedule::draw(seed, &config);
             prop_assert!(!schedule.families.is_empty());
-            prop_assert!(schedule.faults.len() as u64 <= config.max_faults);
+            prop_assert!(schedule.faults.len() as u64 <= config.max_faults + MACHINE_FAULTS_MAX);
             let run_ms = config.safety_ms + config.liveness_ms;
             for clock in &schedule.clocks {
                 for at in [0, run_ms / 2, run_ms] {
@@ -498,13 +733,24 @@ mod tests {
             }
             for planned in &schedule.faults {
                 prop_assert!(planned.at_ms + planned.duration_ms <= config.safety_ms);
-                prop_assert!(planned.duration_ms <= config.max_fault_ms);
+                let longest = if matches!(planned.fault, Fault::Pause { .. }) {
+                    PAUSE_MS_MAX
+                } else {
+                    config.max_fault_ms
+                };
+                prop_assert!(planned.duration_ms <= longest);
                 prop_assert!(schedule.families.contains(&planned.fault.family()));
                 for node in planned.fault.nodes(nodes) {
                     prop_assert!((1..=nodes).contains(&node));
                 }
                 match &planned.fault {
                     Fault::OneWay { from, to } if nodes > 1 => prop_assert_ne!(from, to),
+                    Fault::ClockStep { step_ms, .. } => prop_assert!(
+                        (CLOCK_STEP_MS_MIN..=CLOCK_STEP_MS_MAX).contains(&step_ms.unsigned_abs())
+                    ),
+                    Fault::SlowDisk { sync_ms, .. } => {
+                        prop_assert!((SLOW_SYNC_MS_MIN..=SLOW_SYNC_MS_MAX).contains(sync_ms));
+                    }
                     Fault::Split { minority } if nodes >= 3 => prop_assert!(minority.len() as u64 * 2 < nodes),
                     _ => {}
                 }

@@ -78,6 +78,10 @@ fn kind_colour(kind: &str) -> &'static str {
         "flap" => "#00838f",
         "network" => "#5d4037",
         "skew" => "#827717",
+        "pause" => "#ef6c00",
+        "clock-step" => "#9e9d24",
+        "slow-disk" => "#4e342e",
+        "disk-error" => "#b71c1c",
         _ => "#616161",
     }
 }

@@ -236,6 +236,20 @@ struct SimFile {
     pending: Vec<Change>,
 }
 
+/// A way a simulated disk fails, while the simulation keeps it on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskFault {
+    /// Every write, length change, create and remove answers EIO and changes nothing.
+    WriteError,
+    /// Every sync answers EIO, and the writes it was to make durable are dropped from the
+    /// write-back queue while reads still see them, as Linux does after a failed writeback: a
+    /// later sync that succeeds does not make them durable, and a crash loses them.
+    SyncError,
+    /// No space left: a write past a file's end, a length change that grows a file, and a
+    /// create answer ENOSPC and change nothing.
+    Full,
+}
+
 /// Simulated files: an inode table and two directories (what is listed now, what a crash keeps).
 #[derive(Debug, Default)]
 struct SimDir {
@@ -247,6 +261,9 @@ struct SimDir {
     epoch: u64,
     /// Changes allowed before every change fails (a process dying in the middle of a step).
     changes_left: Option<u64>,
+    /// How the disk fails now, if it does (outlives crashes: it is the disk's, not the
+    /// process's).
+    fault: Option<DiskFault>,
 }
 
 impl SimDir {
@@ -261,6 +278,19 @@ impl SimDir {
                 Ok(())
             }
             None => Ok(()),
+        }
+    }
+
+    /// The error a change meets on a failing disk: `grows` says whether it needs new space.
+    fn refuse(&self, what: &str, grows: bool) -> Result<(), DiskError> {
+        match self.fault {
+            Some(DiskFault::WriteError) => Err(DiskError(format!(
+                "{what}: Input/output error (os error 5, simulated)"
+            ))),
+            Some(DiskFault::Full) if grows => Err(DiskError(format!(
+                "{what}: No space left on device (os error 28, simulated)"
+            ))),
+            _ => Ok(()),
         }
     }
 
@@ -338,6 +368,16 @@ impl SimFiles {
     /// later one until the next crash: the process went down in the middle of what it was doing.
     pub fn fail_after(&self, changes: u64) {
         self.dir().changes_left = Some(changes);
+    }
+
+    /// How the disk fails now, if it does.
+    pub fn fault(&self) -> Option<DiskFault> {
+        self.dir().fault
+    }
+
+    /// Makes the disk fail as `fault` says from now on, or work again (`None`).
+    pub fn set_fault(&self, fault: Option<DiskFault>) {
+        self.dir().fault = fault;
     }
 
     /// A crash of the machine. Each change to a file since its last sync reached the disk
@@ -453,6 +493,22 @@ impl SimHandle {
     }
 }
 
+impl SimHandle {
+    /// Runs `check` with the directory (its fault) and this file, changing nothing.
+    fn with_disk<T>(
+        &self,
+        check: impl FnOnce(&SimDir, &SimFile) -> Result<T, DiskError>,
+    ) -> Result<T, DiskError> {
+        let dir = lock(&self.dir);
+        match dir.inodes.get(&self.inode) {
+            Some(file) => {
+                check(&dir, file).map_err(|e| DiskError(format!("{}: {}", self.name, e.0)))
+            }
+            None => Err(DiskError(format!("{}: removed", self.name))),
+        }
+    }
+}
+
 impl LogFile for SimHandle {
     fn size(&self) -> Result<u64, DiskError> {
         self.with(false, |file| Ok(file.visible.len))
@@ -472,6 +528,9 @@ impl LogFile for SimHandle {
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), DiskError> {
+        self.with_disk(|dir, file| {
+            dir.refuse("writing", offset + data.len() as u64 > file.visible.len)
+        })?;
         self.with(true, |file| {
             let change = Change::Write {
                 offset,
@@ -484,8 +543,17 @@ impl LogFile for SimHandle {
     }
 
     fn sync_data(&self) -> Result<(), DiskError> {
+        let failing = self.with_disk(|dir, _| Ok(dir.fault == Some(DiskFault::SyncError)))?;
         self.with(true, |file| {
-            for change in std::mem::take(&mut file.pending) {
+            let pending = std::mem::take(&mut file.pending);
+            if failing {
+                return Err(format!(
+                    "syncing: Input/output error (os error 5, simulated): {} writes will never \
+                     reach the disk",
+                    pending.len()
+                ));
+            }
+            for change in pending {
                 file.durable.apply(&change);
             }
             Ok(())
@@ -493,6 +561,7 @@ impl LogFile for SimHandle {
     }
 
     fn set_len(&self, len: u64) -> Result<(), DiskError> {
+        self.with_disk(|dir, file| dir.refuse("resizing", len > file.visible.len))?;
         self.with(true, |file| {
             let change = Change::SetLen(len);
             file.visible.apply(&change);
@@ -518,6 +587,7 @@ impl Files for SimFiles {
 
     fn create(&self, name: &str) -> Result<Arc<dyn LogFile>, DiskError> {
         let mut dir = self.dir();
+        dir.refuse(&format!("creating {name}"), true)?;
         dir.change(name)?;
         // Emptying an existing file is a length change, modelled as one.
         let inode = match dir.visible.get(name).copied() {
@@ -540,6 +610,7 @@ impl Files for SimFiles {
 
     fn remove(&self, name: &str) -> Result<(), DiskError> {
         let mut dir = self.dir();
+        dir.refuse(&format!("removing {name}"), false)?;
         dir.change(name)?;
         dir.visible
             .remove(name)
@@ -549,6 +620,11 @@ impl Files for SimFiles {
 
     fn sync_dir(&self) -> Result<(), DiskError> {
         let mut dir = self.dir();
+        if dir.fault == Some(DiskFault::SyncError) {
+            return Err(DiskError(
+                "syncing the directory: Input/output error (os error 5, simulated)".to_owned(),
+            ));
+        }
         dir.change("the directory")?;
         dir.durable = dir.visible.clone();
         dir.collect_unreachable();

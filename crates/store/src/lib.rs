@@ -33,7 +33,7 @@ mod state_machine;
 pub use config::{CertusConfig, Proposal, Responses};
 pub use ct_db::{CT_TILE_CACHE_TILES_DEFAULT, CtDatabase, CtDbError, CtStoreConfig, LocalEntry};
 pub use disk::{Disk, DiskError, FlushDone, Pairs, WriteBatch};
-pub use files::{CrashReport, Files, LogFile, OsFiles, SimFiles};
+pub use files::{CrashReport, DiskFault, Files, LogFile, OsFiles, SimFiles};
 pub use limits::{REPLICATION_READ_BYTES_MAX, SEGMENT_BYTES_MIN};
 pub use log_store::{AppendObserver, AppendTiming, LogStore};
 pub use seed::seed_from_snapshot;

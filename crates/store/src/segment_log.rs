@@ -282,6 +282,17 @@ struct Shared {
     segment_bytes: u64,
     inner: Mutex<Inner>,
     flusher: Flusher,
+    /// The first sync that failed. A failed sync is never retried: the kernel may have dropped
+    /// the pages it could not write back, and a later sync would succeed without them. So every
+    /// later sync and change fails until the log is reopened, which reads what is on disk.
+    sync_failed: Arc<Mutex<Option<DiskError>>>,
+}
+
+/// Records the first failed sync in `latch`.
+fn latch_sync_failure(latch: &Mutex<Option<DiskError>>, outcome: &Result<(), DiskError>) {
+    if let Err(error) = outcome {
+        lock(latch).get_or_insert_with(|| error.clone());
+    }
 }
 
 /// The segmented log; clones share it. One writer (openraft's storage task) appends,
@@ -330,6 +341,7 @@ impl SegmentLog {
                 segment_bytes,
                 inner: Mutex::new(inner),
                 flusher,
+                sync_failed: Arc::default(),
             }),
         })
     }
@@ -343,6 +355,7 @@ impl SegmentLog {
         &self,
         change: impl FnOnce(&mut Inner) -> Result<T, DiskError>,
     ) -> Result<T, DiskError> {
+        self.refuse_after_failed_sync()?;
         let mut inner = self.inner();
         if let Some(error) = &inner.failed {
             return Err(DiskError(format!(
@@ -484,10 +497,23 @@ impl SegmentLog {
         Ok(())
     }
 
+    /// An error once a sync has failed.
+    fn refuse_after_failed_sync(&self) -> Result<(), DiskError> {
+        match lock(&self.shared.sync_failed).as_ref() {
+            Some(error) => Err(DiskError(format!(
+                "the Raft log stopped after a failed sync ({error}); restart the node"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Makes every append so far durable.
     pub fn sync(&self) -> Result<(), DiskError> {
+        self.refuse_after_failed_sync()?;
         let tail = self.tail_file();
-        tail.map_or(Ok(()), |file| file.sync_data())
+        let outcome = tail.map_or(Ok(()), |file| file.sync_data());
+        latch_sync_failure(&self.shared.sync_failed, &outcome);
+        outcome
     }
 
     fn tail_file(&self) -> Option<Arc<dyn LogFile>> {
@@ -502,6 +528,15 @@ impl SegmentLog {
     /// order, one sync shared by every call waiting. Under madsim, where no thread runs: by
     /// the [`SyncRunner`] if one was given, else inline.
     pub fn sync_then(&self, done: FlushDone) {
+        if let Err(error) = self.refuse_after_failed_sync() {
+            done(Err(error));
+            return;
+        }
+        let latch = Arc::clone(&self.shared.sync_failed);
+        let done: FlushDone = Box::new(move |outcome| {
+            latch_sync_failure(&latch, &outcome);
+            done(outcome);
+        });
         let Some(tail) = self.tail_file() else {
             done(Ok(()));
             return;

@@ -834,3 +834,66 @@ proptest! {
         run(steps)?;
     }
 }
+
+#[test]
+fn a_failed_sync_stops_the_log_until_it_is_reopened() {
+    let (disk, files) = (SimDisk::new(), SimFiles::new());
+    let log = sim_log(&disk, &files);
+    log.append_durably((1..=3).map(|i| entry(i, EntryPayload::Blank)))
+        .unwrap();
+    let fourth = postcard::to_allocvec(&entry(4, EntryPayload::Blank)).unwrap();
+    log.segment_log().append(&[(4, fourth)]).unwrap();
+    // The disk fails the sync and drops the page it could not write; once it works again, a
+    // retried sync would succeed without entry 4, so the log must refuse to go on.
+    files.set_fault(Some(certus_store::DiskFault::SyncError));
+    assert!(log.segment_log().sync().is_err());
+    files.set_fault(None);
+    let retried = log.segment_log().sync();
+    assert!(
+        retried.is_err(),
+        "a sync after a failed one must fail: {retried:?}"
+    );
+    let (sender, receiver) = std::sync::mpsc::channel();
+    log.segment_log()
+        .sync_then(Box::new(move |outcome| sender.send(outcome).unwrap()));
+    assert!(receiver.recv().unwrap().is_err());
+    let fifth = postcard::to_allocvec(&entry(5, EntryPayload::Blank)).unwrap();
+    assert!(log.segment_log().append(&[(5, fifth)]).is_err());
+    // Entry 4 never became durable: the crash loses it, and the reopened log works.
+    drop(log);
+    crash(&disk, &files);
+    let mut reopened = sim_log(&disk, &files);
+    assert_eq!(log_indexes(&mut reopened), [1, 2, 3]);
+    reopened.segment_log().sync().unwrap();
+}
+
+#[test]
+fn a_full_or_failing_disk_refuses_appends_and_changes_nothing() {
+    for fault in [
+        certus_store::DiskFault::Full,
+        certus_store::DiskFault::WriteError,
+    ] {
+        let (disk, files) = (SimDisk::new(), SimFiles::new());
+        let log = sim_log(&disk, &files);
+        log.append_durably((1..=3).map(|i| entry(i, EntryPayload::Blank)))
+            .unwrap();
+        files.set_fault(Some(fault));
+        // Enough entries to need a new segment, which a full disk cannot make.
+        let refused = (4..=60).try_for_each(|i| {
+            let bytes = postcard::to_allocvec(&entry(i, EntryPayload::Blank)).unwrap();
+            log.segment_log().append(&[(i, bytes)])
+        });
+        let error = refused.expect_err("the failing disk refuses some append");
+        let expected = match fault {
+            certus_store::DiskFault::Full => "No space left on device",
+            _ => "Input/output error",
+        };
+        assert!(error.0.contains(expected), "{fault:?}: {error}");
+        files.set_fault(None);
+        drop(log);
+        crash(&disk, &files);
+        let mut reopened = sim_log(&disk, &files);
+        let kept = log_indexes(&mut reopened);
+        assert_eq!(kept[..3], [1, 2, 3], "{fault:?}: synced entries survive");
+    }
+}

@@ -80,7 +80,8 @@ pub struct PipelineRun {
     stop_observer: watch::Sender<bool>,
     observer: tokio::task::JoinHandle<()>,
     terminal_at: Arc<Mutex<BTreeMap<u64, (u64, TxResult)>>>,
-    max_skew_ms: u64,
+    /// How far apart the nodes' clocks may be (skew and clock steps), for the time checks.
+    clock_spread_ms: u64,
     webhooks: RunningWebhooks,
 }
 
@@ -102,12 +103,15 @@ pub struct PipelineReport {
 }
 
 /// Configures the pipelines through Raft, then starts the workload (which waits for the
-/// configuration) and the observer.
+/// configuration) and the observer. The webhook processor is configured for `max_skew_ms`,
+/// the clock error an operator would set; the checks allow `clock_spread_ms`, which also
+/// covers clocks stepped past that.
 pub fn start(
     cluster: &Arc<SimCluster>,
     workload: &PipelineWorkload,
     seed: u64,
     max_skew_ms: u64,
+    clock_spread_ms: u64,
     started: tokio::time::Instant,
 ) -> PipelineRun {
     let nodes = cluster.ids().len() as u64;
@@ -147,7 +151,7 @@ pub fn start(
         stop_observer,
         observer,
         terminal_at,
-        max_skew_ms,
+        clock_spread_ms,
         webhooks,
     }
 }
@@ -291,7 +295,7 @@ impl PipelineRun {
             checkers::external_ids_once(
                 &history.enqueued,
                 window_ms,
-                self.max_skew_ms + WINDOW_SLACK_MS,
+                self.clock_spread_ms + WINDOW_SLACK_MS,
             ),
             checkers::transactions_terminal(
                 &history.enqueued,
@@ -315,7 +319,7 @@ impl PipelineRun {
                 &history.cancels,
                 &history.claims,
                 &terminal_at,
-                self.max_skew_ms + WINDOW_SLACK_MS,
+                self.clock_spread_ms + WINDOW_SLACK_MS,
             ),
             match &notices {
                 Some(notices) => {

@@ -44,6 +44,8 @@ pub struct ClaimRecord {
     pub granted_machine_ms: u64,
     /// The latest deadline the worker was granted (machine time), extensions included.
     pub deadline_machine_ms: u64,
+    /// The deadline it was granted with (machine time).
+    pub first_deadline_machine_ms: u64,
     /// When the worker stopped working the session and sent its result; `None` if it never did
     /// (its node crashed, or the worker abandoned the claim).
     pub finished_ms: Option<u64>,
@@ -287,6 +289,63 @@ pub fn claims_exclusive(claims: &[ClaimRecord]) -> Verdict {
         }
     }
     Verdict::of_problems(NAME, problems, format!("{} claims", claims.len()))
+}
+
+/// **Claims kept**: a node's daemon keeps the claims it works. While it works a session past
+/// its claim's visibility it extends the claim, so no other worker takes the session from a
+/// live, connected worker and the work is not done twice.
+///
+/// Judged on the daemons' claims granted from `from_ms` (the faults healed and a leader
+/// settled) by daemons on nodes no fault kept on touches (`excluded` names those daemons): a
+/// daemon cut off or whose Raft is down cannot extend, by design. The machine time at the finish
+/// is the grant's machine time plus the global time worked; `slack_ms` covers the machine clock
+/// running ahead of it (the clocks' spread).
+pub fn claims_kept(
+    claims: &[ClaimRecord],
+    from_ms: u64,
+    excluded: &[String],
+    slack_ms: u64,
+) -> Verdict {
+    const NAME: &str = "claims-kept";
+    let mut judged = 0;
+    let mut extended = 0;
+    let mut problems = Vec::new();
+    let daemons = claims.iter().filter(|claim| {
+        claim.worker.starts_with("node-")
+            && claim.granted_ms >= from_ms
+            && !excluded.contains(&claim.worker)
+    });
+    for claim in daemons {
+        let Some(finished_ms) = claim.finished_ms else {
+            continue;
+        };
+        judged += 1;
+        if claim.deadline_machine_ms > claim.first_deadline_machine_ms {
+            extended += 1;
+        }
+        let finished_machine_ms = claim.granted_machine_ms + (finished_ms - claim.granted_ms);
+        if finished_machine_ms > claim.deadline_machine_ms + slack_ms {
+            problems.push(format!(
+                "session {}: {} worked token {} until {finished_ms} ms (machine ≈ \
+                 {finished_machine_ms}) past its deadline {} (granted at {} ms, machine {}): it \
+                 let the claim lapse while working",
+                claim.session,
+                claim.worker,
+                claim.token,
+                claim.deadline_machine_ms,
+                claim.granted_ms,
+                claim.granted_machine_ms
+            ));
+        }
+    }
+    Verdict::of_problems(
+        NAME,
+        problems,
+        format!(
+            "{judged} daemon claims granted after the faults healed finished within their \
+             deadlines ({extended} extended)"
+        ),
+    )
 }
 
 /// **Abandoned claims come back**: a claim whose worker never finished (it crashed or gave up)

@@ -333,6 +333,7 @@ impl Worker<'_> {
                 .claim_deadline_ms
                 .saturating_sub(self.workload.worker_visibility_ms),
             deadline_machine_ms: session.claim_deadline_ms,
+            first_deadline_machine_ms: session.claim_deadline_ms,
             finished_ms: None,
         };
         let position = self.context.shared.with(|history| {

@@ -43,6 +43,9 @@ const OBSERVE_EVERY: Duration = Duration::from_millis(50);
 /// campaigns; a round lost to a split vote (one leader per term) costs ≤ 1 s, and the winning
 /// round ≤ 1 s: 6 s, and a tick.
 const LEADER_SETTLE_MS: u64 = 6_500;
+/// How far the estimate of the machine time at a claim's finish may run ahead besides the
+/// clocks' spread: the machine clock jumps when a leader's stamp lands, up to a tick late.
+const CLAIMS_KEPT_SLACK_MS: u64 = 500;
 /// How far past its deadline a claim may be seen before a tick returns it (a tick, its
 /// proposal and its application).
 const OVERDUE_SLACK_MS: u64 = 2_500;
@@ -146,6 +149,7 @@ fn record_work(shared: &Shared, worker: &str, event: WorkEvent, now_ms: u64) {
             granted_ms: now_ms,
             granted_machine_ms: deadline_ms.saturating_sub(CLAIM_VISIBILITY_MS),
             deadline_machine_ms: deadline_ms,
+            first_deadline_machine_ms: deadline_ms,
             finished_ms: None,
         }),
         WorkEvent::Extended {
@@ -347,7 +351,13 @@ impl SessionRun {
     }
 
     /// Waits (up to the bound) for every session to end, stops the workload and judges the run.
-    pub async fn finish(self, cluster: &SimCluster, heal_ms: u64) -> (Vec<Verdict>, SessionReport) {
+    pub async fn finish(
+        self,
+        cluster: &SimCluster,
+        heal_ms: u64,
+        faulty_after_heal: &[u64],
+        clock_spread_ms: u64,
+    ) -> (Vec<Verdict>, SessionReport) {
         self.create_until_ms.store(0, Ordering::SeqCst);
         let started = self.setup.started;
         let due_ms = heal_ms + CREATE_AFTER_HEAL_MS + TERMINAL_BOUND_MS;
@@ -390,6 +400,15 @@ impl SessionRun {
             ),
             checkers::claims_exclusive(&history.claims),
             checkers::claims_redelivered(&history.claims, &finals),
+            checkers::claims_kept(
+                &history.claims,
+                heal_ms + LEADER_SETTLE_MS,
+                &faulty_after_heal
+                    .iter()
+                    .map(|node| format!("node-{node}"))
+                    .collect::<Vec<_>>(),
+                clock_spread_ms + CLAIMS_KEPT_SLACK_MS,
+            ),
             checkers::expired_claims_returned(&observed.overdue, heal_ms + LEADER_SETTLE_MS),
             checkers::issued_once(&orders, &history.seen),
             checkers::stale_completions_refused(&history.late_completions),

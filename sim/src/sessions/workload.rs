@@ -45,8 +45,11 @@ use crate::http01::{
 };
 use crate::schedule::SeedRng;
 
-/// How long the probe waits for an answer.
-const HTTP01_TIMEOUT: Duration = Duration::from_millis(1_000);
+/// How long the probe waits for an answer: long enough for a slow answer, so that testing a
+/// session's names can take longer than a daemon's claim lasts unless it extends it.
+const HTTP01_TIMEOUT: Duration = Duration::from_millis(3_000);
+/// How late a slow HTTP-01 answer comes, in ms (a busy web server).
+const SLOW_ANSWER_MS: std::ops::RangeInclusive<u64> = 1_200..=2_400;
 
 /// The shape of the sessions workload.
 #[derive(Clone, Debug)]
@@ -70,6 +73,8 @@ pub struct SessionWorkload {
     pub attempt_timeout: Duration,
     /// The visibility external workers claim with.
     pub worker_visibility_ms: u64,
+    /// Per mille of HTTP-01 answers a client sends late ([`SLOW_ANSWER_MS`]).
+    pub slow_answer_per_mille: u64,
 }
 
 impl Default for SessionWorkload {
@@ -83,6 +88,7 @@ impl Default for SessionWorkload {
             late_per_mille: 800,
             attempt_timeout: Duration::from_millis(1_500),
             worker_visibility_ms: 2_000,
+            slow_answer_per_mille: 200,
         }
     }
 }
@@ -446,7 +452,12 @@ pub fn start(
             .ip(sessions_client_ip(index))
             .build();
         let served: Served = Arc::default();
-        tasks.push(machine.spawn(serve_challenges(context.clone(), Arc::clone(&served))));
+        tasks.push(machine.spawn(serve_challenges(
+            context.clone(),
+            Arc::clone(&served),
+            index,
+            workload.slow_answer_per_mille,
+        )));
         tasks.push(machine.spawn(create_sessions(
             index,
             workload.clone(),
@@ -469,8 +480,9 @@ pub fn start(
     RunningSessions { stop, tasks }
 }
 
-/// Answers HTTP-01 fetches for the tokens this client serves.
-async fn serve_challenges(context: Context, served: Served) {
+/// Answers HTTP-01 fetches for the tokens this client serves; `slow_per_mille` of the answers
+/// for served tokens come late.
+async fn serve_challenges(context: Context, served: Served, index: u32, slow_per_mille: u64) {
     let Ok(socket) = NetEndpoint::bind(SocketAddr::new(
         IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         HTTP01_PORT,
@@ -480,6 +492,8 @@ async fn serve_challenges(context: Context, served: Served) {
         context.violation("a client could not listen for HTTP-01 fetches".to_owned());
         return;
     };
+    let socket = Arc::new(socket);
+    let mut rng = SeedRng::new(context.seed, 900 + u64::from(index));
     let mut stopped = context.stopped.clone();
     let mut buffer = vec![0u8; 4096];
     loop {
@@ -502,6 +516,17 @@ async fn serve_challenges(context: Context, served: Served) {
         };
         if answer.starts_with('+') {
             context.shared.with(|history| history.fetches_served += 1);
+            if rng.chance(slow_per_mille) {
+                let late = Duration::from_millis(
+                    rng.between(*SLOW_ANSWER_MS.start(), *SLOW_ANSWER_MS.end()),
+                );
+                let socket = Arc::clone(&socket);
+                madsim::task::spawn(async move {
+                    tokio::time::sleep(late).await;
+                    let _ = socket.send_to(from, HTTP01_ANSWER, answer.as_bytes()).await;
+                });
+                continue;
+            }
         }
         let _ = socket.send_to(from, HTTP01_ANSWER, answer.as_bytes()).await;
     }

@@ -50,7 +50,7 @@ pub mod skew {
 
     /// Makes the clock of madsim machine `machine` run `ppm` parts per million fast (or slow).
     pub fn set_drift_ppm(machine: madsim::task::NodeId, ppm: i64) {
-        let key = machine_key(machine);
+        let key = super::machine_key(machine);
         RATES.with(|rates| {
             let mut rates = rates.borrow_mut();
             rates.anchor.get_or_insert_with(Instant::now);
@@ -58,14 +58,9 @@ pub mod skew {
         });
     }
 
-    fn machine_key(machine: madsim::task::NodeId) -> u64 {
-        // NodeId shows only through Display ("1", "2", ...).
-        machine.to_string().parse().unwrap_or(u64::MAX)
-    }
-
     /// The drift of the machine the calling task runs on, with the run's anchor.
     pub(super) fn current() -> Option<(Instant, i64)> {
-        let machine = machine_key(madsim::plugin::node());
+        let machine = super::machine_key(madsim::plugin::node());
         RATES.with(|rates| {
             let rates = rates.borrow();
             let ppm = *rates.ppm.get(&machine)?;
@@ -88,6 +83,48 @@ pub mod skew {
         let scaled = nanos.saturating_mul(numerator.max(1)) / denominator.max(1);
         Duration::from_nanos(u64::try_from(scaled.max(0)).unwrap_or(u64::MAX))
     }
+}
+
+/// Per-machine fsync slowness of the current simulation run: a slow disk adds to every sync of
+/// the machine's Raft log.
+pub mod slow_disk {
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    thread_local! {
+        // One simulation runs on one thread; [`reset`] clears what an earlier run left.
+        static EXTRA: RefCell<BTreeMap<u64, Duration>> = const { RefCell::new(BTreeMap::new()) };
+    }
+
+    /// Every disk fast again. The harness calls it at the start of every run.
+    pub fn reset() {
+        EXTRA.with(|extra| extra.borrow_mut().clear());
+    }
+
+    /// Adds `extra` to every later sync on madsim machine `machine` (zero: none).
+    pub fn set(machine: madsim::task::NodeId, extra: Duration) {
+        let key = super::machine_key(machine);
+        EXTRA.with(|table| {
+            let mut table = table.borrow_mut();
+            if extra.is_zero() {
+                table.remove(&key);
+            } else {
+                table.insert(key, extra);
+            }
+        });
+    }
+
+    /// What the calling task's machine adds to a sync.
+    pub(super) fn current() -> Duration {
+        let machine = super::machine_key(madsim::plugin::node());
+        EXTRA.with(|table| table.borrow().get(&machine).copied().unwrap_or_default())
+    }
+}
+
+fn machine_key(machine: madsim::task::NodeId) -> u64 {
+    // NodeId shows only through Display ("1", "2", ...).
+    machine.to_string().parse().unwrap_or(u64::MAX)
 }
 
 /// openraft's `Instant` on a simulated machine: the global simulated instant, stretched by the
@@ -285,7 +322,8 @@ pub fn simulated_log_sync() -> certus_store::SyncRunner {
             } else {
                 rng.gen_range(SIMULATED_SYNC_LATENCY_US)
             };
-            madsim::time::sleep(global_duration(Duration::from_micros(latency_us))).await;
+            let latency = Duration::from_micros(latency_us) + slow_disk::current();
+            madsim::time::sleep(global_duration(latency)).await;
             first();
             while let Ok(job) = waiting.try_recv() {
                 job();

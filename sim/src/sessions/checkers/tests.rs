@@ -77,6 +77,7 @@ fn claim(
         granted_ms,
         granted_machine_ms: granted_ms + SKEW_MS,
         deadline_machine_ms: granted_ms + SKEW_MS + VISIBILITY_MS,
+        first_deadline_machine_ms: granted_ms + SKEW_MS + VISIBILITY_MS,
         finished_ms,
     }
 }
@@ -624,4 +625,57 @@ fn stale_completions_refused_fails_when_a_late_completion_is_accepted() {
     assert_fails(&verdict, "token 125");
     let moved_on = stale_completions_refused(&[late(9, 102, 0, Some(true))]);
     assert_fails(&moved_on, "past that stage");
+}
+
+// claims_kept
+
+#[test]
+fn claims_kept_passes_a_daemon_that_extends_what_it_works_past_the_visibility() {
+    let mut long = claim("node-1", 1, 1, 30_000, Some(30_000 + VISIBILITY_MS * 2));
+    long.deadline_machine_ms += VISIBILITY_MS * 2;
+    let short = claim("node-2", 2, 1, 31_000, Some(32_000));
+    assert_passes(
+        &claims_kept(&[long, short], 25_000, &[], 100),
+        "2 daemon claims granted after the faults healed finished within their deadlines (1 extended)",
+    );
+}
+
+#[test]
+fn claims_kept_fails_a_daemon_that_works_past_its_deadline() {
+    let lapsed = claim("node-1", 1, 1, 30_000, Some(30_000 + VISIBILITY_MS + 1_000));
+    assert_fails(
+        &claims_kept(std::slice::from_ref(&lapsed), 25_000, &[], 100),
+        "let the claim lapse",
+    );
+    // Not judged: granted before the faults healed, on an excluded node, by the external
+    // worker (whose lapses are deliberate), or never finished.
+    assert_passes(
+        &claims_kept(std::slice::from_ref(&lapsed), 31_000, &[], 100),
+        "0 daemon claims",
+    );
+    assert_passes(
+        &claims_kept(
+            std::slice::from_ref(&lapsed),
+            25_000,
+            &["node-1".to_owned()],
+            100,
+        ),
+        "0 daemon claims",
+    );
+    let external = ClaimRecord {
+        worker: "external".to_owned(),
+        ..lapsed.clone()
+    };
+    assert_passes(
+        &claims_kept(&[external], 25_000, &[], 100),
+        "0 daemon claims",
+    );
+    let crashed = ClaimRecord {
+        finished_ms: None,
+        ..lapsed
+    };
+    assert_passes(
+        &claims_kept(&[crashed], 25_000, &[], 100),
+        "0 daemon claims",
+    );
 }
