@@ -43,6 +43,16 @@ pub struct Scenario {
     pub acme: Option<AcmeWorkload>,
 }
 
+/// Snapshots every couple of hundred entries, so that every service's state goes through its
+/// snapshot encoding several times a run and lagging or restarted nodes install it.
+pub fn snapshot_often(config: &mut NodeConfig) {
+    config.raft.snapshot_after_entries = SNAPSHOT_OFTEN_ENTRIES;
+    config.raft.entries_kept_after_snapshot = 20;
+}
+
+/// How many entries [`snapshot_often`] lets pass between snapshots (a run makes about 800).
+const SNAPSHOT_OFTEN_ENTRIES: u64 = 200;
+
 /// Every scenario.
 pub fn scenarios() -> Vec<Scenario> {
     vec![
@@ -118,7 +128,7 @@ pub fn scenarios() -> Vec<Scenario> {
             faults: FaultConfig::for_nodes(3),
             sled: false,
             deterministic: true,
-            tune: |_| {},
+            tune: snapshot_often,
             workload: LeaseWorkload {
                 clients: 2,
                 ..LeaseWorkload::default()
@@ -131,11 +141,12 @@ pub fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "ct-5",
             about: "5 nodes running the CT log (three must hold a tree before it serves), \
-                    more submitters, no guard window, no dedupe window",
+                    more submitters, no guard window, no dedupe window, reports that age out \
+                    within seconds",
             faults: FaultConfig::for_nodes(5),
             sled: false,
             deterministic: true,
-            tune: |_| {},
+            tune: snapshot_often,
             workload: LeaseWorkload {
                 clients: 2,
                 ..LeaseWorkload::default()
@@ -145,9 +156,12 @@ pub fn scenarios() -> Vec<Scenario> {
                 // No guard window: entries are numbered as soon as the machine clock passes
                 // their SCT, so a node whose clock is behind signs trees holding SCTs from its
                 // future, and its STH timestamps must still cover them.
+                // Reports age out 2 s after they are made (nodes report again every second), so
+                // a node cut off or down stops counting as a holder within the run.
                 log_config: LogConfig {
                     min_serving_permille: 600,
                     guard_window_ms: 0,
+                    report_ttl_ms: 2_000,
                     ..LogConfig::default()
                 },
                 // Nothing cleaned up is remembered: every resubmission of an entry cleaned up

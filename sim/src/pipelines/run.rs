@@ -65,9 +65,11 @@ pub fn pipeline_config() -> PipelineConfig {
 
 /// Node settings for a pipelines scenario: the node does not start a webhook processor of its
 /// own (it would send over HTTP); the harness runs one on every node's machine with the
-/// simulated sender ([`webhooks`]).
+/// simulated sender ([`webhooks`]). Snapshots come often, so the pipelines' snapshot encoding
+/// is exercised.
 pub fn tune(config: &mut NodeConfig) {
     config.pipelines.webhooks = false;
+    crate::scenarios::snapshot_often(config);
 }
 
 /// The pipelines part of a running simulation.

@@ -61,8 +61,9 @@ fn session_config() -> SessionConfig {
 }
 
 /// Node settings for a sessions scenario: the daemons on, with claims and the upstream poller
-/// compressed into the run's time (seed 001's schedule shape, shorter waits).
+/// compressed into the run's time (seed 001's schedule shape, shorter waits); snapshots often.
 pub fn tune(config: &mut NodeConfig) {
+    crate::scenarios::snapshot_often(config);
     config.sessions.daemons = true;
     config.sessions.claim_visibility_ms = CLAIM_VISIBILITY_MS;
     config.sessions.upstream_pending_delay_ms = 1_000;
