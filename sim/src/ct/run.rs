@@ -1,5 +1,6 @@
 //! The CT log in a simulated run: its setup from the seed, the observer that records every
-//! serving STH with who held it, the workload, and the STH-selection verdicts at the end.
+//! serving STH with who held it, the workload, a stale master, and the STH-selection verdicts
+//! at the end.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -15,6 +16,7 @@ use certus_store::{CtDatabase, Disk};
 use serde::Serialize;
 
 use super::checkers::{self, Acknowledged, Publication};
+use super::stale_master::{StaleMaster, StaleProposals};
 use super::workload::{CtHistory, CtWorkload, RunningCt, TestPki};
 use crate::cluster::{SimCluster, elapsed_ms};
 use crate::judge::Verdict;
@@ -57,6 +59,7 @@ pub struct CtRun {
     stop_observer: watch::Sender<bool>,
     observer: tokio::task::JoinHandle<()>,
     observed: Arc<Mutex<Observed>>,
+    stale_master: StaleMaster,
 }
 
 /// What the CT part of a run reports.
@@ -66,6 +69,8 @@ pub struct CtReport {
     pub publications: Vec<Publication>,
     /// What the CT clients saw.
     pub history: CtHistory,
+    /// What the stale master proposed, and what the state made of it.
+    pub stale_proposals: StaleProposals,
 }
 
 /// Starts the observer and the CT workload.
@@ -89,6 +94,7 @@ pub fn start(
     let running = super::workload::start(workload, nodes, seed, pki, &verifier, started);
     let observed: Arc<Mutex<Observed>> = Arc::default();
     let (stop_observer, stopped) = watch::channel(false);
+    let stale_master = StaleMaster::start(cluster, seed, stopped.clone());
     let observer = tokio::spawn(observe(
         Arc::clone(cluster),
         Arc::clone(&observed),
@@ -101,6 +107,7 @@ pub fn start(
         stop_observer,
         observer,
         observed,
+        stale_master,
     }
 }
 
@@ -235,6 +242,7 @@ impl CtRun {
         tokio::time::sleep(OBSERVE_EVERY * 3).await;
         let _ = self.stop_observer.send(true);
         let _ = self.observer.await;
+        let stale_proposals = self.stale_master.finish().await;
         let end_ms = elapsed_ms(started);
         let observed = std::mem::take(&mut *self.observed.lock().expect("observed"));
         let mut publications = observed.publications;
@@ -243,12 +251,16 @@ impl CtRun {
         let logs = stored_logs(cluster);
         let (numbered, log) = checkers::numbered_once(&logs);
         let checked = format!(
-            "{} submissions ({} acknowledged), {} STHs fetched, {} consistency and {} inclusion proofs verified",
+            "{} submissions ({} acknowledged), {} STHs fetched, {} consistency and {} inclusion \
+             proofs verified; stale master proposals: {} applied, {} refused, {} unanswered",
             history.submissions.len(),
             acknowledged.len(),
             history.sths_fetched,
             history.consistency_checked,
-            history.inclusion_checked
+            history.inclusion_checked,
+            stale_proposals.applied,
+            stale_proposals.refused,
+            stale_proposals.unanswered
         );
         let verdicts = vec![
             checkers::serving_sth_monotonic(&publications),
@@ -277,6 +289,7 @@ impl CtRun {
             CtReport {
                 publications,
                 history,
+                stale_proposals,
             },
         )
     }
