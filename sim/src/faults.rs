@@ -12,7 +12,7 @@ use tracing::info;
 use crate::cluster::{SimCluster, elapsed_ms};
 use crate::limits::CRASH_AIM_MS_MAX;
 use crate::observe::FaultSpan;
-use crate::schedule::{DiskErrorKind, Fault, Schedule};
+use crate::schedule::{DiskErrorKind, Fault, Schedule, THE_LEADER};
 
 /// How often an aimed crash looks for one.
 const CRASH_AIM_POLL: Duration = Duration::from_micros(200);
@@ -74,7 +74,10 @@ impl FaultDriver {
             tasks.push(tokio::spawn(async move {
                 driver.sleep_until_ms(planned.at_ms).await;
                 driver.aim_crash(&planned.fault).await;
-                driver.begin(key, planned.fault.clone());
+                let Some(fault) = driver.aim_at_leader(&planned.fault).await else {
+                    return;
+                };
+                driver.begin(key, fault);
                 let end_ms = planned.at_ms + planned.duration_ms;
                 if let Fault::Flap { period_ms, .. } = planned.fault {
                     let mut down = true;
@@ -141,6 +144,18 @@ impl FaultDriver {
                 return;
             }
             tokio::time::sleep(CRASH_AIM_POLL).await;
+        }
+    }
+
+    /// A demotion drawn for whoever leads gets the node that leads now (waiting up to a second
+    /// for one); `None` if none does. Other faults are as drawn.
+    async fn aim_at_leader(&self, fault: &Fault) -> Option<Fault> {
+        match fault {
+            Fault::Demote { node: THE_LEADER } => {
+                let leader = self.cluster.leader(Duration::from_secs(1)).await?;
+                Some(Fault::Demote { node: leader })
+            }
+            _ => Some(fault.clone()),
         }
     }
 
@@ -232,6 +247,11 @@ impl FaultDriver {
             match fault {
                 Fault::Pause { node } => {
                     should_pause.insert(*node, ());
+                }
+                Fault::Demote { node } => {
+                    for &b in ids.iter().filter(|&&b| b != *node && *node != THE_LEADER) {
+                        net.clog_link(self.cluster.machine(*node), self.cluster.machine(b));
+                    }
                 }
                 Fault::ClockStep { node, step_ms } => {
                     *clock_steps.entry(*node).or_default() += step_ms;

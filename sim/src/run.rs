@@ -37,7 +37,7 @@ use crate::{acme, ct, leases, pipelines, sessions};
 pub const LIVENESS_BOUND_MS: u64 = 15_000;
 
 /// The most states the linearizability search may visit per lease before it gives up.
-const LINEARIZABILITY_BUDGET: usize = 200_000;
+const LINEARIZABILITY_BUDGET: usize = 2_000_000;
 
 /// Everything one run produced.
 #[derive(Debug)]

@@ -137,6 +137,9 @@ pub enum Family {
     SlowDisk,
     /// A node's disk answers EIO on writes or on syncs, or is full.
     DiskError,
+    /// Cut the leader's links to the other nodes, one way: its followers elect another while
+    /// clients still reach it, and it steps down when the new term reaches it.
+    Demote,
 }
 
 impl Family {
@@ -152,12 +155,13 @@ impl Family {
         Family::CrashAll,
     ];
 
-    /// The machine faults, drawn from a seed's second stream.
-    pub const MACHINE: [Family; 4] = [
+    /// The machine faults and leader demotion, drawn from a seed's second stream.
+    pub const SECOND_STREAM: [Family; 5] = [
         Family::Pause,
         Family::ClockStep,
         Family::SlowDisk,
         Family::DiskError,
+        Family::Demote,
     ];
 
     /// Its name, as in a schedule.
@@ -174,6 +178,7 @@ impl Family {
             Family::ClockStep => "clock-step",
             Family::SlowDisk => "slow-disk",
             Family::DiskError => "disk-error",
+            Family::Demote => "demote",
         }
     }
 }
@@ -252,7 +257,17 @@ pub enum Fault {
         /// How the disk fails.
         kind: DiskErrorKind,
     },
+    /// Node `node` can no longer send to the other nodes (it still hears them, and clients
+    /// still reach it): drawn with [`THE_LEADER`], the driver aims it at the node that leads
+    /// when it begins.
+    Demote {
+        /// The node, or [`THE_LEADER`].
+        node: u64,
+    },
 }
+
+/// [`Fault::Demote`]'s node when drawn: whichever node leads when the fault begins.
+pub const THE_LEADER: u64 = 0;
 
 /// How a disk fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -291,6 +306,7 @@ impl Fault {
             Fault::ClockStep { .. } => Family::ClockStep,
             Fault::SlowDisk { .. } => Family::SlowDisk,
             Fault::DiskError { .. } => Family::DiskError,
+            Fault::Demote { .. } => Family::Demote,
         }
     }
 
@@ -303,6 +319,8 @@ impl Fault {
             | Fault::ClockStep { node, .. }
             | Fault::SlowDisk { node, .. }
             | Fault::DiskError { node, .. } => vec![*node],
+            Fault::Demote { node } if *node == THE_LEADER => Vec::new(),
+            Fault::Demote { node } => vec![*node],
             Fault::OneWay { from, to } => vec![*from, *to],
             Fault::Split { minority } => minority.clone(),
             Fault::Flap { a, b, .. } => vec![*a, *b],
@@ -332,6 +350,8 @@ impl fmt::Display for Fault {
             Fault::ClockStep { node, step_ms } => write!(f, "clock n{node} stepped {step_ms:+}ms"),
             Fault::SlowDisk { node, sync_ms } => write!(f, "slow disk n{node} fsync +{sync_ms}ms"),
             Fault::DiskError { node, kind } => write!(f, "disk n{node} {kind}"),
+            Fault::Demote { node } if *node == THE_LEADER => write!(f, "demote the leader"),
+            Fault::Demote { node } => write!(f, "demote n{node} (cut its sends to peers)"),
         }
     }
 }
@@ -552,7 +572,7 @@ fn draw_clocks(rng: &mut SeedRng, config: &FaultConfig) -> Vec<Skew> {
 /// with any on draws 1..=[`MACHINE_FAULTS_MAX`] faults from them.
 fn draw_machine_faults(seed: u64, config: &FaultConfig, nodes: u64) -> (Vec<Family>, Vec<Planned>) {
     let mut rng = SeedRng::new(seed, 2);
-    let families: Vec<Family> = Family::MACHINE
+    let families: Vec<Family> = Family::SECOND_STREAM
         .into_iter()
         .map(|family| (family, rng.chance(500)))
         .filter(|(family, on)| {
@@ -622,6 +642,7 @@ fn draw_fault(rng: &mut SeedRng, family: Family, nodes: u64, config: &FaultConfi
         },
         Family::CrashAll => Fault::CrashAll,
         Family::Pause => Fault::Pause { node },
+        Family::Demote => Fault::Demote { node: THE_LEADER },
         Family::ClockStep => {
             let magnitude = rng.between(CLOCK_STEP_MS_MIN, CLOCK_STEP_MS_MAX);
             let magnitude = i64::try_from(magnitude).unwrap_or(0);
@@ -680,7 +701,7 @@ mod tests {
             let older: Vec<_> = a
                 .faults
                 .iter()
-                .filter(|planned| !Family::MACHINE.contains(&planned.fault.family()))
+                .filter(|planned| !Family::SECOND_STREAM.contains(&planned.fault.family()))
                 .cloned()
                 .collect();
             assert_eq!(
