@@ -405,3 +405,68 @@ async fn write_until_acknowledged(cluster: &SimCluster, token: &str) -> u64 {
     }
     panic!("no write acknowledged within 10 s");
 }
+
+/// A leader whose disk fails an fsync must stop, not carry on over pages the kernel may have
+/// dropped: the others elect a new leader, nothing is acknowledged through the failed node, and
+/// once its disk works and it is restarted (as after a crash) it catches up with every
+/// acknowledged write.
+#[madsim::test]
+async fn a_leader_whose_fsync_fails_stops_and_no_acknowledged_write_is_lost() {
+    let cluster = SimCluster::start(3);
+    let failing = cluster
+        .leader(Duration::from_secs(10))
+        .await
+        .expect("a leader within 10 s");
+    let mut acknowledged = Vec::new();
+    for n in 0..10 {
+        let token = format!("before-{n}");
+        cluster
+            .write(failing, vec![put(&token)])
+            .await
+            .expect("a write on a healthy cluster");
+        acknowledged.push(token);
+    }
+    cluster.set_disk_fault(failing, Some(certus_store::DiskFault::SyncError));
+    // Writes through the failing node: its next sync fails and its Raft stops.
+    for n in 0..5 {
+        let token = format!("during-{n}");
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(3),
+            cluster.write(failing, vec![put(&token)]),
+        )
+        .await;
+        if let Ok(Ok(_)) = outcome {
+            acknowledged.push(token);
+        }
+    }
+    let others: Vec<u64> = (1..=3).filter(|id| *id != failing).collect();
+    let successor = leader_among(&cluster, &others).await;
+    for n in 0..5 {
+        let token = format!("after-{n}");
+        cluster
+            .write(successor, vec![put(&token)])
+            .await
+            .expect("a write through the new leader");
+        acknowledged.push(token);
+    }
+    let through_failed = tokio::time::timeout(
+        Duration::from_secs(3),
+        cluster.write(failing, vec![put("late")]),
+    )
+    .await;
+    assert!(
+        !matches!(through_failed, Ok(Ok(_))),
+        "the node whose fsync failed acknowledged a write: {through_failed:?}"
+    );
+    cluster.set_disk_fault(failing, None);
+    cluster.crash(failing);
+    cluster.restart(failing);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for id in 1..=3 {
+        let missing = missing_on(&cluster, id, &acknowledged);
+        assert!(
+            missing.is_empty(),
+            "node {id} lacks acknowledged writes {missing:?}"
+        );
+    }
+}
