@@ -9,15 +9,16 @@
 //! `Sequence` numbered from the view's next number, or a `Publish` of the STH the view would
 //! have selected, each 50 ms–3 s later; or at once a `Publish` of the largest STH any node
 //! reported, or of the newest one (a lagging node's fresher STH of a smaller tree), counting
-//! every member, held by enough of them or not. The state must refuse what is not right; the
-//! STH checkers judge what it let through.
+//! every member, held by enough of them or not; or, as a master whose clock runs ahead, a
+//! `Sequence` of entries the guard window still holds back, a moment later. The state must refuse
+//! what is not right; the STH checkers judge what it let through.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use certus_core::ct::CtCommand;
+use certus_core::ct::{CtCommand, EntryKey, SignedTreeHead};
 use certus_core::limits::CT_SEQUENCE_BATCH_MAX;
 use certus_core::{Command, Response};
 use certus_node::ordered_watch as watch;
@@ -25,6 +26,9 @@ use serde::Serialize;
 
 use crate::cluster::SimCluster;
 use crate::schedule::SeedRng;
+
+/// How far ahead of the cluster's clock a master that runs ahead reads the entries due.
+const AHEAD_MS: u64 = 400;
 
 /// How long a read or a proposal may take before the stale master gives up on it.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -93,41 +97,46 @@ async fn run(
             return;
         }
         let via = ids[usize::try_from(rng.between(0, ids.len() as u64 - 1)).unwrap_or(0)];
-        let kind = rng.between(0, 3);
+        let kind = rng.between(0, 4);
         let view_members = members.clone();
-        let view = cluster.read(via, move |state, now_ms| match kind {
-            0 => {
-                let keys = state.ct_ready_to_sequence(now_ms, CT_SEQUENCE_BATCH_MAX);
+        let view = cluster.read(via, move |state, now_ms| {
+            let sequence = |keys: Vec<EntryKey>| {
                 (!keys.is_empty()).then(|| CtCommand::Sequence {
                     first: state.ct_next_sequence(),
                     keys,
                 })
+            };
+            let publish = |sth: SignedTreeHead| CtCommand::Publish {
+                sth,
+                members: view_members.iter().copied().collect(),
+            };
+            let reported = || state.ct_reports().values().map(|report| report.sth.clone());
+            let due = |at_ms: u64| state.ct_ready_to_sequence(at_ms, CT_SEQUENCE_BATCH_MAX);
+            match kind {
+                0 => sequence(due(now_ms)),
+                1 => state
+                    .ct_select_serving(&view_members, now_ms)
+                    .cloned()
+                    .map(publish),
+                2 => reported()
+                    .max_by_key(|sth| (sth.tree_size, sth.timestamp_ms))
+                    .map(publish),
+                3 => reported()
+                    .max_by_key(|sth| (sth.timestamp_ms, sth.tree_size))
+                    .map(publish),
+                // A master whose clock runs ahead: it sequences entries the guard window still
+                // holds back on the cluster's clock, numbered from the next number of now.
+                _ => {
+                    let now_due = due(now_ms);
+                    let ahead = due(now_ms + AHEAD_MS);
+                    sequence(
+                        ahead
+                            .into_iter()
+                            .filter(|key| !now_due.contains(key))
+                            .collect(),
+                    )
+                }
             }
-            1 => state
-                .ct_select_serving(&view_members, now_ms)
-                .cloned()
-                .map(|sth| CtCommand::Publish {
-                    sth,
-                    members: view_members.iter().copied().collect(),
-                }),
-            2 => state
-                .ct_reports()
-                .values()
-                .map(|report| report.sth.clone())
-                .max_by_key(|sth| (sth.tree_size, sth.timestamp_ms))
-                .map(|sth| CtCommand::Publish {
-                    sth,
-                    members: view_members.iter().copied().collect(),
-                }),
-            _ => state
-                .ct_reports()
-                .values()
-                .map(|report| report.sth.clone())
-                .max_by_key(|sth| (sth.timestamp_ms, sth.tree_size))
-                .map(|sth| CtCommand::Publish {
-                    sth,
-                    members: view_members.iter().copied().collect(),
-                }),
         });
         // A node cut off for good may never answer: a master gives up on it.
         let Ok(Ok(Some(command))) = tokio::time::timeout(CALL_TIMEOUT, view).await else {
@@ -135,10 +144,13 @@ async fn run(
         };
         // A view's Sequence and selected STH are proposed late; the picks from the reports at
         // once, while the node that reported them may still be alone in holding them.
-        let late = rng.between(50, 3_000);
-        if kind < 2 {
-            tokio::time::sleep(Duration::from_millis(late)).await;
-        }
+        let late = match kind {
+            0 | 1 => rng.between(50, 3_000),
+            // Once the guard window let the entries through, before the master numbers them.
+            4 => rng.between(AHEAD_MS / 4, AHEAD_MS),
+            _ => 0,
+        };
+        tokio::time::sleep(Duration::from_millis(late)).await;
         let via = ids[usize::try_from(rng.between(0, ids.len() as u64 - 1)).unwrap_or(0)];
         let outcome =
             tokio::time::timeout(CALL_TIMEOUT, cluster.write(via, vec![Command::Ct(command)]))
