@@ -435,31 +435,9 @@ impl Schedule {
         } else {
             rng.between(1, config.max_faults)
         };
-        let mut faults = Vec::new();
-        for _ in 0..count {
-            let family_index =
-                usize::try_from(rng.between(0, families.len() as u64 - 1)).unwrap_or(0);
-            let family = families[family_index];
-            let latest_start = config.safety_ms.saturating_sub(500);
-            let at_ms = rng.between(500, latest_start.max(500));
-            let longest = config
-                .max_fault_ms
-                .min(config.safety_ms.saturating_sub(at_ms));
-            let fault = draw_fault(&mut rng, family, nodes, config);
-            // Half the crashes are quick reboots, down for well under an election timeout:
-            // what a node had not flushed (a vote, an append) is gone, but its peers may not
-            // have moved on yet.
-            let duration_ms = if matches!(fault, Fault::Crash { .. }) && rng.chance(500) {
-                rng.between(longest.min(20), longest.min(200))
-            } else {
-                rng.between(longest.min(300), longest)
-            };
-            faults.push(Planned {
-                at_ms,
-                duration_ms,
-                fault,
-            });
-        }
+        let mut faults: Vec<Planned> = (0..count)
+            .map(|_| draw_planned(&mut rng, &families, nodes, config))
+            .collect();
         if config.machine_faults {
             let (machine_families, machine_faults) = draw_machine_faults(seed, config, nodes);
             families.extend(machine_families);
@@ -584,26 +562,42 @@ fn draw_machine_faults(seed: u64, config: &FaultConfig, nodes: u64) -> (Vec<Fami
         return (families, Vec::new());
     }
     let count = rng.between(1, MACHINE_FAULTS_MAX);
-    let mut faults = Vec::new();
-    for _ in 0..count {
-        let pick = usize::try_from(rng.between(0, families.len() as u64 - 1)).unwrap_or(0);
-        let family = families[pick];
-        let latest_start = config.safety_ms.saturating_sub(500);
-        let at_ms = rng.between(500, latest_start.max(500));
-        let room_ms = config.safety_ms.saturating_sub(at_ms);
-        let fault = draw_fault(&mut rng, family, nodes, config);
-        let (shortest, longest) = match fault {
-            Fault::Pause { .. } => (PAUSE_MS_MIN, PAUSE_MS_MAX.min(room_ms)),
-            _ => (300, config.max_fault_ms.min(room_ms)),
-        };
-        let duration_ms = rng.between(shortest.min(longest), longest);
-        faults.push(Planned {
-            at_ms,
-            duration_ms,
-            fault,
-        });
-    }
+    let faults = (0..count)
+        .map(|_| draw_planned(&mut rng, &families, nodes, config))
+        .collect();
     (families, faults)
+}
+
+/// One fault of a family among `families`, with its start and duration within the safety phase.
+fn draw_planned(
+    rng: &mut SeedRng,
+    families: &[Family],
+    nodes: u64,
+    config: &FaultConfig,
+) -> Planned {
+    let pick = usize::try_from(rng.between(0, families.len() as u64 - 1)).unwrap_or(0);
+    let family = families[pick];
+    let latest_start = config.safety_ms.saturating_sub(500);
+    let at_ms = rng.between(500, latest_start.max(500));
+    let room_ms = config.safety_ms.saturating_sub(at_ms);
+    let fault = draw_fault(rng, family, nodes, config);
+    let longest = config.max_fault_ms.min(room_ms);
+    let duration_ms = match fault {
+        // Half the crashes are quick reboots, down for well under an election timeout: what a
+        // node had not flushed (a vote, an append) is gone, but its peers may not have moved
+        // on yet.
+        Fault::Crash { .. } if rng.chance(500) => rng.between(longest.min(20), longest.min(200)),
+        Fault::Pause { .. } => {
+            let longest = PAUSE_MS_MAX.min(room_ms);
+            rng.between(PAUSE_MS_MIN.min(longest), longest)
+        }
+        _ => rng.between(longest.min(300), longest),
+    };
+    Planned {
+        at_ms,
+        duration_ms,
+        fault,
+    }
 }
 
 fn draw_fault(rng: &mut SeedRng, family: Family, nodes: u64, config: &FaultConfig) -> Fault {
