@@ -525,6 +525,11 @@ impl SimCluster {
         certus_node::raft::runtime::slow_disk::set(self.machines[&id].id(), extra);
     }
 
+    /// Adds `extra` to every batch node `id`'s state machine applies (zero: its usual pace).
+    pub fn set_slow_apply(&self, id: u64, extra: Duration) {
+        certus_node::raft::runtime::slow_apply::set(self.machines[&id].id(), extra);
+    }
+
     /// Waits until a running node leads, and returns its id.
     pub async fn leader(&self, timeout: Duration) -> Option<u64> {
         let deadline = tokio::time::Instant::now() + timeout;

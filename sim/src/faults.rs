@@ -30,6 +30,7 @@ struct Board {
     clock_steps: BTreeMap<u64, i64>,
     /// The fsync latency added on each node, where any.
     slow_syncs: BTreeMap<u64, u64>,
+    slow_applies: BTreeMap<u64, u64>,
     /// How each node's disk fails, where it does.
     disk_errors: BTreeMap<u64, DiskErrorKind>,
     /// Every fault as applied, for the timeline.
@@ -147,13 +148,23 @@ impl FaultDriver {
         }
     }
 
-    /// A demotion drawn for whoever leads gets the node that leads now (waiting up to a second
-    /// for one); `None` if none does. Other faults are as drawn.
+    /// A demotion or slow apply drawn for whoever leads gets the node that leads now (waiting up
+    /// to a second for one); `None` if none does. Other faults are as drawn.
     async fn aim_at_leader(&self, fault: &Fault) -> Option<Fault> {
         match fault {
             Fault::Demote { node: THE_LEADER } => {
                 let leader = self.cluster.leader(Duration::from_secs(1)).await?;
                 Some(Fault::Demote { node: leader })
+            }
+            Fault::SlowApply {
+                node: THE_LEADER,
+                apply_ms,
+            } => {
+                let leader = self.cluster.leader(Duration::from_secs(1)).await?;
+                Some(Fault::SlowApply {
+                    node: leader,
+                    apply_ms: *apply_ms,
+                })
             }
             _ => Some(fault.clone()),
         }
@@ -242,6 +253,7 @@ impl FaultDriver {
         let mut should_pause: BTreeMap<u64, ()> = BTreeMap::new();
         let mut clock_steps: BTreeMap<u64, i64> = BTreeMap::new();
         let mut slow_syncs: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut slow_applies: BTreeMap<u64, u64> = BTreeMap::new();
         let mut disk_errors: BTreeMap<u64, DiskErrorKind> = BTreeMap::new();
         for (fault, down) in board.active.values() {
             match fault {
@@ -259,6 +271,10 @@ impl FaultDriver {
                 Fault::SlowDisk { node, sync_ms } => {
                     let slowest = slow_syncs.entry(*node).or_default();
                     *slowest = (*slowest).max(*sync_ms);
+                }
+                Fault::SlowApply { node, apply_ms } => {
+                    let slowest = slow_applies.entry(*node).or_default();
+                    *slowest = (*slowest).max(*apply_ms);
                 }
                 Fault::DiskError { node, kind } => {
                     // The latest of overlapping disk faults wins.
@@ -345,6 +361,10 @@ impl FaultDriver {
             if board.slow_syncs.get(&id).copied().unwrap_or(0) != slow {
                 self.cluster.set_slow_disk(id, Duration::from_millis(slow));
             }
+            let slow = slow_applies.get(&id).copied().unwrap_or(0);
+            if board.slow_applies.get(&id).copied().unwrap_or(0) != slow {
+                self.cluster.set_slow_apply(id, Duration::from_millis(slow));
+            }
             let disk = disk_errors.get(&id).copied();
             if board.disk_errors.get(&id).copied() != disk {
                 self.cluster.set_disk_fault(id, disk.map(disk_fault));
@@ -352,6 +372,7 @@ impl FaultDriver {
         }
         board.clock_steps = clock_steps;
         board.slow_syncs = slow_syncs;
+        board.slow_applies = slow_applies;
         board.disk_errors = disk_errors;
     }
 }

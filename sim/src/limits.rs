@@ -37,3 +37,7 @@ pub const CLOCK_STEP_MS_MAX: u64 = 5_000;
 pub const SLOW_SYNC_MS_MIN: u64 = 10;
 /// See [`SLOW_SYNC_MS_MIN`].
 pub const SLOW_SYNC_MS_MAX: u64 = 200;
+/// The least and most a starved machine adds to each batch its state machine applies.
+pub const SLOW_APPLY_MS_MIN: u64 = 20;
+/// See [`SLOW_APPLY_MS_MIN`].
+pub const SLOW_APPLY_MS_MAX: u64 = 300;

@@ -304,6 +304,7 @@ fn without_task_ids(trace: &str) -> String {
 async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
     certus_node::raft::runtime::skew::reset();
     certus_node::raft::runtime::slow_disk::reset();
+    certus_node::raft::runtime::slow_apply::reset();
     let started = Instant::now();
     let epoch_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::limits::{
     CLOCK_STEP_MS_MAX, CLOCK_STEP_MS_MIN, MACHINE_FAULTS_MAX, PAUSE_MS_MAX, PAUSE_MS_MIN,
-    SLOW_SYNC_MS_MAX, SLOW_SYNC_MS_MIN,
+    SLOW_APPLY_MS_MAX, SLOW_APPLY_MS_MIN, SLOW_SYNC_MS_MAX, SLOW_SYNC_MS_MIN,
 };
 use crate::observe::ClockSkew;
 
@@ -140,6 +140,9 @@ pub enum Family {
     /// Cut the leader's links to the other nodes, one way: its followers elect another while
     /// clients still reach it, and it steps down when the new term reaches it.
     Demote,
+    /// Make a node's state machine apply late (a machine starved of CPU): its applied index
+    /// trails its commit index.
+    SlowApply,
 }
 
 impl Family {
@@ -156,12 +159,13 @@ impl Family {
     ];
 
     /// The machine faults and leader demotion, drawn from a seed's second stream.
-    pub const SECOND_STREAM: [Family; 5] = [
+    pub const SECOND_STREAM: [Family; 6] = [
         Family::Pause,
         Family::ClockStep,
         Family::SlowDisk,
         Family::DiskError,
         Family::Demote,
+        Family::SlowApply,
     ];
 
     /// Its name, as in a schedule.
@@ -179,6 +183,7 @@ impl Family {
             Family::SlowDisk => "slow-disk",
             Family::DiskError => "disk-error",
             Family::Demote => "demote",
+            Family::SlowApply => "slow-apply",
         }
     }
 }
@@ -249,6 +254,14 @@ pub enum Fault {
         /// The added latency.
         sync_ms: u64,
     },
+    /// Every batch of entries node `node` applies takes `apply_ms` more. Drawn with
+    /// [`THE_LEADER`] half the time, aimed at the node that leads when it begins.
+    SlowApply {
+        /// The node, or [`THE_LEADER`].
+        node: u64,
+        /// The added latency.
+        apply_ms: u64,
+    },
     /// Node `node`'s disk fails as `kind` says; when the fault ends the disk works again and
     /// the node's process is restarted (a process that met a failing disk must have stopped).
     DiskError {
@@ -266,7 +279,8 @@ pub enum Fault {
     },
 }
 
-/// [`Fault::Demote`]'s node when drawn: whichever node leads when the fault begins.
+/// [`Fault::Demote`]'s (and half of [`Fault::SlowApply`]'s) node when drawn: whichever node leads
+/// when the fault begins.
 pub const THE_LEADER: u64 = 0;
 
 /// How a disk fails.
@@ -307,6 +321,7 @@ impl Fault {
             Fault::SlowDisk { .. } => Family::SlowDisk,
             Fault::DiskError { .. } => Family::DiskError,
             Fault::Demote { .. } => Family::Demote,
+            Fault::SlowApply { .. } => Family::SlowApply,
         }
     }
 
@@ -319,6 +334,8 @@ impl Fault {
             | Fault::ClockStep { node, .. }
             | Fault::SlowDisk { node, .. }
             | Fault::DiskError { node, .. } => vec![*node],
+            Fault::SlowApply { node, .. } if *node == THE_LEADER => Vec::new(),
+            Fault::SlowApply { node, .. } => vec![*node],
             Fault::Demote { node } if *node == THE_LEADER => Vec::new(),
             Fault::Demote { node } => vec![*node],
             Fault::OneWay { from, to } => vec![*from, *to],
@@ -349,6 +366,10 @@ impl fmt::Display for Fault {
             Fault::Pause { node } => write!(f, "pause n{node}"),
             Fault::ClockStep { node, step_ms } => write!(f, "clock n{node} stepped {step_ms:+}ms"),
             Fault::SlowDisk { node, sync_ms } => write!(f, "slow disk n{node} fsync +{sync_ms}ms"),
+            Fault::SlowApply { node, apply_ms } if *node == THE_LEADER => {
+                write!(f, "slow apply on the leader +{apply_ms}ms")
+            }
+            Fault::SlowApply { node, apply_ms } => write!(f, "slow apply n{node} +{apply_ms}ms"),
             Fault::DiskError { node, kind } => write!(f, "disk n{node} {kind}"),
             Fault::Demote { node } if *node == THE_LEADER => write!(f, "demote the leader"),
             Fault::Demote { node } => write!(f, "demote n{node} (cut its sends to peers)"),
@@ -651,6 +672,11 @@ fn draw_fault(rng: &mut SeedRng, family: Family, nodes: u64, config: &FaultConfi
             node,
             sync_ms: rng.between(SLOW_SYNC_MS_MIN, SLOW_SYNC_MS_MAX),
         },
+        // Half aimed at the leader, whose reads a lagging apply can fool; half at any node.
+        Family::SlowApply => Fault::SlowApply {
+            node: if rng.chance(500) { THE_LEADER } else { node },
+            apply_ms: rng.between(SLOW_APPLY_MS_MIN, SLOW_APPLY_MS_MAX),
+        },
         Family::DiskError => Fault::DiskError {
             node,
             kind: match rng.between(0, 2) {
@@ -668,8 +694,8 @@ mod tests {
 
     use super::{Family, Fault, FaultConfig, Schedule};
     use crate::limits::{
-        CLOCK_STEP_MS_MAX, CLOCK_STEP_MS_MIN, MACHINE_FAULTS_MAX, PAUSE_MS_MAX, SLOW_SYNC_MS_MAX,
-        SLOW_SYNC_MS_MIN,
+        CLOCK_STEP_MS_MAX, CLOCK_STEP_MS_MIN, MACHINE_FAULTS_MAX, PAUSE_MS_MAX, SLOW_APPLY_MS_MAX,
+        SLOW_APPLY_MS_MIN, SLOW_SYNC_MS_MAX, SLOW_SYNC_MS_MIN,
     };
 
     #[test]
@@ -765,6 +791,9 @@ mod tests {
                     ),
                     Fault::SlowDisk { sync_ms, .. } => {
                         prop_assert!((SLOW_SYNC_MS_MIN..=SLOW_SYNC_MS_MAX).contains(sync_ms));
+                    }
+                    Fault::SlowApply { apply_ms, .. } => {
+                        prop_assert!((SLOW_APPLY_MS_MIN..=SLOW_APPLY_MS_MAX).contains(apply_ms));
                     }
                     Fault::Split { minority } if nodes >= 3 => prop_assert!(minority.len() as u64 * 2 < nodes),
                     _ => {}

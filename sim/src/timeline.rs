@@ -81,6 +81,7 @@ fn kind_colour(kind: &str) -> &'static str {
         "pause" => "#ef6c00",
         "clock-step" => "#9e9d24",
         "slow-disk" => "#4e342e",
+        "slow-apply" => "#37474f",
         "disk-error" => "#b71c1c",
         _ => "#616161",
     }

@@ -241,6 +241,10 @@ impl Node {
         if let Some(observer) = applied {
             state_machine = state_machine.with_observer(observer);
         }
+        #[cfg(madsim)]
+        {
+            state_machine = state_machine.with_pacer(crate::raft::runtime::simulated_apply_pacer());
+        }
         let reader = state_machine.reader();
         let peers = Peers::new(peer_tls);
         let raft = Raft::new(

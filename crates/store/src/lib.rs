@@ -40,4 +40,6 @@ pub use seed::seed_from_snapshot;
 pub use segment_log::{SEGMENT_BYTES, SegmentLog, SyncJob, SyncRunner};
 pub use sim_disk::SimDisk;
 pub use sled_disk::{CORRUPT, Rebuilt, SLED_CACHE_MIB_DEFAULT, SledDisk, rebuild_keeping_vote};
-pub use state_machine::{Applied, ApplyObserver, SnapshotBuilder, StateMachineStore, StateReader};
+pub use state_machine::{
+    Applied, ApplyObserver, ApplyPacer, BoxedWait, SnapshotBuilder, StateMachineStore, StateReader,
+};

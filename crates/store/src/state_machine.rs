@@ -99,7 +99,30 @@ pub struct StateMachineStore<C: CertusConfig, D> {
     saved: SavedSnapshot<C>,
     snapshots_built: u64,
     observer: Option<ApplyObserver>,
+    pacer: Option<ApplyPacer>,
     _config: PhantomData<C>,
+}
+
+/// What each batch of entries waits for before it is applied: where the CPU time an apply takes
+/// must be modelled (the simulation), the runtime's sleep, so that a node's applied index can
+/// trail its commit index as a busy machine's does.
+#[derive(Clone)]
+pub struct ApplyPacer(Arc<dyn Fn() -> BoxedWait + Send + Sync>);
+
+/// The wait an [`ApplyPacer`] gives one batch.
+pub type BoxedWait = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl ApplyPacer {
+    /// A pacer whose every batch first awaits what `wait` returns.
+    pub fn new(wait: impl Fn() -> BoxedWait + Send + Sync + 'static) -> ApplyPacer {
+        ApplyPacer(Arc::new(wait))
+    }
+}
+
+impl std::fmt::Debug for ApplyPacer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApplyPacer")
+    }
 }
 
 /// The log id of the snapshot on disk, shared by the store and its builders.
@@ -129,6 +152,12 @@ impl<C: CertusConfig, D: Disk> StateMachineStore<C, D> {
         self
     }
 
+    /// The same store, waiting on `pacer` before it applies each batch of entries.
+    pub fn with_pacer(mut self, pacer: ApplyPacer) -> StateMachineStore<C, D> {
+        self.pacer = Some(pacer);
+        self
+    }
+
     /// Opens the state machine on `disk`, restoring the last snapshot if there is one. A stored
     /// snapshot that does not decode or validate is an error: the node must not serve.
     pub fn open(disk: Arc<D>) -> Result<StateMachineStore<C, D>, DiskError> {
@@ -155,6 +184,7 @@ impl<C: CertusConfig, D: Disk> StateMachineStore<C, D> {
             saved,
             snapshots_built: 0,
             observer: None,
+            pacer: None,
             _config: PhantomData,
         })
     }
@@ -251,6 +281,9 @@ impl<C: CertusConfig, D: Disk> RaftStateMachine<C> for StateMachineStore<C, D> {
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        if let Some(pacer) = &self.pacer {
+            (pacer.0)().await;
+        }
         let mut applied = write_lock(&self.applied);
         let mut replies = Vec::new();
         for entry in entries {

@@ -98,6 +98,17 @@ pub struct UpstreamOrder {
     pub issued: Vec<Vec<u8>>,
 }
 
+/// One submission of an order to the upstream CA, whatever it answered.
+#[derive(Clone, Debug, Serialize)]
+pub struct UpstreamSubmission {
+    /// The node whose daemon submitted it.
+    pub node: u64,
+    /// The idempotency key it was submitted under (which names the session).
+    pub key: String,
+    /// When the daemon called.
+    pub at_ms: u64,
+}
+
 /// A completion sent late on purpose: a worker that lost its claim sends its result after it
 /// saw a newer claim on the session (or the session past the claimed stage).
 #[derive(Clone, Debug, Serialize)]
@@ -381,6 +392,67 @@ pub fn claims_redelivered(
         problems,
         format!(
             "{abandoned} claims abandoned by crashed or departing workers, each taken up again"
+        ),
+    )
+}
+
+/// **Orders resumed**: a daemon whose claim found the session's note naming its upstream order
+/// polls that order and never submits a new one (the CA dedupes by key, so a resubmission
+/// costs an order only at a CA that does not, and shows a daemon that lost its place).
+/// `resumed_claims` are the claims (session, token) seen held while the note named an order: the
+/// note changes only when a claim ends, so such a claim was granted with it. A submission
+/// belongs to the latest claim its node was granted on its session before it.
+pub fn orders_resumed(
+    submissions: &[UpstreamSubmission],
+    claims: &[ClaimRecord],
+    resumed_claims: &BTreeMap<(u64, u64), String>,
+) -> Verdict {
+    const NAME: &str = "orders-resumed";
+    let mut problems = Vec::new();
+    for submission in submissions {
+        let Some(session) = submission
+            .key
+            .strip_prefix("certus-session-")
+            .and_then(|id| id.parse::<u64>().ok())
+        else {
+            problems.push(format!(
+                "node-{} submitted under a key that names no session: {}",
+                submission.node, submission.key
+            ));
+            continue;
+        };
+        let worker = format!("node-{}", submission.node);
+        let claim = claims
+            .iter()
+            .filter(|claim| {
+                claim.session == session
+                    && claim.worker == worker
+                    && claim.granted_ms <= submission.at_ms
+            })
+            .max_by_key(|claim| (claim.granted_ms, claim.token));
+        let Some(claim) = claim else {
+            problems.push(format!(
+                "session {session}: {worker} submitted an order at {} ms without a claim",
+                submission.at_ms
+            ));
+            continue;
+        };
+        if let Some(order) = resumed_claims.get(&(session, claim.token)) {
+            problems.push(format!(
+                "session {session}: {worker} submitted a new order at {} ms under claim {}, \
+                 granted while the session's note named order {order}",
+                submission.at_ms, claim.token
+            ));
+        }
+    }
+    Verdict::of_problems(
+        NAME,
+        problems,
+        format!(
+            "{} submissions to the upstream CA; {} claims seen resuming an order, none of them \
+             submitting again",
+            submissions.len(),
+            resumed_claims.len(),
         ),
     )
 }

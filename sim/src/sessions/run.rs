@@ -10,13 +10,13 @@ use std::time::Duration;
 use certus_core::sessions::SessionConfig;
 use certus_core::{Command, Response, SessionCommand, Stage};
 use certus_node::ordered_watch as watch;
-use certus_node::roles::session_daemons::Upstream;
+use certus_node::roles::session_daemons::{ORDER_NOTE_PREFIX, Upstream};
 use certus_node::{NodeConfig, SessionParts, WorkEvent, WorkObserver};
 use serde::Serialize;
 
-use super::checkers::{self, ClaimRecord, FinalSession, UpstreamOrder};
+use super::checkers::{self, ClaimRecord, FinalSession, UpstreamOrder, UpstreamSubmission};
 use super::workload::{
-    RunningSessions, SessionHistory, SessionWorkload, Shared, SimTester, SimUpstream,
+    NodeUpstream, RunningSessions, SessionHistory, SessionWorkload, Shared, SimTester, SimUpstream,
 };
 use crate::cluster::{SessionPartsFor, SimCluster, elapsed_ms};
 use crate::judge::Verdict;
@@ -109,7 +109,7 @@ impl SessionSetup {
     /// compressed schedule, and an observer recording their claims.
     pub fn parts(&self) -> SessionPartsFor {
         let setup = self.clone();
-        Arc::new(move |_id| {
+        Arc::new(move |node| {
             let mut config = NodeConfig::new(
                 0,
                 "0.0.0.0:0".parse().expect("an address"),
@@ -120,7 +120,10 @@ impl SessionSetup {
             let policy = certus_ca::poller::PollPolicy::new(config.sessions.upstream_poll)
                 .expect("a valid poll policy");
             let upstream: Arc<dyn certus_node::roles::session_daemons::UpstreamConnector> =
-                Arc::clone(&setup.upstream) as _;
+                Arc::new(NodeUpstream {
+                    node,
+                    upstream: Arc::clone(&setup.upstream),
+                });
             let shared = setup.shared.clone();
             let started = setup.started;
             let observer: WorkObserver = Arc::new(move |worker, event| {
@@ -180,6 +183,8 @@ struct Observed {
     terminal_at: BTreeMap<u64, (u64, FinalSession)>,
     /// Claims a leader held past their deadline: (when, node, session, token, how far past).
     overdue: Vec<(u64, u64, u64, u64, u64)>,
+    /// Claims (session, token) seen held while the session's note named an upstream order.
+    resumed_claims: BTreeMap<(u64, u64), String>,
 }
 
 /// The sessions part of a running simulation.
@@ -200,6 +205,8 @@ pub struct SessionReport {
     pub history: SessionHistory,
     /// What the upstream CA was asked for.
     pub orders: Vec<UpstreamOrder>,
+    /// Every submission to it, by node.
+    pub submissions: Vec<UpstreamSubmission>,
 }
 
 /// Configures the sessions, then starts the workload and the observer.
@@ -306,11 +313,12 @@ async fn observe(
                 .map_or(0, |log_id| log_id.index)
         });
         if let Some((id, replica)) = freshest {
-            let (ended, overdue) = replica.reader.read(|applied| {
+            let (ended, overdue, resumed) = replica.reader.read(|applied| {
                 let state = &applied.state;
                 let machine_now = state.clock_ms();
                 let mut ended = Vec::new();
                 let mut overdue = Vec::new();
+                let mut resumed = Vec::new();
                 for (session_id, session) in all_sessions(state) {
                     if session.terminal() {
                         ended.push((session_id, session));
@@ -325,10 +333,16 @@ async fn observe(
                             if past > OVERDUE_SLACK_MS {
                                 overdue.push((now_ms, id, session.id.0, claim.token, past));
                             }
+                            let order = session.note.as_ref().and_then(|note| {
+                                note.as_str().strip_prefix(ORDER_NOTE_PREFIX)
+                            });
+                            if let Some(order) = order {
+                                resumed.push((session.id.0, claim.token, order.to_owned()));
+                            }
                         }
                     }
                 }
-                (ended, overdue)
+                (ended, overdue, resumed)
             });
             let mut observed = observed.lock().expect("observed sessions");
             for (session_id, session) in ended {
@@ -338,6 +352,9 @@ async fn observe(
                     .or_insert((now_ms, session));
             }
             observed.overdue.extend(overdue);
+            for (session, token, order) in resumed {
+                observed.resumed_claims.insert((session, token), order);
+            }
         }
         tokio::time::sleep(OBSERVE_EVERY).await;
     }
@@ -390,6 +407,7 @@ impl SessionRun {
         let finals = settle(cluster, all_sessions).await.finals;
         let history = self.setup.shared.with(|history| history.clone());
         let orders = self.setup.upstream.orders();
+        let submissions = self.setup.upstream.submissions();
         let verdicts = vec![
             checkers::sessions_durable(&history.created, &finals, &history.seen),
             checkers::sessions_terminal(
@@ -412,10 +430,18 @@ impl SessionRun {
             ),
             checkers::expired_claims_returned(&observed.overdue, heal_ms + LEADER_SETTLE_MS),
             checkers::issued_once(&orders, &history.seen),
+            checkers::orders_resumed(&submissions, &history.claims, &observed.resumed_claims),
             checkers::stale_completions_refused(&history.late_completions),
             clients_saw_no_violation(&history),
         ];
-        (verdicts, SessionReport { history, orders })
+        (
+            verdicts,
+            SessionReport {
+                history,
+                orders,
+                submissions,
+            },
+        )
     }
 }
 

@@ -36,7 +36,7 @@ use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
 use super::checkers::{
-    ClaimRecord, CreatedSession, LateCompletion, SeenCertificate, UpstreamOrder,
+    ClaimRecord, CreatedSession, LateCompletion, SeenCertificate, UpstreamOrder, UpstreamSubmission,
 };
 use crate::cluster::{elapsed_ms, endpoint};
 use crate::ct::workload::ed25519_key;
@@ -212,6 +212,8 @@ struct UpstreamState {
     rng: SeedRng,
     orders: BTreeMap<String, OpenOrder>,
     by_key: BTreeMap<String, String>,
+    /// Every submission any node made, answered or not, in the order they came.
+    submissions: Vec<UpstreamSubmission>,
 }
 
 #[derive(Debug)]
@@ -231,6 +233,7 @@ impl SimUpstream {
                 rng: SeedRng::new(seed, 700),
                 orders: BTreeMap::new(),
                 by_key: BTreeMap::new(),
+                submissions: Vec::new(),
             }),
         }
     }
@@ -243,6 +246,11 @@ impl SimUpstream {
             .values()
             .map(|order| order.record.clone())
             .collect()
+    }
+
+    /// Every submission any node made, in the order they came.
+    pub fn submissions(&self) -> Vec<UpstreamSubmission> {
+        self.state.lock().expect("upstream").submissions.clone()
     }
 
     /// The CA's certificate (PEM), which every issued chain ends in.
@@ -272,7 +280,13 @@ impl SimUpstream {
             return Answer::new(Submitted::Refused(format!("bad CSR: {error}")));
         }
         let id = format!("o-{}", state.orders.len() + 1);
-        let polls_left = state.rng.between(0, 3);
+        // A quarter of the orders outlast a claim's polling (about four polls), so the next
+        // claim must resume them from the session's note.
+        let polls_left = if state.rng.chance(250) {
+            state.rng.between(4, 8)
+        } else {
+            state.rng.between(0, 3)
+        };
         state
             .by_key
             .insert(request.idempotency_key().to_owned(), id.clone());
@@ -348,18 +362,39 @@ impl SimUpstream {
 /// What answering takes: the CA is across a network, but not one the faults cut.
 const UPSTREAM_LATENCY: Duration = Duration::from_millis(20);
 
-impl UpstreamConnector for SimUpstream {
+/// The upstream CA as one node's daemons reach it: it records who submitted what, and when
+/// (before the network's latency, so the submission falls within the claim that made it).
+#[derive(Debug)]
+pub struct NodeUpstream {
+    /// The node whose daemons call.
+    pub node: u64,
+    /// The CA.
+    pub upstream: Arc<SimUpstream>,
+}
+
+impl UpstreamConnector for NodeUpstream {
     fn submit<'a>(&'a self, request: &'a OrderRequest) -> BoxFuture<'a, Answer<Submitted>> {
         Box::pin(async move {
+            let upstream = &self.upstream;
+            upstream
+                .state
+                .lock()
+                .expect("upstream")
+                .submissions
+                .push(UpstreamSubmission {
+                    node: self.node,
+                    key: request.idempotency_key().to_owned(),
+                    at_ms: elapsed_ms(upstream.started),
+                });
             tokio::time::sleep(UPSTREAM_LATENCY).await;
-            self.take_order(request)
+            upstream.take_order(request)
         })
     }
 
     fn status<'a>(&'a self, id: &'a OrderId) -> BoxFuture<'a, Answer<Step<IssuedChain>>> {
         Box::pin(async move {
             tokio::time::sleep(UPSTREAM_LATENCY).await;
-            self.read_order(id)
+            self.upstream.read_order(id)
         })
     }
 }

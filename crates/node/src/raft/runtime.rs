@@ -122,6 +122,44 @@ pub mod slow_disk {
     }
 }
 
+/// Per-machine apply slowness of the current simulation run: a starved machine adds to every
+/// batch of entries its state machine applies, so its applied index trails its commit index.
+pub mod slow_apply {
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    thread_local! {
+        // One simulation runs on one thread; [`reset`] clears what an earlier run left.
+        static EXTRA: RefCell<BTreeMap<u64, Duration>> = const { RefCell::new(BTreeMap::new()) };
+    }
+
+    /// Every machine applying at its usual pace again. The harness calls it at the start of
+    /// every run.
+    pub fn reset() {
+        EXTRA.with(|extra| extra.borrow_mut().clear());
+    }
+
+    /// Adds `extra` to every later apply on madsim machine `machine` (zero: none).
+    pub fn set(machine: madsim::task::NodeId, extra: Duration) {
+        let key = super::machine_key(machine);
+        EXTRA.with(|table| {
+            let mut table = table.borrow_mut();
+            if extra.is_zero() {
+                table.remove(&key);
+            } else {
+                table.insert(key, extra);
+            }
+        });
+    }
+
+    /// What the calling task's machine adds to an apply.
+    pub(super) fn current() -> Duration {
+        let machine = super::machine_key(madsim::plugin::node());
+        EXTRA.with(|table| table.borrow().get(&machine).copied().unwrap_or_default())
+    }
+}
+
 fn machine_key(machine: madsim::task::NodeId) -> u64 {
     // NodeId shows only through Display ("1", "2", ...).
     machine.to_string().parse().unwrap_or(u64::MAX)
@@ -304,6 +342,30 @@ impl AsyncRuntime for MadsimRuntime {
 const SIMULATED_SYNC_LATENCY_US: std::ops::RangeInclusive<u64> = 100..=2_000;
 const SIMULATED_SLOW_SYNC_LATENCY_US: std::ops::RangeInclusive<u64> = 2_000..=30_000;
 const SIMULATED_SLOW_SYNC_ONE_IN: u32 = 10;
+
+/// How long applying one batch of entries takes (µs): usually a fraction of a millisecond, and
+/// one batch in [`SIMULATED_SLOW_APPLY_ONE_IN`] as long as a machine busy elsewhere takes (a
+/// garbage-collecting neighbour, a snapshot being encoded) — so a node's applied index trails
+/// its commit index, and a read that waits for less than its read index is caught.
+const SIMULATED_APPLY_LATENCY_US: std::ops::RangeInclusive<u64> = 20..=500;
+const SIMULATED_SLOW_APPLY_LATENCY_US: std::ops::RangeInclusive<u64> = 2_000..=40_000;
+const SIMULATED_SLOW_APPLY_ONE_IN: u32 = 10;
+
+/// The state machine's pace on the calling machine: each batch waits a simulated apply latency,
+/// plus what a `slow-apply` fault adds.
+pub fn simulated_apply_pacer() -> certus_store::ApplyPacer {
+    certus_store::ApplyPacer::new(|| {
+        use madsim::rand::Rng as _;
+        let mut rng = madsim::rand::thread_rng();
+        let latency_us = if rng.gen_ratio(1, SIMULATED_SLOW_APPLY_ONE_IN) {
+            rng.gen_range(SIMULATED_SLOW_APPLY_LATENCY_US)
+        } else {
+            rng.gen_range(SIMULATED_APPLY_LATENCY_US)
+        };
+        let latency = Duration::from_micros(latency_us) + slow_apply::current();
+        Box::pin(madsim::time::sleep(global_duration(latency)))
+    })
+}
 
 /// The Raft log's syncs on the calling machine, in place of the flusher thread the simulation
 /// cannot run: one task that waits a simulated sync latency, then runs every sync waiting, in

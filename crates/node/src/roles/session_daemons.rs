@@ -279,7 +279,7 @@ impl fmt::Debug for SessionDaemons {
 }
 
 /// The note prefix that carries an upstream order id from one claim to the next.
-const ORDER_NOTE_PREFIX: &str = "upstream order ";
+pub const ORDER_NOTE_PREFIX: &str = "upstream order ";
 
 impl SessionDaemons {
     /// The daemons of node `id`, working with `parts` on the timings of `setup`.

@@ -679,3 +679,78 @@ fn claims_kept_fails_a_daemon_that_works_past_its_deadline() {
         "0 daemon claims",
     );
 }
+
+// orders_resumed
+
+fn submission(node: u64, session: u64, at_ms: u64) -> UpstreamSubmission {
+    UpstreamSubmission {
+        node,
+        key: order_key(session),
+        at_ms,
+    }
+}
+
+fn resumed(claims: &[(u64, u64, &str)]) -> BTreeMap<(u64, u64), String> {
+    claims
+        .iter()
+        .map(|&(session, token, order)| ((session, token), order.to_owned()))
+        .collect()
+}
+
+#[test]
+fn orders_resumed_passes_when_only_claims_without_an_order_note_submit() {
+    // node-1 submits under claim 10 and writes the note; node-2's claim 20 resumes and polls;
+    // after a crash node-1's claim 30 finds a note that named no order (a transient error) and
+    // submits again, which the CA dedupes.
+    let claims = [
+        claim("node-1", 7, 10, 1_000, Some(1_500)),
+        claim("node-2", 7, 20, 3_000, Some(3_400)),
+        claim("node-1", 7, 30, 6_000, None),
+    ];
+    let verdict = orders_resumed(
+        &[submission(1, 7, 1_100), submission(1, 7, 6_100)],
+        &claims,
+        &resumed(&[(7, 20, "o-1")]),
+    );
+    assert_passes(&verdict, "2 submissions");
+}
+
+#[test]
+fn orders_resumed_fails_when_a_claim_granted_with_an_order_note_submits() {
+    let claims = [
+        claim("node-1", 7, 10, 1_000, Some(1_500)),
+        claim("node-2", 7, 20, 3_000, Some(3_400)),
+    ];
+    let verdict = orders_resumed(
+        &[submission(1, 7, 1_100), submission(2, 7, 3_050)],
+        &claims,
+        &resumed(&[(7, 20, "o-1")]),
+    );
+    assert_fails(&verdict, "session 7: node-2 submitted a new order at 3050 ms under claim 20");
+}
+
+#[test]
+fn orders_resumed_takes_the_submitting_nodes_latest_claim_before_the_submission() {
+    // node-2's earlier claim 5 named no order; its claim 20 did: a submission after claim 20's
+    // grant is its, even if claim 5 never finished (node-2 crashed).
+    let claims = [
+        claim("node-2", 7, 5, 500, None),
+        claim("node-1", 7, 10, 1_000, Some(1_500)),
+        claim("node-2", 7, 20, 3_000, None),
+    ];
+    let resumed_claims = resumed(&[(7, 20, "o-1")]);
+    let verdict = orders_resumed(&[submission(2, 7, 600)], &claims, &resumed_claims);
+    assert_passes(&verdict, "1 submissions");
+    let verdict = orders_resumed(&[submission(2, 7, 3_100)], &claims, &resumed_claims);
+    assert_fails(&verdict, "under claim 20");
+}
+
+#[test]
+fn orders_resumed_fails_on_a_submission_without_a_claim() {
+    let verdict = orders_resumed(
+        &[submission(3, 7, 900)],
+        &[claim("node-1", 7, 10, 1_000, None)],
+        &BTreeMap::new(),
+    );
+    assert_fails(&verdict, "node-3 submitted an order at 900 ms without a claim");
+}
