@@ -201,10 +201,12 @@ pub struct Order {
     /// One per identifier, sorted by name.
     pub authorizations: Vec<Authorization>,
     /// The CSR it was finalized with (DER).
+    #[serde(with = "serde_bytes")]
     pub csr: Option<Vec<u8>>,
     /// The session issuing it, once finalized.
     pub session: Option<SessionId>,
     /// The certificate chain (PEM), once issued.
+    #[serde(with = "serde_bytes")]
     pub certificate: Option<Vec<u8>>,
     /// Why issuance failed.
     pub error: Option<Reason>,
@@ -351,6 +353,7 @@ pub enum AcmeCommand {
         /// The order.
         order: OrderId,
         /// The CSR (DER).
+        #[serde(with = "serde_bytes")]
         csr: Vec<u8>,
     },
     /// Revoke a certificate by serial number (the node checked the requester's right to).

@@ -72,10 +72,13 @@ pub struct Submission {
     /// The SCT's timestamp, which is also the one inside `leaf_input`.
     pub sct_timestamp_ms: u64,
     /// The RFC 6962 MerkleTreeLeaf encoding: what the leaf hash is taken over.
+    #[serde(with = "serde_bytes")]
     pub leaf_input: Vec<u8>,
     /// The get-entries `extra_data`: the chain (or PrecertChainEntry) as logged.
+    #[serde(with = "serde_bytes")]
     pub extra_data: Vec<u8>,
     /// The TLS encoding of the SCT returned to the submitter, returned again to duplicates.
+    #[serde(with = "serde_bytes")]
     pub sct: Vec<u8>,
 }
 
@@ -99,6 +102,7 @@ pub struct SignedTreeHead {
     /// The Merkle tree hash of the first `tree_size` leaves.
     pub root_hash: [u8; 32],
     /// The `digitally-signed` encoding of the signature.
+    #[serde(with = "serde_bytes")]
     pub signature: Vec<u8>,
 }
 
@@ -203,6 +207,7 @@ pub struct MirrorSource {
     /// The source's base URL; its API is under `<url>/ct/v1/`.
     pub url: String,
     /// The source's public key (DER SubjectPublicKeyInfo): every STH served must verify under it.
+    #[serde(with = "serde_bytes")]
     pub public_key_der: Vec<u8>,
 }
 
@@ -210,8 +215,10 @@ pub struct MirrorSource {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MirrorEntry {
     /// The MerkleTreeLeaf encoding.
+    #[serde(with = "serde_bytes")]
     pub leaf_input: Vec<u8>,
     /// The chain data.
+    #[serde(with = "serde_bytes")]
     pub extra_data: Vec<u8>,
 }
 
@@ -315,6 +322,7 @@ pub enum AddOutcome {
     /// The entry is already held: return the original SCT.
     Duplicate {
         /// The SCT given to the first submission.
+        #[serde(with = "serde_bytes")]
         sct: Vec<u8>,
         /// Its sequence number, if assigned.
         sequence: Option<u64>,

@@ -632,6 +632,7 @@ pub enum StepOutcome {
     /// Issue: the certificate chain (PEM).
     Issued {
         /// The chain.
+        #[serde(with = "serde_bytes")]
         cert: Vec<u8>,
     },
 }
@@ -671,6 +672,7 @@ pub enum SessionCommand {
         /// The client's idempotency key.
         request_key: Option<RequestKey>,
         /// The CSR (DER), 1 to [`SESSION_CSR_BYTES_MAX`] bytes.
+        #[serde(with = "serde_bytes")]
         csr: Vec<u8>,
         /// The names, sorted and distinct, 1 to [`SESSION_NAMES_MAX`].
         names: Vec<DnsName>,

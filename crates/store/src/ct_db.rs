@@ -99,10 +99,13 @@ pub const CT_TILE_CACHE_TILES_DEFAULT: usize = 4096;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LocalEntry {
     /// The MerkleTreeLeaf encoding (`leaf_input` of get-entries).
+    #[serde(with = "serde_bytes")]
     pub leaf_input: Vec<u8>,
     /// The `extra_data` of get-entries.
+    #[serde(with = "serde_bytes")]
     pub extra_data: Vec<u8>,
     /// The TLS-encoded SCT the submitter got (returned again to duplicates).
+    #[serde(with = "serde_bytes")]
     pub sct: Vec<u8>,
     /// The SCT's timestamp.
     pub sct_timestamp_ms: u64,

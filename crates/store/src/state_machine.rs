@@ -69,6 +69,7 @@ fn write_lock<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 pub(crate) struct StoredSnapshot<C: CertusConfig> {
     pub(crate) meta: SnapshotMeta<C::NodeId, C::Node>,
     /// `State::to_snapshot` bytes: what is sent to other nodes.
+    #[serde(with = "serde_bytes")]
     pub(crate) data: Vec<u8>,
 }
 

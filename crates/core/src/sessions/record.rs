@@ -18,6 +18,7 @@ pub(crate) struct SessionRecord {
     pub(crate) id: SessionId,
     pub(crate) created_ms: u64,
     pub(crate) request_key: Option<RequestKey>,
+    #[serde(with = "serde_bytes")]
     pub(crate) csr: Vec<u8>,
     pub(crate) names: Vec<DnsName>,
     pub(crate) stage: Stage,
@@ -25,6 +26,7 @@ pub(crate) struct SessionRecord {
     pub(crate) live: bool,
     pub(crate) kill_reason: Option<KillReason>,
     pub(crate) challenges: Vec<SessionChallenge>,
+    #[serde(with = "serde_bytes")]
     pub(crate) cert: Option<Vec<u8>>,
     pub(crate) failure: Option<Reason>,
     pub(crate) claim: Option<Claim>,
@@ -42,6 +44,7 @@ struct SessionRecordRef<'a> {
     id: SessionId,
     created_ms: u64,
     request_key: &'a Option<RequestKey>,
+    #[serde(with = "serde_bytes")]
     csr: &'a Vec<u8>,
     names: &'a Vec<DnsName>,
     stage: Stage,
