@@ -9,7 +9,7 @@ fn main() -> std::process::ExitCode {
 fn main() -> std::process::ExitCode {
     eprintln!(
         "certus-sim runs only in a simulation build: use `cargo xtask sim` \
-         (it builds with RUSTFLAGS=\"--cfg madsim\" in target-sim)"
+         (it builds with RUSTFLAGS=\"--cfg madsim\" and CARGO_PROFILE_DEV_OPT_LEVEL=1 in target-sim)"
     );
     std::process::ExitCode::from(2)
 }

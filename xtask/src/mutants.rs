@@ -227,7 +227,7 @@ fn run_one(mutant: &Mutant, tree: &Path, target_dir: &Path, head: &str, jobs: us
             "--target-dir",
             &target,
         ])
-        .env("RUSTFLAGS", "--cfg madsim")
+        .envs(crate::MADSIM_BUILD)
         .current_dir(tree)
         .status();
     match build {
