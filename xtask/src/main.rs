@@ -107,11 +107,7 @@ fn test(args: &[String]) -> Result<(), String> {
     )?;
     // The simulation builds the real node under --cfg madsim, in its own target directory so
     // that switching between the two builds rebuilds nothing.
-    let madsim = [
-        MADSIM_BUILD[0],
-        MADSIM_BUILD[1],
-        ("MADSIM_TEST_NUM", "32"),
-    ];
+    let madsim = [MADSIM_BUILD[0], MADSIM_BUILD[1], ("MADSIM_TEST_NUM", "32")];
     let sim_test = [
         "test",
         "--package",

@@ -333,9 +333,10 @@ async fn observe(
                             if past > OVERDUE_SLACK_MS {
                                 overdue.push((now_ms, id, session.id.0, claim.token, past));
                             }
-                            let order = session.note.as_ref().and_then(|note| {
-                                note.as_str().strip_prefix(ORDER_NOTE_PREFIX)
-                            });
+                            let order = session
+                                .note
+                                .as_ref()
+                                .and_then(|note| note.as_str().strip_prefix(ORDER_NOTE_PREFIX));
                             if let Some(order) = order {
                                 resumed.push((session.id.0, claim.token, order.to_owned()));
                             }

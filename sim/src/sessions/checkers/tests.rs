@@ -726,7 +726,10 @@ fn orders_resumed_fails_when_a_claim_granted_with_an_order_note_submits() {
         &claims,
         &resumed(&[(7, 20, "o-1")]),
     );
-    assert_fails(&verdict, "session 7: node-2 submitted a new order at 3050 ms under claim 20");
+    assert_fails(
+        &verdict,
+        "session 7: node-2 submitted a new order at 3050 ms under claim 20",
+    );
 }
 
 #[test]
@@ -752,5 +755,8 @@ fn orders_resumed_fails_on_a_submission_without_a_claim() {
         &[claim("node-1", 7, 10, 1_000, None)],
         &BTreeMap::new(),
     );
-    assert_fails(&verdict, "node-3 submitted an order at 900 ms without a claim");
+    assert_fails(
+        &verdict,
+        "node-3 submitted an order at 900 ms without a claim",
+    );
 }
