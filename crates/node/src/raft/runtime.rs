@@ -85,80 +85,60 @@ pub mod skew {
     }
 }
 
-/// Per-machine fsync slowness of the current simulation run: a slow disk adds to every sync of
-/// the machine's Raft log.
-pub mod slow_disk {
-    use std::cell::RefCell;
-    use std::collections::BTreeMap;
-    use std::time::Duration;
+/// A module holding one extra delay per simulated machine for the current run (what a fault
+/// adds), with `reset`, `set` and the calling machine's `current`.
+macro_rules! per_machine_delay {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        pub mod $name {
+            use std::cell::RefCell;
+            use std::collections::BTreeMap;
+            use std::time::Duration;
 
-    thread_local! {
-        // One simulation runs on one thread; [`reset`] clears what an earlier run left.
-        static EXTRA: RefCell<BTreeMap<u64, Duration>> = const { RefCell::new(BTreeMap::new()) };
-    }
-
-    /// Every disk fast again. The harness calls it at the start of every run.
-    pub fn reset() {
-        EXTRA.with(|extra| extra.borrow_mut().clear());
-    }
-
-    /// Adds `extra` to every later sync on madsim machine `machine` (zero: none).
-    pub fn set(machine: madsim::task::NodeId, extra: Duration) {
-        let key = super::machine_key(machine);
-        EXTRA.with(|table| {
-            let mut table = table.borrow_mut();
-            if extra.is_zero() {
-                table.remove(&key);
-            } else {
-                table.insert(key, extra);
+            thread_local! {
+                // One simulation runs on one thread; [`reset`] clears what an earlier run left.
+                static EXTRA: RefCell<BTreeMap<u64, Duration>> =
+                    const { RefCell::new(BTreeMap::new()) };
             }
-        });
-    }
 
-    /// What the calling task's machine adds to a sync.
-    pub(super) fn current() -> Duration {
-        let machine = super::machine_key(madsim::plugin::node());
-        EXTRA.with(|table| table.borrow().get(&machine).copied().unwrap_or_default())
-    }
+            /// No machine delayed. The harness calls it at the start of every run.
+            pub fn reset() {
+                EXTRA.with(|extra| extra.borrow_mut().clear());
+            }
+
+            /// Adds `extra` from now on madsim machine `machine` (zero: nothing).
+            pub fn set(machine: madsim::task::NodeId, extra: Duration) {
+                let key = super::machine_key(machine);
+                EXTRA.with(|table| {
+                    let mut table = table.borrow_mut();
+                    if extra.is_zero() {
+                        table.remove(&key);
+                    } else {
+                        table.insert(key, extra);
+                    }
+                });
+            }
+
+            /// What the calling task's machine adds.
+            pub(super) fn current() -> Duration {
+                let machine = super::machine_key(madsim::plugin::node());
+                EXTRA.with(|table| table.borrow().get(&machine).copied().unwrap_or_default())
+            }
+        }
+    };
 }
 
-/// Per-machine apply slowness of the current simulation run: a starved machine adds to every
-/// batch of entries its state machine applies, so its applied index trails its commit index.
-pub mod slow_apply {
-    use std::cell::RefCell;
-    use std::collections::BTreeMap;
-    use std::time::Duration;
+per_machine_delay!(
+    /// Per-machine fsync slowness of the current simulation run: a slow disk adds to every sync
+    /// of the machine's Raft log.
+    slow_disk
+);
 
-    thread_local! {
-        // One simulation runs on one thread; [`reset`] clears what an earlier run left.
-        static EXTRA: RefCell<BTreeMap<u64, Duration>> = const { RefCell::new(BTreeMap::new()) };
-    }
-
-    /// Every machine applying at its usual pace again. The harness calls it at the start of
-    /// every run.
-    pub fn reset() {
-        EXTRA.with(|extra| extra.borrow_mut().clear());
-    }
-
-    /// Adds `extra` to every later apply on madsim machine `machine` (zero: none).
-    pub fn set(machine: madsim::task::NodeId, extra: Duration) {
-        let key = super::machine_key(machine);
-        EXTRA.with(|table| {
-            let mut table = table.borrow_mut();
-            if extra.is_zero() {
-                table.remove(&key);
-            } else {
-                table.insert(key, extra);
-            }
-        });
-    }
-
-    /// What the calling task's machine adds to an apply.
-    pub(super) fn current() -> Duration {
-        let machine = super::machine_key(madsim::plugin::node());
-        EXTRA.with(|table| table.borrow().get(&machine).copied().unwrap_or_default())
-    }
-}
+per_machine_delay!(
+    /// Per-machine apply slowness of the current simulation run: a starved machine adds to every
+    /// batch of entries its state machine applies, so its applied index trails its commit index.
+    slow_apply
+);
 
 fn machine_key(machine: madsim::task::NodeId) -> u64 {
     // NodeId shows only through Display ("1", "2", ...).
