@@ -130,8 +130,16 @@ pub struct LateCompletion {
 
 /// The idempotency key the node's issue daemon orders session `id` under.
 pub fn order_key(session: u64) -> String {
-    format!("certus-session-{session}")
+    format!("{ORDER_KEY_PREFIX}{session}")
 }
+
+/// The session an order's idempotency key names, if it names one.
+pub fn session_of_order_key(key: &str) -> Option<u64> {
+    key.strip_prefix(ORDER_KEY_PREFIX)?.parse().ok()
+}
+
+/// What the daemons' idempotency keys start with; the session id follows.
+const ORDER_KEY_PREFIX: &str = "certus-session-";
 
 /// **No acknowledged session lost**: every session whose creation was acknowledged is in the
 /// final state of every node in `finals` (the nodes that caught up), and a certificate a client
@@ -410,11 +418,7 @@ pub fn orders_resumed(
     const NAME: &str = "orders-resumed";
     let mut problems = Vec::new();
     for submission in submissions {
-        let Some(session) = submission
-            .key
-            .strip_prefix("certus-session-")
-            .and_then(|id| id.parse::<u64>().ok())
-        else {
+        let Some(session) = session_of_order_key(&submission.key) else {
             problems.push(format!(
                 "node-{} submitted under a key that names no session: {}",
                 submission.node, submission.key
