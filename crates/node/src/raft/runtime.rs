@@ -335,16 +335,30 @@ const SIMULATED_SLOW_APPLY_ONE_IN: u32 = 10;
 /// plus what a `slow-apply` fault adds.
 pub fn simulated_apply_pacer() -> certus_store::ApplyPacer {
     certus_store::ApplyPacer::new(|| {
-        use madsim::rand::Rng as _;
-        let mut rng = madsim::rand::thread_rng();
-        let latency_us = if rng.gen_ratio(1, SIMULATED_SLOW_APPLY_ONE_IN) {
-            rng.gen_range(SIMULATED_SLOW_APPLY_LATENCY_US)
-        } else {
-            rng.gen_range(SIMULATED_APPLY_LATENCY_US)
-        };
-        let latency = Duration::from_micros(latency_us) + slow_apply::current();
+        let latency = simulated_latency(
+            SIMULATED_APPLY_LATENCY_US,
+            SIMULATED_SLOW_APPLY_LATENCY_US,
+            SIMULATED_SLOW_APPLY_ONE_IN,
+        ) + slow_apply::current();
         Box::pin(madsim::time::sleep(global_duration(latency)))
     })
+}
+
+/// A latency drawn from the runtime's randomness: `usual_us`, or one time in `slow_one_in`
+/// `slow_us`.
+fn simulated_latency(
+    usual_us: std::ops::RangeInclusive<u64>,
+    slow_us: std::ops::RangeInclusive<u64>,
+    slow_one_in: u32,
+) -> Duration {
+    use madsim::rand::Rng as _;
+    let mut rng = madsim::rand::thread_rng();
+    let latency_us = if rng.gen_ratio(1, slow_one_in) {
+        rng.gen_range(slow_us)
+    } else {
+        rng.gen_range(usual_us)
+    };
+    Duration::from_micros(latency_us)
 }
 
 /// The Raft log's syncs on the calling machine, in place of the flusher thread the simulation
@@ -353,18 +367,14 @@ pub fn simulated_apply_pacer() -> certus_store::ApplyPacer {
 /// appended bytes unsynced and the simulated files lose or tear them; their appends were
 /// never acknowledged.
 pub fn simulated_log_sync() -> certus_store::SyncRunner {
-    use madsim::rand::Rng as _;
-
     let (jobs, mut waiting) = tokio::sync::mpsc::unbounded_channel::<certus_store::SyncJob>();
     madsim::task::spawn(async move {
         while let Some(first) = waiting.recv().await {
-            let mut rng = madsim::rand::thread_rng();
-            let latency_us = if rng.gen_ratio(1, SIMULATED_SLOW_SYNC_ONE_IN) {
-                rng.gen_range(SIMULATED_SLOW_SYNC_LATENCY_US)
-            } else {
-                rng.gen_range(SIMULATED_SYNC_LATENCY_US)
-            };
-            let latency = Duration::from_micros(latency_us) + slow_disk::current();
+            let latency = simulated_latency(
+                SIMULATED_SYNC_LATENCY_US,
+                SIMULATED_SLOW_SYNC_LATENCY_US,
+                SIMULATED_SLOW_SYNC_ONE_IN,
+            ) + slow_disk::current();
             madsim::time::sleep(global_duration(latency)).await;
             first();
             while let Ok(job) = waiting.try_recv() {
