@@ -154,16 +154,14 @@ fn test(args: &[String]) -> Result<(), String> {
         "cargo",
         &sim_test,
     )?;
-    // The fixed sweep, each seed run twice to check it replays exactly. About 1 seed in 50 of
-    // the lease scenarios is still beyond the linearizability search (docs/simulation.md), so
-    // a verdict not proven is listed but does not fail it — until that rate is 0.
+    // The fixed sweep, each seed run twice to check it replays exactly; a linearizability
+    // verdict not proven fails it like any other.
     sim(&[
         "--seeds".to_owned(),
         SIM_SWEEP_SEEDS.to_owned(),
         "--scenario".to_owned(),
         "all".to_owned(),
         "--check-determinism".to_owned(),
-        "--allow-unproven".to_owned(),
     ])?;
     run(
         &root,

@@ -33,6 +33,11 @@ pub enum ClientError {
         /// worth retrying (`no-leader`: nothing was proposed; `outcome-unknown`: a write may or
         /// may not have taken effect); `""` for a timeout or a lost connection.
         last_reason: String,
+        /// Whether the call may have taken effect. `false` only when no attempt can have: each
+        /// one either could not open its connection (the request was never sent) or was
+        /// answered `no-leader` (nothing was proposed). A write that failed with `false` was
+        /// certainly not applied; with `true` it may have been, now or later.
+        may_have_taken_effect: bool,
     },
     /// An endpoint is not of the form `host:port`, or no endpoint was given.
     #[error("invalid endpoint {0}")]
@@ -138,6 +143,42 @@ pub(crate) fn disposition(status: &Status) -> Disposition {
         }
         _ => Disposition::Refuse,
     }
+}
+
+/// The reason a node gives when a write was refused before anything was proposed.
+pub(crate) const NOTHING_PROPOSED: &str = "no-leader";
+
+/// Whether a failed attempt may have taken effect: not if its connection could not be opened
+/// (the request never left this side) or the node answered that nothing was proposed.
+pub(crate) fn may_have_taken_effect(status: &Status) -> bool {
+    !(never_sent(status) || reason_of(status) == NOTHING_PROPOSED)
+}
+
+/// Whether the status says the connection could not be opened, so the request was never sent.
+/// tonic marks a failed connect with a [`tonic::ConnectError`] in the status's source chain
+/// (whatever the message says).
+#[cfg(not(madsim))]
+fn never_sent(status: &Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error.downcast_ref::<tonic::ConnectError>().is_some() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// Under the simulation the transport opens a connection for every call and reports a failed
+/// open as an I/O error of kind `ConnectionRefused`, which tonic turns into a bare
+/// `UNAVAILABLE` status whose message is the error's text: `transport error` (the endpoint
+/// could not be reached) or `connection refused` (the network refused the connection). A
+/// connection lost after it opened says `connection reset` and may have carried the request.
+#[cfg(madsim)]
+fn never_sent(status: &Status) -> bool {
+    status.code() == Code::Unavailable
+        && reason_of(status).is_empty()
+        && matches!(status.message(), "transport error" | "connection refused")
 }
 
 /// A one-line description of a failed attempt, for [`ClientError::Unavailable`] and logs.
@@ -253,6 +294,32 @@ mod tests {
         assert_eq!(disposition(&status), Disposition::Transport);
         let not_ready = Status::unknown("Service was not ready: transport error");
         assert_eq!(disposition(&not_ready), Disposition::Transport);
+    }
+
+    #[test]
+    fn only_a_connection_never_opened_or_nothing_proposed_has_no_effect() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let never_opened = Status::from_error(Box::new(tonic::ConnectError(Box::new(refused))));
+        assert_eq!(never_opened.code(), Code::Unavailable);
+        assert!(!may_have_taken_effect(&never_opened));
+        assert!(!may_have_taken_effect(&refusal(
+            Code::Unavailable,
+            "no-leader",
+            "election"
+        )));
+        // A connection that broke after it opened may have carried the request.
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        assert!(may_have_taken_effect(&Status::from_error(Box::new(reset))));
+        assert!(may_have_taken_effect(&refusal(
+            Code::Unavailable,
+            "outcome-unknown",
+            "m"
+        )));
+        // The message alone is not a connect failure: tonic says so with the source.
+        assert!(may_have_taken_effect(&Status::unavailable(
+            "transport error"
+        )));
+        assert!(may_have_taken_effect(&Status::deadline_exceeded("late")));
     }
 
     #[test]

@@ -37,7 +37,10 @@
 //! (`INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `NOT_FOUND`, `RESOURCE_EXHAUSTED`, …) is returned
 //! at once as [`ClientError::Refused`], with the stable reason the node gave in its
 //! `certus-error` metadata entry. When the deadline or the attempts run out the call fails with
-//! [`ClientError::Unavailable`].
+//! [`ClientError::Unavailable`]. Its `may_have_taken_effect` is `false` when no attempt can have
+//! taken effect — each one's connection could not be opened (the request never left the client)
+//! or a node answered `no-leader` (nothing was proposed) — so a write that failed so was
+//! certainly not applied; otherwise its outcome is unknown.
 //!
 //! # Exactly-once writes
 //!

@@ -121,6 +121,13 @@ pub enum Outcome {
         /// The stable reason.
         reason: String,
     },
+    /// The call certainly changed nothing and says nothing of the lease: no attempt reached a
+    /// node (its connection could not be opened), or the node answered `no-leader` (nothing was
+    /// proposed). `ClientError::Unavailable` with `may_have_taken_effect: false`.
+    NotSent {
+        /// What the client saw.
+        error: String,
+    },
     /// No answer, or an answer that does not say whether the call took effect (a timeout, a
     /// lost connection, `outcome-unknown`): it may have taken effect, at any time after
     /// `invoked_ms`.

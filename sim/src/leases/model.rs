@@ -423,11 +423,12 @@ pub struct LeaseVerdict {
 const CONTEXT_OPERATIONS: usize = 12;
 
 /// Whether an operation can tell the search anything: a fence check that got no answer, and a
-/// refusal that says nothing about the lease (no leader, a timeout the node reported, an invalid
-/// argument), fit every state and change none, so they only slow the search down.
+/// refusal that says nothing about the lease (a timeout the node reported, an invalid argument)
+/// and a call that never reached a node or was not proposed ([`Outcome::NotSent`]), fit every
+/// state and change none, so they only slow the search down.
 fn constrains(operation: &Operation) -> bool {
     match (&operation.call, &operation.outcome) {
-        (Call::CheckFence { .. }, Outcome::Unknown { .. }) => false,
+        (Call::CheckFence { .. }, Outcome::Unknown { .. }) | (_, Outcome::NotSent { .. }) => false,
         (_, Outcome::Refused { reason }) => matches!(
             reason.as_str(),
             "not-holder" | "expired" | "unknown-lease" | "fence-rejected"
@@ -448,7 +449,7 @@ fn applied(operation: &Operation) -> bool {
         Outcome::Refused { reason } => {
             matches!(reason.as_str(), "not-holder" | "expired" | "unknown-lease")
         }
-        Outcome::Fence { .. } | Outcome::Unknown { .. } => false,
+        Outcome::Fence { .. } | Outcome::Unknown { .. } | Outcome::NotSent { .. } => false,
     };
     write && decided
 }

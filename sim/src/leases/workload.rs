@@ -137,12 +137,13 @@ fn failure(error: &ClientError) -> Outcome {
         Outcome::Refused {
             reason: error.reason().to_owned(),
         }
-    } else if let ClientError::Unavailable { last_reason, .. } = error
-        && last_reason == "no-leader"
+    } else if let ClientError::Unavailable {
+        may_have_taken_effect: false,
+        ..
+    } = error
     {
-        // The node found no leader to propose to: nothing was proposed.
-        Outcome::Refused {
-            reason: last_reason.clone(),
+        Outcome::NotSent {
+            error: error.to_string(),
         }
     } else {
         Outcome::Unknown {
@@ -371,6 +372,8 @@ impl LeaseClient {
                         Outcome::Unknown { .. } => {
                             holding.until_ms = holding.until_ms.min(invoked_ms + ttl_ms);
                         }
+                        // Certainly not applied: the grant stands as it was.
+                        Outcome::NotSent { .. } => {}
                         _ => {
                             // Refused: the lease is gone; stop using it at once.
                             holding.until_ms = holding.until_ms.min(self.now_ms());

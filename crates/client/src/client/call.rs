@@ -8,12 +8,11 @@ use tokio::time::Instant;
 use tonic::{Response, Status};
 
 use crate::auth::NodeChannel;
-use crate::error::{Disposition, describe, disposition, reason_of};
+use crate::error::{
+    Disposition, NOTHING_PROPOSED, describe, disposition, may_have_taken_effect, reason_of,
+};
 use crate::limits::LONG_POLL_WAIT_MAX;
 use crate::{Client, ClientError, parse_endpoint};
-
-/// The reason a node gives when a write was refused before anything was proposed.
-const NOTHING_PROPOSED: &str = "no-leader";
 
 /// One gRPC method, named by its request type: a request of this type is sent with
 /// [`Rpc::send`] and answered with a [`Rpc::Reply`] (a stream for streaming methods).
@@ -225,12 +224,14 @@ impl Client {
                 attempts: 1,
                 last_error: describe(&endpoint, &status),
                 last_reason: reason_of(&status).to_owned(),
+                may_have_taken_effect: may_have_taken_effect(&status),
             }),
             Err(Failure::Status(_, status)) => Err(ClientError::from_status(&status)),
             Err(Failure::TimedOut(timeout)) => Err(ClientError::Unavailable {
                 attempts: 1,
                 last_error: format!("{endpoint}: no answer within {timeout:?}"),
                 last_reason: String::new(),
+                may_have_taken_effect: true,
             }),
         }
     }
@@ -273,6 +274,8 @@ impl Client {
         let mut attempts: u32 = 0;
         let mut last_error = String::from("the deadline passed before any attempt");
         let mut last_reason = String::new();
+        // Whether some attempt may have taken effect (each failed one is sorted below).
+        let mut any_effect = false;
         let mut avoid: Option<String> = None;
         loop {
             if Instant::now() >= deadline {
@@ -297,10 +300,12 @@ impl Client {
                 Err(Failure::Status(_, status)) => {
                     last_error = describe(&target, &status);
                     last_reason = reason_of(&status).to_owned();
+                    any_effect |= may_have_taken_effect(&status);
                 }
                 Err(Failure::TimedOut(timeout)) => {
                     last_error = format!("{target}: no answer within {timeout:?}");
                     last_reason.clear();
+                    any_effect = true;
                 }
             }
             tracing::debug!(rpc, attempts, error = %last_error, "attempt failed");
@@ -324,6 +329,7 @@ impl Client {
             attempts,
             last_error,
             last_reason,
+            may_have_taken_effect: any_effect,
         })
     }
 }
@@ -402,6 +408,26 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    #[tokio::test]
+    async fn a_write_whose_connections_never_opened_certainly_took_no_effect() {
+        for exactly_once in [true, false] {
+            let error = unreachable(2, exactly_once)
+                .release("lease", "holder")
+                .await
+                .expect_err("nothing listens");
+            assert!(
+                matches!(
+                    error,
+                    ClientError::Unavailable {
+                        may_have_taken_effect: false,
+                        ..
+                    }
+                ),
+                "exactly_once {exactly_once}: {error:?}"
+            );
+        }
     }
 
     #[tokio::test]

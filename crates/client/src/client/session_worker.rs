@@ -144,6 +144,7 @@ impl SessionWorker {
                 last_error: "the work stream has ended; its status is the next event's error"
                     .to_owned(),
                 last_reason: String::new(),
+                may_have_taken_effect: true,
             })
     }
 }

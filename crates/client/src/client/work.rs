@@ -74,6 +74,7 @@ impl Client {
                     attempts: 1,
                     last_error: format!("{endpoint}: no answer within {timeout:?}"),
                     last_reason: String::new(),
+                    may_have_taken_effect: true,
                 });
             }
         };
@@ -86,6 +87,7 @@ impl Client {
                     attempts: 1,
                     last_error: describe(&endpoint, &status),
                     last_reason: crate::error::reason_of(&status).to_owned(),
+                    may_have_taken_effect: crate::error::may_have_taken_effect(&status),
                 })
             }
         }
@@ -267,6 +269,7 @@ fn ended() -> ClientError {
         attempts: 1,
         last_error: "the Work stream has ended; open a new one".to_owned(),
         last_reason: String::new(),
+        may_have_taken_effect: true,
     }
 }
 
