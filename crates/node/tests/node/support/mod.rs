@@ -2,9 +2,6 @@
 //! (each cluster with its own log key, so two can run in one process), and a small RFC 6962 HTTP
 //! client on `ureq` (a client that is not ours).
 
-// Each test file uses only some of these.
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;

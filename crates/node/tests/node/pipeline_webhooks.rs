@@ -3,10 +3,6 @@
 //! URL), runs `pipeline_webhooks::run_with` on the nodes' replicas, and checks what the receiver
 //! saw against what the replicated state recorded.
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,7 +25,7 @@ use certus_node::roles::pipeline_webhooks::{
 use certus_node::{CertusNode, Node, NodeConfig, Replica};
 use serde_json::Value;
 
-use support::{free_addr, leader_index};
+use crate::support::{free_addr, leader_index};
 
 /// How long anything that should happen soon may take on a slow machine.
 const PATIENCE: Duration = Duration::from_secs(15);

@@ -4,10 +4,6 @@
 //! its own tree, refuses submissions, and never serves anything a source that rewrites entries
 //! cannot prove.
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -25,7 +21,7 @@ use certus_proto::v1::log_client::LogClient;
 use tonic::Code;
 use tonic::transport::Channel;
 
-use support::{
+use crate::support::{
     Pki, add, agent, b64, base_url, get, leader_index, shutdown, start, sth_of_at_least,
     sth_of_at_least_within, url_escape,
 };

@@ -2,7 +2,6 @@
 //! group commit, and a restart that recovers from sled.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -12,11 +11,9 @@ use certus_core::{
 };
 use certus_node::{CertusNode, Leader, Node, NodeConfig};
 
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("an ephemeral port")
-}
+// The shared one: it never hands out a port twice in this process, where every module's tests
+// run.
+use crate::support::free_addr;
 
 fn configs(dir: &Path) -> Vec<NodeConfig> {
     (1..=3)

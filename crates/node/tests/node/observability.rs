@@ -3,10 +3,6 @@
 //! scraped, and gRPC server reflection answering a generic client (tonic-reflection's own
 //! client, as grpcurl would ask).
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +22,7 @@ use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 use tonic_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
 
-use support::{agent, base_url, free_addr, shutdown, start_plain_cluster};
+use crate::support::{agent, base_url, free_addr, shutdown, start_plain_cluster};
 
 fn grpc_url(config: &NodeConfig) -> String {
     format!("http://{}", config.grpc_addr)

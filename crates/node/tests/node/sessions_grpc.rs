@@ -2,10 +2,6 @@
 //! one process. No worker daemon runs: each test is the external worker itself, claiming and
 //! completing steps through the worker calls, while clients and operators talk to other nodes.
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use std::fmt::Debug;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -20,7 +16,7 @@ use rcgen::{CertificateParams, KeyPair};
 use tonic::transport::Channel;
 use tonic::{Code, Response, Status};
 
-use support::{roles, shutdown, start_plain_cluster};
+use crate::support::{roles, shutdown, start_plain_cluster};
 
 /// How long anything that should happen at once may take on a slow machine.
 const PATIENCE: Duration = Duration::from_secs(20);

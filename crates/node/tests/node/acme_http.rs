@@ -11,10 +11,6 @@
 //! told to, so it can send what certbot and lego never would. What is asserted is what RFC 8555
 //! and docs/acme.md say.
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -39,7 +35,7 @@ use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as 
 use serde_json::{Value, json};
 use x509_cert::der::Decode as _;
 
-use support::free_addr;
+use crate::support::free_addr;
 
 /// How long anything that should happen at once may take on a slow machine.
 const PATIENCE: Duration = Duration::from_secs(30);

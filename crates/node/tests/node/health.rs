@@ -2,10 +2,6 @@
 //! Raft has stopped stops being live, and the gRPC health service answers for every service a
 //! node serves (the CT log's on a node that runs it) and for liveness apart from readiness.
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -13,8 +9,9 @@ use certus_node::{Node, NodeConfig};
 use certus_proto::health::HealthCheckRequest;
 use certus_proto::health::health_check_response::ServingStatus;
 use certus_proto::health::health_client::HealthClient;
-use support::start_plain_cluster;
 use tonic::Code;
+
+use crate::support::{self, start_plain_cluster};
 
 fn http_get(config: &NodeConfig, path: &str) -> (u16, serde_json::Value) {
     let mut response = support::agent()

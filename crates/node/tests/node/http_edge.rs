@@ -4,10 +4,6 @@
 //! request stalled mid-headers or mid-body, an idle kept-alive connection, too many connections
 //! from one address) and the JSON body of every error answer.
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -23,10 +19,10 @@ use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::sessions_client::SessionsClient;
 use rcgen::{CertificateParams, KeyPair};
-use support::TransportCa;
-use support::{free_addr, start_plain_cluster};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::support::{self, TransportCa, free_addr, start_plain_cluster};
 
 const READER_TOKEN: &str = "c2VjcmV0LXJlYWRlci10b2tlbi1mb3ItdGVzdHM";
 /// How long anything that should happen at once may take on a slow machine.
@@ -553,7 +549,7 @@ async fn every_error_answer_has_a_json_body() {
     .await;
     assert_eq!(code, 400, "{text}");
     assert_json_error(&body, "invalid-token");
-    // A query string that does not parse on the CT routes (tests/ct_http.rs checks the 413 of a
+    // A query string that does not parse on the CT routes (ct_http.rs checks the 413 of a
     // body past the limit).
     let (code, body, text) = ask(
         "GET /ct/v1/get-entries?start=0&start=1&end=0 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",

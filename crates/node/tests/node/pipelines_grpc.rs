@@ -3,10 +3,6 @@
 //! every write is forwarded and every read passes the read barrier somewhere else than where
 //! the data was written.
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::path::Path;
@@ -22,7 +18,7 @@ use tonic::codec::Streaming;
 use tonic::transport::Channel;
 use tonic::{Code, Response, Status};
 
-use support::{roles, shutdown, start_plain_cluster};
+use crate::support::{roles, shutdown, start_plain_cluster};
 
 /// How long anything that should happen at once may take on a slow machine.
 const PATIENCE: Duration = Duration::from_secs(20);

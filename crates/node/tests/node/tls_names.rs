@@ -4,10 +4,6 @@
 //! member whose certificate does not name the address it is added under is refused, and so is
 //! a recorded address changed (`Admin/SetMemberAddress`) to one that does not reach the member.
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use std::time::Duration;
 
 use certus_node::{MemberAddr, Node, NodeConfig, TlsSetup};
@@ -15,10 +11,10 @@ use certus_proto::v1::admin_client::AdminClient;
 use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::{AcquireRequest, AddLearnerRequest, SetMemberAddressRequest, StatusRequest};
 use rcgen::SanType;
-use support::TransportCa;
-use support::{free_addr, start_plain_cluster};
 use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::support::{self, TransportCa, free_addr, start_plain_cluster};
 
 /// Writes node `id`'s identity (signed by `ca`, valid for `sans`) into `dir` and returns its
 /// TLS setup.

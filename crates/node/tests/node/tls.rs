@@ -3,10 +3,6 @@
 //! method is refused; bearer tokens work for programs without certificates; and the HTTP port
 //! serves HTTPS with the RFC 6962, ACME and health routes public and the rest behind an identity.
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,12 +19,12 @@ use certus_proto::v1::{
     AcquireRequest, ChangeMembershipRequest, ClaimRequest, PutChallengeRequest, StatusReply,
     StatusRequest,
 };
-use support::TransportCa;
-use support::start_plain_cluster;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tonic::Code;
 use tonic::codegen::http;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::support::{self, TransportCa, start_plain_cluster};
 
 const CLIENT_TOKEN: &str = "c2VjcmV0LWNsaWVudC10b2tlbi1mb3ItdGVzdHM";
 const READER_TOKEN: &str = "c2VjcmV0LXJlYWRlci10b2tlbi1mb3ItdGVzdHM";

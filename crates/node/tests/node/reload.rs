@@ -6,10 +6,6 @@
 //! changed take effect; a CA added to the CA file lets its clients in; and `Admin/Reload` does
 //! the same for an admin, and no one else.
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,10 +16,10 @@ use certus_proto::v1::leases_client::LeasesClient;
 use certus_proto::v1::{AcquireRequest, ReloadRequest, StatusRequest};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use support::TransportCa;
-use support::start_plain_cluster;
 use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::support::{self, TransportCa, start_plain_cluster};
 
 const OLD_TOKEN: &str = "b2xkLXRva2VuLW9mLXRoZS1yZWxvYWQtdGVzdA";
 const NEW_TOKEN: &str = "bmV3LXRva2VuLW9mLXRoZS1yZWxvYWQtdGVzdA";

@@ -2,10 +2,6 @@
 //! loopback, an HTTP client that is not ours. Submit to a follower, verify the SCT under the
 //! log's key, watch the entry reach a serving STH, verify inclusion and consistency.
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use certus_core::ct::CtCommand;
 use certus_core::{Command, Response};
 use certus_ct::chain::{AcceptedRoots, ChainLimits, check_pre_chain};
@@ -17,7 +13,7 @@ use certus_ct::structures::{SignedTreeHead, leaf_input};
 use certus_ct::{Hash, LogEntry};
 use certus_node::NodeConfig;
 
-use support::{
+use crate::support::{
     Pki, add, agent, b64, get, leader_index, parse_sct, shutdown, start, sth_of_at_least, url,
     url_escape,
 };

@@ -5,10 +5,6 @@
 //! nothing listens, or at a tarpit that holds the tests until the test lets them through. Each
 //! node runs on a Tokio runtime of its own, so that a test can kill one mid-step.
 
-#![cfg(not(madsim))]
-
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -29,7 +25,7 @@ use rcgen::{CertificateParams, KeyPair, PublicKeyData as _};
 use ring::signature::{ECDSA_P256_SHA256_ASN1, UnparsedPublicKey};
 use tonic::transport::Channel;
 
-use support::free_addr;
+use crate::support::{self, free_addr};
 
 /// How long anything that should happen at once may take on a slow machine.
 const PATIENCE: Duration = Duration::from_secs(20);

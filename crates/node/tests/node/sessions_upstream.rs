@@ -3,8 +3,6 @@
 //! with the upstream's certificate, and an order still pending at the poll deadline is resumed
 //! by the next claim, never ordered twice.
 
-#![cfg(not(madsim))]
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,8 +18,7 @@ use certus_node::{CertusNode, Node, NodeConfig, SessionsSetup};
 use certus_proto::v1;
 use certus_proto::v1::sessions_client::SessionsClient;
 
-mod support;
-use support::free_addr;
+use crate::support::free_addr;
 
 /// What the scripted adapter has seen and how it answers.
 struct Script {
