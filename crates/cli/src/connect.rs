@@ -33,11 +33,13 @@ pub(crate) struct ConnectArgs {
     )]
     client_key: Option<PathBuf>,
     /// A bearer token instead of a client certificate.
+    // base64url tokens (those made before `certus pki token` prefixed them) may start with `-`.
     #[arg(
         long,
         env = "CERTUS_BEARER_TOKEN",
         global = true,
-        hide_env_values = true
+        hide_env_values = true,
+        allow_hyphen_values = true
     )]
     bearer_token: Option<String>,
     /// A PKI folder (`certus pki`, or `certus up`'s): its `ca.pem`, and `admin.pem` with

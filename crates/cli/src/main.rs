@@ -167,6 +167,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_bearer_token_starting_with_a_hyphen_is_a_value_not_a_flag() {
+        let cli = Cli::try_parse_from(["certus", "ctl", "--bearer-token", "-p4Xk", "status"])
+            .expect("parses");
+        let rendered = format!("{cli:?}");
+        assert!(rendered.contains("\"-p4Xk\""), "{rendered}");
+    }
+
+    #[test]
     fn only_openraft_errors_about_unreachable_peers_are_routine() {
         struct Probe;
         impl tracing::Subscriber for Probe {

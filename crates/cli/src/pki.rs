@@ -143,7 +143,12 @@ fn parse_roles(names: &[String]) -> Result<Vec<Role>, String> {
         .collect()
 }
 
-/// 256 random bits, base64url without padding.
+/// What every token `certus pki token` makes starts with: a token is recognizable where it
+/// leaks (secret scanners match the prefix), and it never starts with `-`, which a command line
+/// would take for a flag (`--bearer-token -x…`).
+pub(crate) const TOKEN_PREFIX: &str = "certus_";
+
+/// [`TOKEN_PREFIX`], then 256 random bits in base64url without padding.
 fn new_token() -> Result<String, String> {
     use base64::Engine as _;
     use ring::rand::SecureRandom as _;
@@ -151,7 +156,8 @@ fn new_token() -> Result<String, String> {
     ring::rand::SystemRandom::new()
         .fill(&mut bytes)
         .map_err(|_| "no randomness for a token".to_owned())?;
-    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+    let random = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    Ok(format!("{TOKEN_PREFIX}{random}"))
 }
 
 /// What a certificate says.
@@ -334,6 +340,18 @@ pub(crate) fn ensure_local(dir: &Path, nodes: u8) -> Result<bool, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_carry_the_prefix_and_256_random_bits() {
+        use base64::Engine as _;
+        let token = new_token().expect("token");
+        let random = token.strip_prefix(TOKEN_PREFIX).expect("the prefix");
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(random)
+            .expect("base64url");
+        assert_eq!(bytes.len(), 32);
+        assert_ne!(new_token().expect("token"), token, "random");
+    }
 
     #[test]
     fn issued_certificates_name_their_roles_and_chain_to_the_ca() {
