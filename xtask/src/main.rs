@@ -91,6 +91,14 @@ fn test(args: &[String]) -> Result<(), String> {
         "cargo",
         &["fmt", "--all", "--", "--check"],
     )?;
+    // Clippy runs inside the builds the tests need (see LINTED_BUILD), not as builds of its own.
+    run_with_env(
+        &root,
+        "build of every test, linted by clippy (warnings are errors)",
+        &LINTED_BUILD,
+        "cargo",
+        &HOST_TESTS_NO_RUN,
+    )?;
     // The simulation builds the real node under --cfg madsim, in its own target directory so
     // that switching between the two builds rebuilds nothing.
     let sim_test = [
@@ -101,23 +109,6 @@ fn test(args: &[String]) -> Result<(), String> {
         "--target-dir",
         "target-sim",
     ];
-    let sim_test_no_run: Vec<&str> = sim_test.iter().copied().chain(["--no-run"]).collect();
-    // Clippy runs inside the builds the tests need (see LINTED_BUILD), not as builds of its own.
-    // The two builds run at once: each ends in a chain of single large crates (the state
-    // machine, the node, the simulation) that keeps one core of two idle.
-    run_alongside(
-        &root,
-        Step {
-            label: "build of every test, linted by clippy (warnings are errors)",
-            env: &LINTED_BUILD,
-            args: &HOST_TESTS_NO_RUN,
-        },
-        Step {
-            label: "build of the simulation and its tests, linted by clippy",
-            env: &SIM_BUILD,
-            args: &sim_test_no_run,
-        },
-    )?;
     run_with_env(
         &root,
         "simulation tests (the node under madsim, 32 seeds each; linted by clippy)",
@@ -489,63 +480,6 @@ fn run_with_env(
         Ok(())
     } else {
         Err(format!("{label} failed after {seconds:.1} s ({status})"))
-    }
-}
-
-/// One cargo command of [`run_alongside`].
-struct Step<'a> {
-    label: &'a str,
-    env: &'a [(&'a str, &'a str)],
-    args: &'a [&'a str],
-}
-
-/// Runs two cargo commands at once: `first` in the foreground, `second` with its output kept in
-/// a log under `target/` and printed when it is done (so the two never interleave). Fails if
-/// either fails; a failure of `first` stops `second`.
-fn run_alongside(dir: &Path, first: Step<'_>, second: Step<'_>) -> Result<(), String> {
-    let log_dir = dir.join("target");
-    std::fs::create_dir_all(&log_dir)
-        .map_err(|e| format!("cannot create {}: {e}", log_dir.display()))?;
-    let log_path = log_dir.join("xtask-alongside.log");
-    let log = std::fs::File::create(&log_path)
-        .map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
-    let log_err = log
-        .try_clone()
-        .map_err(|e| format!("cannot share {}: {e}", log_path.display()))?;
-    println!(
-        "==> {} (alongside; its output follows when it ends): cargo {}",
-        second.label,
-        second.args.join(" ")
-    );
-    let started = Instant::now();
-    let mut child = Command::new("cargo")
-        .args(second.args)
-        .envs(second.env.iter().copied())
-        .current_dir(dir)
-        .stdout(log)
-        .stderr(log_err)
-        .spawn()
-        .map_err(|e| format!("could not start cargo: {e}"))?;
-    let foreground = run_with_env(dir, first.label, first.env, "cargo", first.args);
-    if foreground.is_err() {
-        // Its build would only be thrown away; kill() fails only if it has already ended.
-        let _ = child.kill();
-    }
-    let status = child
-        .wait()
-        .map_err(|e| format!("could not wait for cargo: {e}"))?;
-    let seconds = started.elapsed().as_secs_f64();
-    foreground?;
-    let output = std::fs::read_to_string(&log_path).unwrap_or_default();
-    print!("{output}");
-    if status.success() {
-        println!("==> {}: ok in {seconds:.1} s", second.label);
-        Ok(())
-    } else {
-        Err(format!(
-            "{} failed after {seconds:.1} s ({status})",
-            second.label
-        ))
     }
 }
 
