@@ -369,16 +369,18 @@ async fn a_node_tells_systemd_when_it_is_ready_and_the_probe_agrees() {
         .set_read_timeout(Some(ELECTION))
         .expect("timeout");
     let log = std::fs::File::create(dir.path().join("node.log")).expect("log file");
-    let mut node = Command::new(support::binary())
-        .arg("serve")
-        .arg("--config")
-        .arg(&config_file)
-        .env("NOTIFY_SOCKET", &notify_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("certus serve");
+    let mut node = support::KillOnDrop(
+        Command::new(support::binary())
+            .arg("serve")
+            .arg("--config")
+            .arg(&config_file)
+            .env("NOTIFY_SOCKET", &notify_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("certus serve"),
+    );
     let mut received = Vec::new();
     let next = || {
         let mut buffer = [0u8; 512];
@@ -401,14 +403,14 @@ async fn a_node_tells_systemd_when_it_is_ready_and_the_probe_agrees() {
 
     // SIGTERM: the node says it is stopping, stops cleanly, and the probe then fails.
     let terminated = Command::new("kill")
-        .args(["-TERM", &node.id().to_string()])
+        .args(["-TERM", &node.0.id().to_string()])
         .status()
         .expect("kill -TERM");
     assert!(terminated.success());
     while !received.iter().any(|state| state.contains("STOPPING=1")) {
         received.push(next());
     }
-    let exit = node.wait().expect("the node exits");
+    let exit = node.0.wait().expect("the node exits");
     assert!(exit.success(), "a clean stop: {exit:?}");
     let after = probe(&["--live"]);
     assert!(!after.status.success(), "stopped: {after:?}");
@@ -732,15 +734,17 @@ async fn sighup_and_ctl_reload_make_a_node_reread_its_tokens_and_files() {
     let config_file = dir.path().join("node.toml");
     std::fs::write(&config_file, config(&old_entry)).expect("config file");
     let log_file = dir.path().join("node.log");
-    let mut node = Command::new(support::binary())
-        .arg("serve")
-        .arg("--config")
-        .arg(&config_file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_file).expect("log file"))
-        .spawn()
-        .expect("certus serve");
+    let mut node = support::KillOnDrop(
+        Command::new(support::binary())
+            .arg("serve")
+            .arg("--config")
+            .arg(&config_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_file).expect("log file"))
+            .spawn()
+            .expect("certus serve"),
+    );
     let ctl = |token: &str, args: &[&str]| {
         Command::new(support::binary())
             .args(["ctl", "--endpoints", &grpc.to_string(), "--pki-dir"])
@@ -760,7 +764,7 @@ async fn sighup_and_ctl_reload_make_a_node_reread_its_tokens_and_files() {
     // The config file now has the new token instead of the old one; SIGHUP reloads it.
     std::fs::write(&config_file, config(&new_entry)).expect("config file");
     let hangup = Command::new("kill")
-        .args(["-HUP", &node.id().to_string()])
+        .args(["-HUP", &node.0.id().to_string()])
         .status()
         .expect("kill -HUP");
     assert!(hangup.success());
@@ -799,10 +803,10 @@ async fn sighup_and_ctl_reload_make_a_node_reread_its_tokens_and_files() {
     assert!(log.contains("reloaded") && log.contains("tokens"), "{log}");
     assert!(log.contains("reload failed"), "{log}");
     let terminated = Command::new("kill")
-        .args(["-TERM", &node.id().to_string()])
+        .args(["-TERM", &node.0.id().to_string()])
         .status()
         .expect("kill -TERM");
     assert!(terminated.success());
-    let exit = node.wait().expect("the node exits");
+    let exit = node.0.wait().expect("the node exits");
     assert!(exit.success(), "a clean stop: {exit:?}");
 }

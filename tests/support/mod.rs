@@ -72,6 +72,18 @@ impl Process {
     }
 }
 
+/// A process a test started itself, killed if the test fails before it stops it (a panic
+/// would otherwise leave it running after the test).
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // Both fail harmlessly once the process has exited.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
