@@ -24,6 +24,18 @@ mod work;
 
 pub use work::WorkStream;
 
+/// A read's answer, and the Raft log index of the state the node read it from (the answer's
+/// `certus-read-index` metadata entry; `None` if the node sent none). Of two reads where one
+/// began after the other was answered, the later one's index is never lower, on any node:
+/// a program can compare what it read from different nodes, or from different leases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadAt<T> {
+    /// The answer.
+    pub value: T,
+    /// The log index of the state it was read from.
+    pub index: Option<u64>,
+}
+
 /// A client of one Certus cluster.
 ///
 /// Cheap to clone: clones share their connections and what they know of the leader. See the

@@ -121,7 +121,7 @@ mod limits;
 mod numbering;
 
 pub use auth::{BearerToken, ClientTls};
-pub use client::{Client, Closing, SessionWorkEventKind, SessionWorker, WorkStream};
+pub use client::{Client, Closing, ReadAt, SessionWorkEventKind, SessionWorker, WorkStream};
 pub use config::ClientConfig;
 pub use endpoint::parse_endpoint;
 pub use error::{ClientError, ERROR_REASON_KEY};

@@ -7,12 +7,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::{Response, Status};
 
+use certus_proto::READ_INDEX_METADATA;
+
 use crate::auth::NodeChannel;
 use crate::error::{
     Disposition, NOTHING_PROPOSED, describe, disposition, may_have_taken_effect, reason_of,
 };
 use crate::limits::LONG_POLL_WAIT_MAX;
-use crate::{Client, ClientError, parse_endpoint};
+use crate::{Client, ClientError, ReadAt, parse_endpoint};
 
 /// One gRPC method, named by its request type: a request of this type is sent with
 /// [`Rpc::send`] and answered with a [`Rpc::Reply`] (a stream for streaming methods).
@@ -136,6 +138,27 @@ impl Client {
     ) -> Result<R::Reply, ClientError> {
         self.retried(budget, || tonic::Request::new(request.clone()))
             .await
+            .map(Response::into_inner)
+    }
+
+    /// A read with the usual budget, and the log index of the state that answered it (from
+    /// its [`READ_INDEX_METADATA`] entry; `None` from a node that does not send one).
+    pub(super) async fn read_at<R: Rpc>(
+        &self,
+        request: R,
+    ) -> Result<ReadAt<R::Reply>, ClientError> {
+        let response = self
+            .retried(self.budget(), || tonic::Request::new(request.clone()))
+            .await?;
+        let index = response
+            .metadata()
+            .get(READ_INDEX_METADATA)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|text| text.parse().ok());
+        Ok(ReadAt {
+            value: response.into_inner(),
+            index,
+        })
     }
 
     /// A write with the usual budget; see [`Client::write_with`].
@@ -167,7 +190,8 @@ impl Client {
             let ticket = numbering.ticket().await;
             let result = self
                 .retried(budget, || ticket.number().wrap(request.clone()))
-                .await;
+                .await
+                .map(Response::into_inner);
             // Answered or abandoned: either way the client moves past this number.
             drop(ticket);
             match result {
@@ -204,6 +228,7 @@ impl Client {
             tonic::Request::new(request(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)))
         })
         .await
+        .map(Response::into_inner)
     }
 
     /// One attempt at one node, whatever happens.
@@ -218,7 +243,7 @@ impl Client {
             .attempt(&endpoint, timeout, tonic::Request::new(request))
             .await
         {
-            Ok(reply) => Ok(reply),
+            Ok(reply) => Ok(reply.into_inner()),
             Err(Failure::Invalid(error)) => Err(error),
             Err(Failure::Status(Disposition::Transport, status)) => Err(ClientError::Unavailable {
                 attempts: 1,
@@ -236,16 +261,16 @@ impl Client {
         }
     }
 
-    /// One RPC to one endpoint, within `timeout`.
+    /// One RPC to one endpoint, within `timeout`; the answer with its metadata.
     pub(super) async fn attempt<R: Rpc>(
         &self,
         endpoint: &str,
         timeout: Duration,
         request: tonic::Request<R>,
-    ) -> Result<R::Reply, Failure> {
+    ) -> Result<Response<R::Reply>, Failure> {
         let channel = self.channel(endpoint).map_err(Failure::Invalid)?;
         match tokio::time::timeout(timeout, R::send(channel, request)).await {
-            Ok(Ok(reply)) => Ok(reply.into_inner()),
+            Ok(Ok(reply)) => Ok(reply),
             Ok(Err(status)) => {
                 let disposition = disposition(&status);
                 if disposition == Disposition::Transport {
@@ -267,7 +292,7 @@ impl Client {
         &self,
         budget: Budget,
         mut request: impl FnMut() -> tonic::Request<R>,
-    ) -> Result<R::Reply, ClientError> {
+    ) -> Result<Response<R::Reply>, ClientError> {
         let rpc = R::NAME;
         let deadline = Instant::now() + budget.deadline;
         let max_attempts = budget.max_attempts.max(1);

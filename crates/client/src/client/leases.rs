@@ -10,7 +10,7 @@ use certus_proto::v1::{
 };
 
 use super::call::rpcs;
-use crate::{Client, ClientError};
+use crate::{Client, ClientError, ReadAt};
 
 rpcs! { LeasesClient::new =>
     "Leases/Acquire": acquire(AcquireRequest) -> AcquireReply;
@@ -85,6 +85,14 @@ impl Client {
         self.call(GetLeaseRequest { name: name.into() }).await
     }
 
+    /// [`Client::get_lease`], with the log index of the state it was read from.
+    pub async fn get_lease_at(
+        &self,
+        name: impl Into<String>,
+    ) -> Result<ReadAt<Lease>, ClientError> {
+        self.read_at(GetLeaseRequest { name: name.into() }).await
+    }
+
     /// Live leases in name order: at most `limit` (0 for the node's page size) after
     /// `start_after` (`None` for the first page).
     pub async fn list_leases(
@@ -106,6 +114,19 @@ impl Client {
         fencing_token: u64,
     ) -> Result<CheckFenceReply, ClientError> {
         self.call(CheckFenceRequest {
+            name: name.into(),
+            fencing_token,
+        })
+        .await
+    }
+
+    /// [`Client::check_fence`], with the log index of the state it was read from.
+    pub async fn check_fence_at(
+        &self,
+        name: impl Into<String>,
+        fencing_token: u64,
+    ) -> Result<ReadAt<CheckFenceReply>, ClientError> {
+        self.read_at(CheckFenceRequest {
             name: name.into(),
             fencing_token,
         })

@@ -164,6 +164,7 @@ impl Client {
         self.attempt(endpoint, timeout, tonic::Request::new(StatusRequest {}))
             .await
             .ok()
+            .map(tonic::Response::into_inner)
     }
 }
 

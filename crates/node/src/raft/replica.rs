@@ -354,9 +354,21 @@ impl Replica {
 
     /// A linearizable read of the state: `read` gets the state and this node's clock.
     pub async fn read<T>(&self, read: impl FnOnce(&State, u64) -> T) -> Result<T, ServiceError> {
+        Ok(self.read_at(read).await?.0)
+    }
+
+    /// [`Replica::read`], with the log index of the last entry applied to the state it read
+    /// (0 before any): of any two linearizable reads, the later never reads at a lower index.
+    pub async fn read_at<T>(
+        &self,
+        read: impl FnOnce(&State, u64) -> T,
+    ) -> Result<(T, u64), ServiceError> {
         self.read_barrier().await?;
         let now_ms = self.clock.now_ms();
-        Ok(self.reader.read(|applied| read(&applied.state, now_ms)))
+        Ok(self.reader.read(|applied| {
+            let index = applied.last_applied.map_or(0, |log_id| log_id.index);
+            (read(&applied.state, now_ms), index)
+        }))
     }
 
     /// The read index, confirmed by this node as leader, and applied here. Refuses if this node

@@ -6,6 +6,8 @@
 //! API (statuses, the conversion layer's families), which `raft/` knows nothing of.
 
 use certus_core::ClientRequest;
+use certus_proto::READ_INDEX_METADATA;
+use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 
 use crate::convert::clients::client_request;
@@ -37,6 +39,12 @@ impl Replica {
         self.read(query).await?
     }
 
+    /// [`Replica::query`], with the log index of the state it read ([`Replica::read_at`]).
+    pub async fn query_at<T>(&self, query: impl Query<T>) -> Result<(T, u64), Status> {
+        let (answer, index) = self.read_at(query).await?;
+        Ok((answer?, index))
+    }
+
     /// A unary write call: the request's numbered-request metadata read, its body converted
     /// into a command by `command` (refused here if invalid), the command proposed, and its reply
     /// converted by `reply`.
@@ -53,13 +61,19 @@ impl Replica {
     }
 
     /// A unary read call: the request's body converted into a query by `query` (refused here if
-    /// invalid), and the query run on a linearizable read.
+    /// invalid), and the query run on a linearizable read. The answer carries the log index of
+    /// the state it read in [`READ_INDEX_METADATA`].
     pub async fn serve_read<Body, Q: Query<Reply>, Reply>(
         &self,
         request: Request<Body>,
         query: impl FnOnce(Body) -> Result<Q, Status>,
     ) -> Result<Response<Reply>, Status> {
         let query = query(request.into_inner())?;
-        self.query(query).await.map(Response::new)
+        let (reply, index) = self.query_at(query).await?;
+        let mut response = Response::new(reply);
+        response
+            .metadata_mut()
+            .insert(READ_INDEX_METADATA, MetadataValue::from(index));
+        Ok(response)
     }
 }

@@ -98,6 +98,79 @@ async fn a_follower_forwards_writes_and_serves_linearizable_reads() {
     shutdown(nodes).await;
 }
 
+/// Every read's answer names the log index of the state it was read from: reads one after
+/// another, through any node, never go back, and a read after a write is at a later index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_answers_carry_the_index_they_were_read_at() {
+    use certus_proto::READ_INDEX_METADATA;
+    use certus_proto::v1::leases_client::LeasesClient;
+    use certus_proto::v1::{AcquireRequest, CheckFenceRequest};
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let configs = configs(dir.path());
+    let nodes = start(&configs).await;
+    leader_index(&nodes).await;
+    let mut clients = Vec::new();
+    for config in &configs {
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", config.grpc_addr))
+                .expect("endpoint")
+                .connect()
+                .await
+                .expect("gRPC connection");
+        clients.push(LeasesClient::new(channel));
+    }
+    let check = CheckFenceRequest {
+        name: "jobs/index".to_owned(),
+        fencing_token: 1,
+    };
+    let index_of = |metadata: &tonic::metadata::MetadataMap| -> u64 {
+        metadata
+            .get(READ_INDEX_METADATA)
+            .expect("the read index entry")
+            .to_str()
+            .expect("ASCII")
+            .parse()
+            .expect("a decimal number")
+    };
+    let mut last = 0;
+    for client in &mut clients {
+        let answer = client.check_fence(check.clone()).await.expect("a read");
+        let index = index_of(answer.metadata());
+        assert!(index > 0, "the cluster's first entries are applied");
+        assert!(index >= last, "read at {index} after a read at {last}");
+        last = index;
+    }
+    let grant = clients[0]
+        .acquire(AcquireRequest {
+            name: "jobs/index".to_owned(),
+            holder: "worker-1".to_owned(),
+            ttl_ms: 30_000,
+        })
+        .await
+        .expect("a grant")
+        .into_inner()
+        .lease
+        .expect("the lease");
+    // The fencing token is the grant's log index: every later read is at it or after it.
+    assert!(grant.fencing_token > last, "the grant came after the reads");
+    let check = CheckFenceRequest {
+        fencing_token: grant.fencing_token,
+        ..check
+    };
+    for client in &mut clients {
+        let answer = client.check_fence(check.clone()).await.expect("a read");
+        let index = index_of(answer.metadata());
+        assert!(
+            index >= grant.fencing_token,
+            "read at {index} after the grant at {}",
+            grant.fencing_token
+        );
+        assert!(answer.into_inner().valid, "the grant's token");
+    }
+    shutdown(nodes).await;
+}
+
 /// `Admin/AddLearner` under a current voter's id is refused, through a follower and through the
 /// leader, and the voter stays as it was: openraft would take it and change nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
