@@ -469,6 +469,7 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         schedule.clock_spread_ms(),
     ));
     verdicts.push(leases::checkers::no_stale_token(&history));
+    verdicts.push(leases::checkers::reads_never_go_back(&history));
     // Sled nodes start without an apply observer (the production path).
     if !scenario.sled {
         verdicts.push(checkers::applied_once(&cluster.applied_requests()));

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::judge::Verdict;
-use crate::leases::history::{Call, History, Hold, Operation, Outcome};
+use crate::leases::history::{Call, History, Hold, IndexedRead, Operation, Outcome};
 use crate::leases::model::{LeaseModel, check_history};
 use crate::linearizability::Verdict as Linearity;
 
@@ -189,6 +189,51 @@ pub fn no_stale_token(history: &History) -> Verdict {
     )
 }
 
+/// **Reads never go back**: a fence check that began after another was answered was read at
+/// the same log index or a later one, whichever nodes served them and whatever their leases.
+/// This sees a stale read that the lease model cannot, one that misses an entry touching
+/// another lease, or a lease no later read looks at.
+pub fn reads_never_go_back(history: &History) -> Verdict {
+    let mut by_completion: Vec<&IndexedRead> = history.reads.iter().collect();
+    by_completion.sort_by_key(|read| (read.completed_ms, read.index));
+    let mut by_invocation: Vec<&IndexedRead> = history.reads.iter().collect();
+    by_invocation.sort_by_key(|read| read.invoked_ms);
+    // The highest index among the reads answered so far, and that read.
+    let mut highest: Option<&IndexedRead> = None;
+    let mut answered = by_completion.iter().peekable();
+    for later in by_invocation {
+        // Only reads answered strictly before this one began: the history's clock is in whole
+        // milliseconds, so two calls within one may overlap.
+        while let Some(earlier) = answered.next_if(|read| read.completed_ms < later.invoked_ms) {
+            if highest.is_none_or(|highest| earlier.index > highest.index) {
+                highest = Some(earlier);
+            }
+        }
+        if let Some(earlier) = highest.filter(|earlier| earlier.index > later.index) {
+            return Verdict::fail(
+                "reads-never-go-back",
+                format!(
+                    "client {} read at index {} (sent at {} ms) after client {} had read at \
+                     index {} (answered at {} ms)",
+                    later.client,
+                    later.index,
+                    later.invoked_ms,
+                    earlier.client,
+                    earlier.index,
+                    earlier.completed_ms
+                ),
+            );
+        }
+    }
+    Verdict::pass(
+        "reads-never-go-back",
+        format!(
+            "{} reads with their log index, none behind one answered before it began",
+            history.reads.len()
+        ),
+    )
+}
+
 /// A grant acknowledged to a client that must still be in force at the end of the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FinalGrant {
@@ -365,9 +410,9 @@ pub fn linearizability(
 mod tests {
     use std::collections::BTreeMap;
 
-    use super::{FinalGrant, durability, exclusive_holding, no_stale_token};
+    use super::{FinalGrant, durability, exclusive_holding, no_stale_token, reads_never_go_back};
     use crate::leases::history::{
-        Call, History, Hold, How, LeaseSeen, Operation, Outcome, ResourceWrite,
+        Call, History, Hold, How, IndexedRead, LeaseSeen, Operation, Outcome, ResourceWrite,
     };
 
     fn hold(client: u32, token: u64, from_ms: u64, until_ms: u64) -> Hold {
@@ -449,6 +494,53 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_read_behind_one_answered_before_it_began_fails() {
+        let read = |client: u32, invoked_ms: u64, completed_ms: u64, index: u64| IndexedRead {
+            client,
+            invoked_ms,
+            completed_ms,
+            index,
+        };
+        let history = |reads: Vec<IndexedRead>| History {
+            reads,
+            ..History::default()
+        };
+        // In real-time order, and rising.
+        let rising = history(vec![
+            read(0, 10, 20, 7),
+            read(1, 21, 30, 7),
+            read(2, 31, 40, 9),
+        ]);
+        assert!(reads_never_go_back(&rising).passed);
+        // Overlapping reads may be served in either order; so may two within one millisecond.
+        let overlapping = history(vec![
+            read(0, 10, 20, 9),
+            read(1, 15, 30, 8),
+            read(2, 20, 25, 8),
+        ]);
+        assert!(reads_never_go_back(&overlapping).passed);
+        // One behind a read answered before it began, even an earlier and lower one between.
+        let behind = history(vec![
+            read(0, 10, 20, 9),
+            read(1, 21, 22, 8),
+            read(2, 23, 30, 9),
+        ]);
+        let verdict = reads_never_go_back(&behind);
+        assert!(!verdict.passed);
+        assert!(
+            verdict.detail.contains("client 1 read at index 8"),
+            "{}",
+            verdict.detail
+        );
+        let behind_an_older = history(vec![
+            read(0, 1, 2, 9),
+            read(1, 3, 4, 10),
+            read(2, 50, 60, 9),
+        ]);
+        assert!(!reads_never_go_back(&behind_an_older).passed);
+    }
+
     fn write(client: u32, token: u64, checked_from_ms: u64) -> ResourceWrite {
         ResourceWrite {
             client,
@@ -465,6 +557,7 @@ mod tests {
             operations: vec![granted(0, 5, 0, 10), granted(1, 9, 100, 110)],
             resource_writes: vec![write(0, 5, 50)],
             holds: Vec::new(),
+            reads: Vec::new(),
         };
         assert!(
             no_stale_token(&history).passed,
@@ -479,6 +572,7 @@ mod tests {
             operations: Vec::new(),
             resource_writes: vec![write(1, 9, 10), write(0, 5, 20)],
             holds: Vec::new(),
+            reads: Vec::new(),
         };
         assert!(
             !no_stale_token(&history).passed,

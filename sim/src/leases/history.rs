@@ -176,6 +176,20 @@ pub struct ResourceWrite {
     pub accepted_ms: u64,
 }
 
+/// A read the cluster answered with the log index of the state it read
+/// (`certus-read-index`), whatever the lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexedRead {
+    /// The reader.
+    pub client: u32,
+    /// When the client sent it.
+    pub invoked_ms: u64,
+    /// When the answer arrived.
+    pub completed_ms: u64,
+    /// The log index the answer was read at.
+    pub index: u64,
+}
+
 /// Everything the clients of one run saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
@@ -185,4 +199,7 @@ pub struct History {
     pub holds: Vec<Hold>,
     /// Every write the resource accepted, in acceptance order.
     pub resource_writes: Vec<ResourceWrite>,
+    /// Every answered fence check's read index, in completion order.
+    #[serde(default)]
+    pub reads: Vec<IndexedRead>,
 }

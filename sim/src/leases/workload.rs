@@ -11,12 +11,14 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use certus_client::{AcquireReply, Client, ClientConfig, ClientError, Lease};
+use certus_client::{AcquireReply, Client, ClientConfig, ClientError, Lease, ReadAt};
 use certus_node::ordered_watch as watch;
 use madsim::runtime::Handle;
 use tracing::info;
 
-use super::history::{Call, History, Hold, How, LeaseSeen, Operation, Outcome, ResourceWrite};
+use super::history::{
+    Call, History, Hold, How, IndexedRead, LeaseSeen, Operation, Outcome, ResourceWrite,
+};
 use crate::cluster::{elapsed_ms, endpoint};
 use crate::schedule::SeedRng;
 
@@ -81,6 +83,10 @@ impl Recorder {
             .expect("history")
             .resource_writes
             .push(write);
+    }
+
+    fn read(&self, read: IndexedRead) {
+        self.history.lock().expect("history").reads.push(read);
     }
 }
 
@@ -439,11 +445,24 @@ impl LeaseClient {
     async fn write(&mut self, holding: &Holding) {
         let client = self.any_node();
         let invoked_ms = self.now_ms();
-        let outcome = match client.check_fence(&holding.lease, holding.token).await {
-            Ok(reply) => Outcome::Fence {
-                valid: reply.valid,
-                current_token: reply.current_token,
-            },
+        let outcome = match client.check_fence_at(&holding.lease, holding.token).await {
+            Ok(ReadAt {
+                value: reply,
+                index,
+            }) => {
+                if let Some(index) = index {
+                    self.recorder.read(IndexedRead {
+                        client: self.index,
+                        invoked_ms,
+                        completed_ms: self.now_ms(),
+                        index,
+                    });
+                }
+                Outcome::Fence {
+                    valid: reply.valid,
+                    current_token: reply.current_token,
+                }
+            }
             Err(error) => failure(&error),
         };
         self.record(
