@@ -27,10 +27,12 @@ pub const CLIENT_SEQUENCE_METADATA: &str = "certus-client-sequence";
 /// The metadata entry that carries the lowest sequence number the client still waits for.
 pub const CLIENT_FIRST_OUTSTANDING_METADATA: &str = "certus-client-first-outstanding";
 
-/// The metadata entry on the answer of every unary read (`Get`, `List`, `CheckFence`, ...):
-/// the Raft log index of the state the read was served from (decimal). Linearizable reads
-/// never go back: a read that starts after another ended is served at the same index or a
-/// later one, whichever node serves either.
+/// The metadata entry on the answer of a linearizable unary read: the Raft log index of the
+/// state the read was served from (decimal). Linearizable reads never go back: a read that
+/// starts after another ended is served at the same index or a later one, whichever node
+/// serves either. Sent by `Leases` (`Get`, `List`, `CheckFence`, `GetChallenge`,
+/// `ListChallenges`), `Pipelines` (`ListPipelines`, `GetSwitch`, `ListInPlay`, `ListStuck`,
+/// `Status`, `ListNotices`) and `Sessions` (`List`, `Status`); not yet by the other reads.
 pub const READ_INDEX_METADATA: &str = "certus-read-index";
 
 /// Puts the three entries of a numbered request on `request`: request `sequence` of client
