@@ -117,20 +117,13 @@ pub fn main() -> ExitCode {
     // `each`: every scenario runs every seed of the sweep (N seeds each), where `all` spreads
     // the seeds over the scenarios (N in all).
     let each = args.scenario.as_deref() == Some("each");
-    let chosen: Vec<Scenario> = match &args.scenario {
-        Some(name) if name != "all" && name != "each" => {
-            match all.iter().find(|s| s.name == name) {
-                Some(scenario) => vec![scenario.clone()],
-                None => {
-                    let names: Vec<&str> = all.iter().map(|s| s.name).collect();
-                    eprintln!("no scenario {name}; there are: {}", names.join(", "));
-                    return ExitCode::from(2);
-                }
-            }
+    let sweeping = args.seeds.is_some() || args.deep;
+    let chosen = match chosen_scenarios(args.scenario.as_deref(), sweeping, &all) {
+        Ok(chosen) => chosen,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::from(2);
         }
-        Some(_) => all.clone(),
-        None if args.seeds.is_some() => all.clone(),
-        None => vec![all[0].clone()],
     };
     if !args.merge.is_empty() {
         return merge(&args.merge, args.allow_unproven);
@@ -190,6 +183,30 @@ pub fn main() -> ExitCode {
         return child(&plan[0].0, plan[0].1, &args);
     }
     sweep(&plan, &args, &sweep_label)
+}
+
+/// The scenarios `--scenario` names: one by name, every one for `all` and `each`, and without
+/// the option every one for a sweep (`--seeds`, `--deep`) but only the first to replay a seed.
+fn chosen_scenarios(
+    name: Option<&str>,
+    sweeping: bool,
+    all: &[Scenario],
+) -> Result<Vec<Scenario>, String> {
+    match name {
+        Some("all" | "each") => Ok(all.to_vec()),
+        Some(name) => match all.iter().find(|s| s.name == name) {
+            Some(scenario) => Ok(vec![scenario.clone()]),
+            None => {
+                let names: Vec<&str> = all.iter().map(|s| s.name).collect();
+                Err(format!(
+                    "no scenario {name}; there are: {}",
+                    names.join(", ")
+                ))
+            }
+        },
+        None if sweeping => Ok(all.to_vec()),
+        None => Ok(all[..1].to_vec()),
+    }
 }
 
 /// Runs one seed in this process (fresh, so no global state of another run can leak into it:
@@ -927,6 +944,33 @@ mod tests {
         assert!(SeedRange::parse("15..5", 1).is_err());
         assert!(SeedRange::parse("5..5", 1).is_err());
         assert!(SeedRange::parse("five", 1).is_err());
+    }
+
+    #[test]
+    fn a_sweep_without_a_scenario_runs_every_scenario_and_a_replay_the_first() {
+        let all = scenarios::scenarios();
+        let names = |chosen: Vec<Scenario>| chosen.iter().map(|s| s.name).collect::<Vec<_>>();
+        let every: Vec<&str> = all.iter().map(|s| s.name).collect();
+        assert!(every.len() > 1);
+        // `--deep` and `--seeds` alike: the deep sweep once ran `leases` alone.
+        assert_eq!(names(chosen_scenarios(None, true, &all).unwrap()), every);
+        assert_eq!(
+            names(chosen_scenarios(None, false, &all).unwrap()),
+            ["leases"]
+        );
+        assert_eq!(
+            names(chosen_scenarios(Some("each"), false, &all).unwrap()),
+            every
+        );
+        assert_eq!(
+            names(chosen_scenarios(Some("ct"), true, &all).unwrap()),
+            ["ct"]
+        );
+        let error = chosen_scenarios(Some("nope"), true, &all).unwrap_err();
+        assert!(
+            error.contains("no scenario nope") && error.contains("leases"),
+            "{error}"
+        );
     }
 
     #[test]
