@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod coverage;
 mod mutants;
 #[cfg(test)]
 mod tidy;
@@ -42,10 +43,19 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
         "`mutants [NAME...] [--jobs N] [--write-docs]`: each planted bug of sim/mutants/ in a scratch \
          copy, seeds of its scenario until one fails; seeds-to-catch and the checkers that fired",
     ),
+    (
+        "coverage",
+        "`coverage [sweep options]`: a sweep (default `--seeds 1..21 --scenario each`) of the simulation \
+         built with the workspace's crates instrumented; per-file coverage and the functions no run entered, \
+         in target-cov/ (needs LLVM tools of rustc's version)",
+    ),
     ("help", "this list"),
 ];
 
 fn main() -> ExitCode {
+    if coverage::is_wrapper() {
+        return coverage::wrap_rustc();
+    }
     let args: Vec<String> = env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
@@ -54,6 +64,7 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz(&args[1..]),
         Some("chaos") => chaos(&args[1..]),
         Some("mutants") => mutants::run(&args[1..]),
+        Some("coverage") => coverage::run(&args[1..]),
         None | Some("help" | "-h" | "--help") => {
             print_help();
             Ok(())
