@@ -4,7 +4,7 @@ use tonic::{Code, Status};
 
 /// The metadata entry in which a node puts the stable, machine-readable reason of a refusal
 /// (for example `not-holder`, `invalid-ttl`, `no-leader`, `outcome-unknown`).
-pub const ERROR_REASON_KEY: &str = "certus-error";
+pub const ERROR_REASON_KEY: &str = certus_proto::ERROR_REASON_METADATA;
 
 /// Why a call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -151,34 +151,7 @@ pub(crate) const NOTHING_PROPOSED: &str = "no-leader";
 /// Whether a failed attempt may have taken effect: not if its connection could not be opened
 /// (the request never left this side) or the node answered that nothing was proposed.
 pub(crate) fn may_have_taken_effect(status: &Status) -> bool {
-    !(never_sent(status) || reason_of(status) == NOTHING_PROPOSED)
-}
-
-/// Whether the status says the connection could not be opened, so the request was never sent.
-/// tonic marks a failed connect with a [`tonic::ConnectError`] in the status's source chain
-/// (whatever the message says).
-#[cfg(not(madsim))]
-fn never_sent(status: &Status) -> bool {
-    let mut source = std::error::Error::source(status);
-    while let Some(error) = source {
-        if error.downcast_ref::<tonic::ConnectError>().is_some() {
-            return true;
-        }
-        source = error.source();
-    }
-    false
-}
-
-/// Under the simulation the transport opens a connection for every call and reports a failed
-/// open as an I/O error of kind `ConnectionRefused`, which tonic turns into a bare
-/// `UNAVAILABLE` status whose message is the error's text: `transport error` (the endpoint
-/// could not be reached) or `connection refused` (the network refused the connection). A
-/// connection lost after it opened says `connection reset` and may have carried the request.
-#[cfg(madsim)]
-fn never_sent(status: &Status) -> bool {
-    status.code() == Code::Unavailable
-        && reason_of(status).is_empty()
-        && matches!(status.message(), "transport error" | "connection refused")
+    !(certus_proto::connection_never_opened(status) || reason_of(status) == NOTHING_PROPOSED)
 }
 
 /// A one-line description of a failed attempt, for [`ClientError::Unavailable`] and logs.

@@ -6,7 +6,7 @@ use certus_core::{ChallengeError, ClientError, LeaseError, PipelineError, Sessio
 use tonic::{Code, Status};
 
 /// The metadata key that carries the stable reason of a refusal.
-pub const ERROR_REASON_KEY: &str = "certus-error";
+pub const ERROR_REASON_KEY: &str = certus_proto::ERROR_REASON_METADATA;
 
 /// Why a request to this node was not served.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

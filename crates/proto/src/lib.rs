@@ -35,6 +35,37 @@ pub const CLIENT_FIRST_OUTSTANDING_METADATA: &str = "certus-client-first-outstan
 /// `Status`, `ListNotices`) and `Sessions` (`List`, `Status`); not yet by the other reads.
 pub const READ_INDEX_METADATA: &str = "certus-read-index";
 
+/// The metadata entry of an error status a node sent, naming why (`no-leader`,
+/// `outcome-unknown`, ...). A status made on the calling side carries none.
+pub const ERROR_REASON_METADATA: &str = "certus-error";
+
+/// Whether a failed call's status says its connection could not be opened, so the request never
+/// left the caller and took no effect. tonic marks a failed connect with a
+/// [`tonic::ConnectError`] in the status's source chain, whatever the message says.
+#[cfg(not(madsim))]
+pub fn connection_never_opened(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error.downcast_ref::<tonic::ConnectError>().is_some() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// Under the simulation the transport opens a connection for every call and reports a failed
+/// open as an I/O error of kind `ConnectionRefused`, which tonic turns into a bare
+/// `UNAVAILABLE` status whose message is the error's text: `transport error` (the endpoint
+/// could not be reached) or `connection refused` (the network refused the connection). A
+/// connection lost after it opened says `connection reset` and may have carried the request.
+#[cfg(madsim)]
+pub fn connection_never_opened(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable
+        && status.metadata().get(ERROR_REASON_METADATA).is_none()
+        && matches!(status.message(), "transport error" | "connection refused")
+}
+
 /// Puts the three entries of a numbered request on `request`: request `sequence` of client
 /// session `client`, whose lowest unanswered request is `first_outstanding`.
 pub fn number_request<M>(

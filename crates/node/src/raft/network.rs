@@ -94,6 +94,20 @@ pub enum PeerError {
     },
 }
 
+impl PeerError {
+    /// Whether the request certainly never reached the peer: its connection could not be opened
+    /// (or, under the simulation, replication to it was resting and nothing was dialled).
+    pub fn never_sent(&self) -> bool {
+        match self {
+            PeerError::BadAddress { .. } => true,
+            PeerError::Call { status, .. } => certus_proto::connection_never_opened(status),
+            #[cfg(madsim)]
+            PeerError::Resting { .. } => true,
+            PeerError::Timeout { .. } | PeerError::Decode { .. } => false,
+        }
+    }
+}
+
 impl Peers {
     /// Peers dialled as `tls` says.
     pub fn new(tls: PeerTls) -> Peers {
@@ -379,5 +393,37 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
         self.rpc(RpcKind::Vote, &request, &option).await
+    }
+}
+
+#[cfg(all(test, not(madsim)))]
+mod tests {
+    use std::time::Duration;
+
+    use super::PeerError;
+
+    fn call(status: tonic::Status) -> PeerError {
+        PeerError::Call {
+            addr: "10.0.0.1:7101".to_owned(),
+            status: Box::new(status),
+        }
+    }
+
+    #[test]
+    fn only_a_connection_never_opened_means_the_request_was_never_sent() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let never_opened =
+            tonic::Status::from_error(Box::new(tonic::ConnectError(Box::new(refused))));
+        assert!(call(never_opened).never_sent());
+        // A connection that broke after it opened may have carried the request.
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        assert!(!call(tonic::Status::from_error(Box::new(reset))).never_sent());
+        // The message alone is not a connect failure, nor is a peer's own refusal.
+        assert!(!call(tonic::Status::unavailable("transport error")).never_sent());
+        let timeout = PeerError::Timeout {
+            addr: "10.0.0.1:7101".to_owned(),
+            timeout: Duration::from_secs(1),
+        };
+        assert!(!timeout.never_sent());
     }
 }

@@ -304,6 +304,16 @@ impl Replica {
                             not = Some(leader);
                         }
                         Ok(reply) => return Err(refusal(reply)),
+                        // Nothing left this node, and every earlier hop was refused before
+                        // proposing: the write certainly took no effect, which `no-leader` says
+                        // (a crashed leader otherwise left every write through a follower
+                        // unknown until an election).
+                        Err(error) if error.never_sent() => {
+                            return Err(ServiceError::NoLeader(format!(
+                                "the leader {leader} could not be reached, so nothing was \
+                                 proposed: {error}"
+                            )));
+                        }
                         Err(error) => return Err(ServiceError::OutcomeUnknown(error.to_string())),
                     }
                 }
