@@ -20,6 +20,7 @@ use super::workload::{
 };
 use crate::cluster::{SessionPartsFor, SimCluster, elapsed_ms};
 use crate::judge::Verdict;
+use crate::observe::{Role, Sample};
 use crate::settle::settle;
 
 /// How soon after the faults heal (or after its creation, if later) every session must end. A
@@ -46,6 +47,43 @@ const OBSERVE_EVERY: Duration = Duration::from_millis(50);
 /// campaigns; a round lost to a split vote (one leader per term) costs ≤ 1 s, and the winning
 /// round ≤ 1 s: 6 s, and a tick.
 const LEADER_SETTLE_MS: u64 = 6_500;
+/// After the first leader that stays leading past the heal, how long until a tick of its own has
+/// been applied (a tick interval of 1 s, its commit and application, an observer period).
+const FIRST_TICK_AFTER_LEADER_MS: u64 = 1_500;
+
+/// How long a leadership must hold, sampled without a gap, to count as the one that settled.
+const LEADERSHIP_HELD_MS: u64 = 2_000;
+
+/// From when the claims are judged: [`LEADER_SETTLE_MS`] after healing, or, when electing took
+/// longer (split votes can take more rounds than that bound counts), a first tick after the
+/// first leadership after the heal that then held for [`LEADERSHIP_HELD_MS`]. Each node is
+/// sampled on its own (every 200 ms or so), so a node's role is its latest sample's.
+fn claims_judged_from(samples: &[Sample], heal_ms: u64) -> u64 {
+    let mut in_order: Vec<&Sample> = samples.iter().collect();
+    in_order.sort_by_key(|sample| (sample.at_ms, sample.node));
+    let settled = heal_ms + LEADER_SETTLE_MS;
+    let mut roles: BTreeMap<u64, Role> = BTreeMap::new();
+    let mut leading_since = None;
+    for sample in in_order {
+        roles.insert(sample.node, sample.role);
+        if sample.at_ms < heal_ms {
+            continue;
+        }
+        let leading = roles.values().any(|role| *role == Role::Leader);
+        leading_since = if leading {
+            leading_since.or(Some(sample.at_ms))
+        } else {
+            None
+        };
+        if let Some(since) = leading_since
+            && sample.at_ms - since >= LEADERSHIP_HELD_MS
+        {
+            return settled.max(since + FIRST_TICK_AFTER_LEADER_MS);
+        }
+    }
+    settled
+}
+
 /// How far the estimate of the machine time at a claim's finish may run ahead besides the
 /// clocks' spread: the machine clock jumps when a leader's stamp lands, up to a tick late.
 const CLAIMS_KEPT_SLACK_MS: u64 = 500;
@@ -432,7 +470,10 @@ impl SessionRun {
                     .collect::<Vec<_>>(),
                 clock_spread_ms + CLAIMS_KEPT_SLACK_MS,
             ),
-            checkers::expired_claims_returned(&observed.overdue, heal_ms + LEADER_SETTLE_MS),
+            checkers::expired_claims_returned(
+                &observed.overdue,
+                claims_judged_from(&cluster.samples(), heal_ms),
+            ),
             checkers::issued_once(&orders, &history.seen),
             checkers::orders_resumed(&submissions, &history.claims, &observed.resumed_claims),
             checkers::stale_completions_refused(&history.late_completions),
@@ -459,4 +500,65 @@ fn clients_saw_no_violation(history: &SessionHistory) -> Verdict {
         history.seen.len()
     );
     Verdict::of_violations("session-clients", &history.violations, detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FIRST_TICK_AFTER_LEADER_MS, LEADER_SETTLE_MS, claims_judged_from};
+    use crate::observe::{Role, Sample};
+
+    fn sample(at_ms: u64, node: u64, role: Role) -> Sample {
+        Sample {
+            at_ms,
+            node,
+            role,
+            term: 1,
+            committed: 0,
+            applied: 0,
+        }
+    }
+
+    #[test]
+    fn claims_are_judged_a_tick_after_a_late_leader_and_never_before_the_settle_bound() {
+        const HEAL: u64 = 20_000;
+        // A leader throughout: the bound.
+        let steady: Vec<Sample> = (0..40)
+            .map(|i| sample(HEAL + i * 250, 1, Role::Leader))
+            .collect();
+        assert_eq!(claims_judged_from(&steady, HEAL), HEAL + LEADER_SETTLE_MS);
+        // The leader crashed at the heal and the next one led 8 s later, after split votes.
+        let mut late: Vec<Sample> = (0..32)
+            .flat_map(|i| {
+                [
+                    sample(HEAL + i * 250, 1, Role::Down),
+                    sample(HEAL + i * 250, 2, Role::Candidate),
+                ]
+            })
+            .collect();
+        late.extend((32..48).map(|i| sample(HEAL + i * 250, 2, Role::Leader)));
+        assert_eq!(
+            claims_judged_from(&late, HEAL),
+            HEAL + 8_000 + FIRST_TICK_AFTER_LEADER_MS
+        );
+        // A later gap in leadership does not move it.
+        let mut gap_later = late.clone();
+        gap_later.push(sample(HEAL + 48 * 250, 2, Role::Follower));
+        gap_later.extend((49..60).map(|i| sample(HEAL + i * 250, 3, Role::Leader)));
+        assert_eq!(
+            claims_judged_from(&gap_later, HEAL),
+            HEAL + 8_000 + FIRST_TICK_AFTER_LEADER_MS
+        );
+        // A leader for an instant at the heal (then crashed) is not the one that settled.
+        let mut blip = vec![sample(HEAL, 1, Role::Leader)];
+        blip.extend(late.iter().skip(2).cloned());
+        assert_eq!(
+            claims_judged_from(&blip, HEAL),
+            HEAL + 8_000 + FIRST_TICK_AFTER_LEADER_MS
+        );
+        // Never led after the heal: the bound (liveness fails such a run on its own).
+        let never: Vec<Sample> = (0..8)
+            .map(|i| sample(HEAL + i * 250, 2, Role::Candidate))
+            .collect();
+        assert_eq!(claims_judged_from(&never, HEAL), HEAL + LEADER_SETTLE_MS);
+    }
 }
