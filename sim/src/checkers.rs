@@ -91,9 +91,41 @@ pub fn applied_once(applied: &[AppliedRequest]) -> Verdict {
     }
 }
 
+/// **Voters restored**: every node the membership faults removed from the voters was made a
+/// voter again once its fault ended (`unrestored` lists those the harness could not), and every
+/// node that caught up by the end (`final_voters`: its id and the voters it knows) counts all
+/// `nodes` as voters: a membership change that lost a member, or left one a learner, fails.
+pub fn voters_restored(
+    nodes: u64,
+    unrestored: &[String],
+    final_voters: &[(u64, BTreeSet<u64>)],
+) -> Verdict {
+    let everyone: BTreeSet<u64> = (1..=nodes).collect();
+    let mut problems: Vec<String> = unrestored.to_vec();
+    problems.extend(
+        final_voters
+            .iter()
+            .filter(|(_, voters)| *voters != everyone)
+            .map(|(node, voters)| format!("n{node} ends with voters {voters:?}, not {everyone:?}")),
+    );
+    if problems.is_empty() {
+        Verdict::pass(
+            "voters-restored",
+            format!(
+                "all {nodes} nodes vote at the end, as the {} nodes that caught up agree",
+                final_voters.len()
+            ),
+        )
+    } else {
+        Verdict::fail("voters-restored", problems.join("; "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{AppliedRequest, applied_once, single_master};
+    use std::collections::BTreeSet;
+
+    use super::{AppliedRequest, applied_once, single_master, voters_restored};
     use crate::observe::{Role, Sample};
 
     fn sample(at_ms: u64, node: u64, role: Role, term: u64) -> Sample {
@@ -149,5 +181,24 @@ mod tests {
         // Two nodes that disagree on where a request was applied.
         let split = [applied(1, 1, 10), applied(2, 1, 11)];
         assert!(!applied_once(&split).passed);
+    }
+
+    #[test]
+    fn a_member_left_a_learner_or_a_removal_not_undone_fails_voters_restored() {
+        let all: BTreeSet<u64> = [1, 2, 3].into();
+        let fine = [(1, all.clone()), (2, all.clone())];
+        assert!(voters_restored(3, &[], &fine).passed);
+        let learner = [(1, all.clone()), (3, [1, 3].into())];
+        let verdict = voters_restored(3, &[], &learner);
+        assert!(!verdict.passed);
+        assert!(
+            verdict.detail.contains("n3 ends with voters"),
+            "{}",
+            verdict.detail
+        );
+        let not_undone = ["n2 was not a voter again 15 s after its removal ended".to_owned()];
+        let verdict = voters_restored(3, &not_undone, &fine);
+        assert!(!verdict.passed);
+        assert!(verdict.detail.contains("n2 was not"), "{}", verdict.detail);
     }
 }

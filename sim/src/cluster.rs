@@ -158,6 +158,8 @@ pub struct SimCluster {
     clocks: BTreeMap<u64, (Clock, Skew)>,
     /// The clock steps in force on each node, added to its skew (a restart keeps them).
     clock_steps: ClockSteps,
+    /// Every node as the cluster was founded with it (its id and addresses).
+    members: BTreeMap<u64, CertusNode>,
     started: tokio::time::Instant,
 }
 
@@ -369,6 +371,7 @@ impl SimCluster {
             unsynced_writes: Arc::default(),
             clocks,
             clock_steps,
+            members,
             started,
         }
     }
@@ -566,8 +569,49 @@ impl SimCluster {
             .await
     }
 
-    /// Runs `call` with node `via`'s replica on the node's machine, as a client request would.
-    async fn on_node<T, Call, Answer>(&self, via: u64, call: Call) -> Result<T, ServiceError>
+    /// Makes `voters` the cluster's voters through node `via` (forwarded to the leader if need
+    /// be), as `certus ctl` would: the members no longer voting stay learners if `retain`, and
+    /// leave the cluster if not. Abandoned after `timeout` (see [`SimCluster::on_node_within`]).
+    pub async fn change_voters(
+        &self,
+        via: u64,
+        voters: std::collections::BTreeSet<u64>,
+        retain: bool,
+        timeout: Duration,
+    ) -> Result<(), ServiceError> {
+        self.on_node_within(via, Some(timeout), move |replica| async move {
+            replica
+                .change_membership(voters, retain)
+                .await
+                .map(|_view| ())
+        })
+        .await
+    }
+
+    /// Adds node `id` back as a learner through node `via`, answering once it caught up.
+    /// Abandoned after `timeout`.
+    pub async fn add_learner(
+        &self,
+        via: u64,
+        id: u64,
+        timeout: Duration,
+    ) -> Result<(), ServiceError> {
+        let member = self.members[&id].clone();
+        self.on_node_within(via, Some(timeout), move |replica| async move {
+            replica.add_learner(id, member).await.map(|_view| ())
+        })
+        .await
+    }
+
+    /// Runs `call` with node `via`'s replica on the node's machine. A call still unanswered
+    /// after `timeout`, if one is given, is abandoned: its task on the node is aborted, so it
+    /// proposes nothing more.
+    async fn on_node_within<T, Call, Answer>(
+        &self,
+        via: u64,
+        timeout: Option<Duration>,
+        call: Call,
+    ) -> Result<T, ServiceError>
     where
         T: Send + 'static,
         Call: FnOnce(Arc<certus_node::Replica>) -> Answer,
@@ -580,12 +624,35 @@ impl SimCluster {
             .handle
             .get_node(self.machines[&via].id())
             .expect("machine");
+        let mut task = machine.spawn(call(replica));
         // A crash of the node mid-call kills the task: to the caller, the node went away.
-        machine.spawn(call(replica)).await.unwrap_or_else(|_| {
+        let went_down = |_| {
             Err(ServiceError::Unavailable(format!(
                 "node {via} went down mid-call"
             )))
-        })
+        };
+        let Some(timeout) = timeout else {
+            return task.await.unwrap_or_else(went_down);
+        };
+        match tokio::time::timeout(timeout, &mut task).await {
+            Ok(answered) => answered.unwrap_or_else(went_down),
+            Err(_elapsed) => {
+                task.abort();
+                Err(ServiceError::Timeout(format!(
+                    "no answer from node {via} within {timeout:?}"
+                )))
+            }
+        }
+    }
+
+    /// Runs `call` with node `via`'s replica on the node's machine, as a client request would.
+    async fn on_node<T, Call, Answer>(&self, via: u64, call: Call) -> Result<T, ServiceError>
+    where
+        T: Send + 'static,
+        Call: FnOnce(Arc<certus_node::Replica>) -> Answer,
+        Answer: Future<Output = Result<T, ServiceError>> + Send + 'static,
+    {
+        self.on_node_within(via, None, call).await
     }
 }
 

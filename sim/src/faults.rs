@@ -1,7 +1,7 @@
 //! Applies a [`Schedule`] to a running cluster: the network and machine state always equals
 //! what the faults in force call for, however they overlap.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use madsim::net::NetSim;
 use tracing::info;
 
 use crate::cluster::{SimCluster, elapsed_ms};
-use crate::limits::CRASH_AIM_MS_MAX;
+use crate::limits::{CRASH_AIM_MS_MAX, MEMBERSHIP_CALL_MS_MAX, VOTERS_RESTORE_MS_MAX};
 use crate::observe::FaultSpan;
 use crate::schedule::{DiskErrorKind, Fault, Schedule, THE_LEADER};
 
@@ -35,6 +35,8 @@ struct Board {
     disk_errors: BTreeMap<u64, DiskErrorKind>,
     /// Every fault as applied, for the timeline.
     spans: Vec<FaultSpan>,
+    /// Each removed voter the harness could not make a voter again in time, and why.
+    unrestored_voters: Vec<String>,
 }
 
 /// Drives the faults of one run.
@@ -44,6 +46,9 @@ pub struct FaultDriver {
     board: Arc<Mutex<Board>>,
     started: tokio::time::Instant,
     nodes: u64,
+    /// Held while the voters are changed: one membership change at a time, in the order the
+    /// faults begin and end.
+    membership: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for FaultDriver {
@@ -61,12 +66,14 @@ impl FaultDriver {
             board: Arc::default(),
             started,
             nodes,
+            membership: Arc::default(),
         }
     }
 
     /// Runs the safety phase of `schedule`: every fault starts and ends at its time. Returns when
     /// the last one has ended (the caller then heals and applies the permanent fault).
     pub async fn run_safety_phase(&self, schedule: &Schedule) {
+        let safety_ms = schedule.config.safety_ms;
         let mut tasks = Vec::new();
         for (key, planned) in schedule.faults.iter().enumerate() {
             let driver = self.clone();
@@ -78,8 +85,13 @@ impl FaultDriver {
                 let Some(fault) = driver.aim_at_leader(&planned.fault).await else {
                     return;
                 };
-                driver.begin(key, fault);
                 let end_ms = planned.at_ms + planned.duration_ms;
+                if let Fault::RemoveVoter { .. } = fault {
+                    let restore_by_ms = end_ms.max(safety_ms) + VOTERS_RESTORE_MS_MAX;
+                    driver.remove_voter(key, fault, end_ms, restore_by_ms).await;
+                    return;
+                }
+                driver.begin(key, fault);
                 if let Fault::Flap { period_ms, .. } = planned.fault {
                     let mut down = true;
                     while elapsed_ms(driver.started) + period_ms < end_ms {
@@ -117,6 +129,113 @@ impl FaultDriver {
         }
     }
 
+    /// Each removed voter not made a voter again by its deadline, and why (empty when every
+    /// removal was undone).
+    pub fn unrestored_voters(&self) -> Vec<String> {
+        self.board.lock().expect("board").unrestored_voters.clone()
+    }
+
+    /// Makes the voter removal `fault` (unless it would leave fewer than a majority of the nodes
+    /// voting, or another fault already removed its node) until `end_ms`, then makes the node a
+    /// voter again, trying until `restore_by_ms`.
+    async fn remove_voter(&self, key: u64, fault: Fault, end_ms: u64, restore_by_ms: u64) {
+        let Fault::RemoveVoter { node, .. } = fault else {
+            return;
+        };
+        {
+            let board = self.board.lock().expect("board");
+            let removed = removed_voters(&board);
+            let voting_after = self
+                .nodes
+                .saturating_sub(u64::try_from(removed.len()).unwrap_or(u64::MAX))
+                .saturating_sub(1);
+            if removed.contains_key(&node) || voting_after < self.nodes / 2 + 1 {
+                info!(node, "voter removal skipped: it would leave too few voters");
+                return;
+            }
+        }
+        self.begin(key, fault);
+        self.make_voters(end_ms).await;
+        self.sleep_until_ms(end_ms).await;
+        self.end(key);
+        if !self.make_voters(restore_by_ms).await {
+            let problem = format!(
+                "n{node} was not a voter again {} s after its removal ended",
+                (restore_by_ms - end_ms) / 1000
+            );
+            self.board
+                .lock()
+                .expect("board")
+                .unrestored_voters
+                .push(problem);
+        }
+    }
+
+    /// Changes the voters to every node no removal in force names (adding back as learners
+    /// first those that left), through the leader, trying until that holds or `until_ms`. True
+    /// once made.
+    async fn make_voters(&self, until_ms: u64) -> bool {
+        let _one_at_a_time = self.membership.lock().await;
+        loop {
+            let (voters, retain) = {
+                let board = self.board.lock().expect("board");
+                let removed = removed_voters(&board);
+                let voters: BTreeSet<u64> = self
+                    .cluster
+                    .ids()
+                    .into_iter()
+                    .filter(|id| !removed.contains_key(id))
+                    .collect();
+                (voters, !removed.values().any(|leaves| *leaves))
+            };
+            let left_ms = until_ms.saturating_sub(elapsed_ms(self.started));
+            if left_ms == 0 {
+                return false;
+            }
+            let timeout = Duration::from_millis(left_ms.min(MEMBERSHIP_CALL_MS_MAX));
+            // Through the leader itself, so an abandoned call cannot land after a later one.
+            if let Some(leader) = self.cluster.leader(Duration::from_millis(500)).await {
+                match self.change_voters(leader, &voters, retain, timeout).await {
+                    Ok(()) => {
+                        info!(?voters, retain, "voters changed");
+                        return true;
+                    }
+                    Err(error) => info!(%error, ?voters, "voter change failed; trying again"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// One attempt at making `voters` the voters through `leader`: a voter to be that is no
+    /// longer a member is added back as a learner first.
+    async fn change_voters(
+        &self,
+        leader: u64,
+        voters: &BTreeSet<u64>,
+        retain: bool,
+        timeout: Duration,
+    ) -> Result<(), certus_node::ServiceError> {
+        let members: BTreeSet<u64> = self
+            .cluster
+            .replica(leader)
+            .map(|replica| {
+                replica
+                    .membership()
+                    .members
+                    .iter()
+                    .map(|member| member.id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for &id in voters.difference(&members) {
+            self.cluster.add_learner(leader, id, timeout).await?;
+        }
+        self.cluster
+            .change_voters(leader, voters.clone(), retain, timeout)
+            .await
+    }
+
     /// Every fault as it was applied; those still in force end at `None`.
     pub fn spans(&self) -> Vec<FaultSpan> {
         self.board.lock().expect("board").spans.clone()
@@ -148,8 +267,8 @@ impl FaultDriver {
         }
     }
 
-    /// A demotion or slow apply drawn for whoever leads gets the node that leads now (waiting up
-    /// to a second for one); `None` if none does. Other faults are as drawn.
+    /// A demotion, slow apply or voter removal drawn for whoever leads gets the node that leads
+    /// now (waiting up to a second for one); `None` if none does. Other faults are as drawn.
     async fn aim_at_leader(&self, fault: &Fault) -> Option<Fault> {
         match fault {
             Fault::Demote { node: THE_LEADER } => {
@@ -164,6 +283,16 @@ impl FaultDriver {
                 Some(Fault::SlowApply {
                     node: leader,
                     apply_ms: *apply_ms,
+                })
+            }
+            Fault::RemoveVoter {
+                node: THE_LEADER,
+                leave_cluster,
+            } => {
+                let leader = self.cluster.leader(Duration::from_secs(1)).await?;
+                Some(Fault::RemoveVoter {
+                    node: leader,
+                    leave_cluster: *leave_cluster,
                 })
             }
             _ => Some(fault.clone()),
@@ -260,6 +389,8 @@ impl FaultDriver {
                 Fault::Pause { node } => {
                     should_pause.insert(*node, ());
                 }
+                // Made by `make_voters`, not by the network or the machines.
+                Fault::RemoveVoter { .. } => {}
                 Fault::Demote { node } => {
                     for &b in ids.iter().filter(|&&b| b != *node && *node != THE_LEADER) {
                         net.clog_link(self.cluster.machine(*node), self.cluster.machine(b));
@@ -375,6 +506,21 @@ impl FaultDriver {
         board.slow_applies = slow_applies;
         board.disk_errors = disk_errors;
     }
+}
+
+/// The nodes the removals in force took from the voters, with whether each left the cluster.
+fn removed_voters(board: &Board) -> BTreeMap<u64, bool> {
+    board
+        .active
+        .values()
+        .filter_map(|(fault, _)| match fault {
+            Fault::RemoveVoter {
+                node,
+                leave_cluster,
+            } => Some((*node, *leave_cluster)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The simulated files' failure for a drawn disk error.

@@ -25,6 +25,13 @@ pub const ACME_NONCES_REMEMBERED_MAX: usize = 32;
 
 /// The most machine faults (pauses, clock steps, slow disks, disk errors) a seed draws.
 pub const MACHINE_FAULTS_MAX: u64 = 3;
+/// The most membership changes (voter removals) a seed draws.
+pub const MEMBERSHIP_FAULTS_MAX: u64 = 2;
+/// How long after a removal's end (or the safety phase's, if later) the harness keeps trying to
+/// make the removed node a voter again before the run fails `voters-restored`.
+pub const VOTERS_RESTORE_MS_MAX: u64 = 15_000;
+/// How long one membership change call may take before the harness tries again.
+pub const MEMBERSHIP_CALL_MS_MAX: u64 = 3_000;
 /// The shortest and longest process pause (a GC pause, a VM stolen).
 pub const PAUSE_MS_MIN: u64 = 500;
 /// See [`PAUSE_MS_MIN`].

@@ -6,7 +6,7 @@
 //! left on for good) and the **liveness phase** must see a grant within a bound; then the
 //! workloads stop, the nodes settle, and every checker judges what was recorded.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -461,6 +461,29 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         &settled.finals,
         settled.latest_clock_ms,
         nodes,
+    ));
+    let final_voters: Vec<(u64, BTreeSet<u64>)> = settled
+        .finals
+        .keys()
+        .filter_map(|id| {
+            cluster
+                .replica(*id)
+                .map(|replica| (*id, replica.membership()))
+        })
+        .map(|(id, view)| {
+            let voters = view
+                .members
+                .iter()
+                .filter(|member| member.voter)
+                .map(|member| member.id)
+                .collect();
+            (id, voters)
+        })
+        .collect();
+    verdicts.push(checkers::voters_restored(
+        nodes,
+        &driver.unrestored_voters(),
+        &final_voters,
     ));
     let samples = cluster.samples();
     verdicts.push(checkers::single_master(&samples));

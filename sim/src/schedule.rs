@@ -10,8 +10,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{
-    CLOCK_STEP_MS_MAX, CLOCK_STEP_MS_MIN, MACHINE_FAULTS_MAX, PAUSE_MS_MAX, PAUSE_MS_MIN,
-    SLOW_APPLY_MS_MAX, SLOW_APPLY_MS_MIN, SLOW_SYNC_MS_MAX, SLOW_SYNC_MS_MIN,
+    CLOCK_STEP_MS_MAX, CLOCK_STEP_MS_MIN, MACHINE_FAULTS_MAX, MEMBERSHIP_FAULTS_MAX, PAUSE_MS_MAX,
+    PAUSE_MS_MIN, SLOW_APPLY_MS_MAX, SLOW_APPLY_MS_MIN, SLOW_SYNC_MS_MAX, SLOW_SYNC_MS_MIN,
 };
 use crate::observe::ClockSkew;
 
@@ -89,6 +89,10 @@ pub struct FaultConfig {
     /// log is on simulated files.
     #[serde(default)]
     pub disk_faults: bool,
+    /// Whether voters may be removed from the cluster's membership and added back (drawn only
+    /// for clusters of three nodes or more).
+    #[serde(default)]
+    pub membership_faults: bool,
 }
 
 impl FaultConfig {
@@ -107,6 +111,7 @@ impl FaultConfig {
             permanent_fault: true,
             machine_faults: true,
             disk_faults: true,
+            membership_faults: true,
         }
     }
 }
@@ -143,6 +148,10 @@ pub enum Family {
     /// Make a node's state machine apply late (a machine starved of CPU): its applied index
     /// trails its commit index.
     SlowApply,
+    /// Remove a voter (the leader half the time) from the cluster's membership, as an operator
+    /// replacing a machine would: from the voters only (it stays a learner) or from the cluster;
+    /// it is added back and votes again when the fault ends.
+    Membership,
 }
 
 impl Family {
@@ -184,6 +193,7 @@ impl Family {
             Family::DiskError => "disk-error",
             Family::Demote => "demote",
             Family::SlowApply => "slow-apply",
+            Family::Membership => "membership",
         }
     }
 }
@@ -277,9 +287,21 @@ pub enum Fault {
         /// The node, or [`THE_LEADER`].
         node: u64,
     },
+    /// Node `node` is removed from the voters by a membership change, and made a voter again
+    /// (added back first if it left) when the fault ends. Drawn with [`THE_LEADER`] half the
+    /// time. A removed leader that stays a learner keeps leading (openraft lets a non-voter
+    /// lead, committing by the voters' quorum); one that leaves the cluster steps down once the
+    /// change commits, while clients still reach it.
+    RemoveVoter {
+        /// The node, or [`THE_LEADER`].
+        node: u64,
+        /// Whether it leaves the cluster, rather than stay a learner.
+        leave_cluster: bool,
+    },
 }
 
-/// [`Fault::Demote`]'s (and half of [`Fault::SlowApply`]'s) node when drawn: whichever node leads
+/// [`Fault::Demote`]'s (and half of [`Fault::SlowApply`]'s and [`Fault::RemoveVoter`]'s) node
+/// when drawn: whichever node leads
 /// when the fault begins.
 pub const THE_LEADER: u64 = 0;
 
@@ -322,6 +344,7 @@ impl Fault {
             Fault::DiskError { .. } => Family::DiskError,
             Fault::Demote { .. } => Family::Demote,
             Fault::SlowApply { .. } => Family::SlowApply,
+            Fault::RemoveVoter { .. } => Family::Membership,
         }
     }
 
@@ -338,6 +361,8 @@ impl Fault {
             Fault::SlowApply { node, .. } => vec![*node],
             Fault::Demote { node } if *node == THE_LEADER => Vec::new(),
             Fault::Demote { node } => vec![*node],
+            Fault::RemoveVoter { node, .. } if *node == THE_LEADER => Vec::new(),
+            Fault::RemoveVoter { node, .. } => vec![*node],
             Fault::OneWay { from, to } => vec![*from, *to],
             Fault::Split { minority } => minority.clone(),
             Fault::Flap { a, b, .. } => vec![*a, *b],
@@ -373,6 +398,21 @@ impl fmt::Display for Fault {
             Fault::DiskError { node, kind } => write!(f, "disk n{node} {kind}"),
             Fault::Demote { node } if *node == THE_LEADER => write!(f, "demote the leader"),
             Fault::Demote { node } => write!(f, "demote n{node} (cut its sends to peers)"),
+            Fault::RemoveVoter {
+                node,
+                leave_cluster,
+            } => {
+                let who = if *node == THE_LEADER {
+                    "the leader".to_owned()
+                } else {
+                    format!("n{node}")
+                };
+                if *leave_cluster {
+                    write!(f, "{who} removed from the cluster")
+                } else {
+                    write!(f, "{who} removed from the voters (kept as a learner)")
+                }
+            }
         }
     }
 }
@@ -463,6 +503,12 @@ impl Schedule {
             let (machine_families, machine_faults) = draw_machine_faults(seed, config, nodes);
             families.extend(machine_families);
             faults.extend(machine_faults);
+        }
+        if config.membership_faults && nodes >= 3 {
+            let (membership_families, membership_faults) =
+                draw_membership_faults(seed, config, nodes);
+            families.extend(membership_families);
+            faults.extend(membership_faults);
         }
         faults.sort_by_key(|planned| planned.at_ms);
 
@@ -589,6 +635,25 @@ fn draw_machine_faults(seed: u64, config: &FaultConfig, nodes: u64) -> (Vec<Fami
     (families, faults)
 }
 
+/// The membership changes of `seed`, from a third stream so that no other fault a seed draws
+/// depends on them: on with probability 1/2, then 1..=[`MEMBERSHIP_FAULTS_MAX`] removals.
+fn draw_membership_faults(
+    seed: u64,
+    config: &FaultConfig,
+    nodes: u64,
+) -> (Vec<Family>, Vec<Planned>) {
+    let mut rng = SeedRng::new(seed, 3);
+    if !rng.chance(500) {
+        return (Vec::new(), Vec::new());
+    }
+    let families = vec![Family::Membership];
+    let count = rng.between(1, MEMBERSHIP_FAULTS_MAX);
+    let faults = (0..count)
+        .map(|_| draw_planned(&mut rng, &families, nodes, config))
+        .collect();
+    (families, faults)
+}
+
 /// One fault of a family among `families`, with its start and duration within the safety phase.
 fn draw_planned(
     rng: &mut SeedRng,
@@ -658,6 +723,11 @@ fn draw_fault(rng: &mut SeedRng, family: Family, nodes: u64, config: &FaultConfi
         Family::CrashAll => Fault::CrashAll,
         Family::Pause => Fault::Pause { node },
         Family::Demote => Fault::Demote { node: THE_LEADER },
+        // Half the leader, whose step-down clients see; half any node.
+        Family::Membership => Fault::RemoveVoter {
+            node: if rng.chance(500) { THE_LEADER } else { node },
+            leave_cluster: rng.chance(500),
+        },
         Family::ClockStep => {
             let magnitude = rng.between(CLOCK_STEP_MS_MIN, CLOCK_STEP_MS_MAX);
             let magnitude = i64::try_from(magnitude).unwrap_or(0);
@@ -694,8 +764,8 @@ mod tests {
 
     use super::{Family, Fault, FaultConfig, Schedule};
     use crate::limits::{
-        CLOCK_STEP_MS_MAX, CLOCK_STEP_MS_MIN, MACHINE_FAULTS_MAX, PAUSE_MS_MAX, SLOW_APPLY_MS_MAX,
-        SLOW_APPLY_MS_MIN, SLOW_SYNC_MS_MAX, SLOW_SYNC_MS_MIN,
+        CLOCK_STEP_MS_MAX, CLOCK_STEP_MS_MIN, MACHINE_FAULTS_MAX, MEMBERSHIP_FAULTS_MAX,
+        PAUSE_MS_MAX, SLOW_APPLY_MS_MAX, SLOW_APPLY_MS_MIN, SLOW_SYNC_MS_MAX, SLOW_SYNC_MS_MIN,
     };
 
     #[test]
@@ -735,6 +805,35 @@ mod tests {
     }
 
     #[test]
+    fn membership_faults_leave_every_other_fault_of_a_seed_as_it_was() {
+        let with = FaultConfig::for_nodes(3);
+        let without = FaultConfig {
+            membership_faults: false,
+            ..with.clone()
+        };
+        let mut drawn = 0;
+        for seed in 0..100 {
+            let a = Schedule::draw(seed, &with);
+            let b = Schedule::draw(seed, &without);
+            let others: Vec<_> = a
+                .faults
+                .iter()
+                .filter(|planned| planned.fault.family() != Family::Membership)
+                .cloned()
+                .collect();
+            assert_eq!(others, b.faults, "seed {seed}: the other faults changed");
+            assert_eq!(a.permanent, b.permanent);
+            assert_eq!(a.clocks, b.clocks);
+            drawn += usize::from(a.faults.len() > b.faults.len());
+        }
+        // On with probability 1/2.
+        assert!(
+            (30..=70).contains(&drawn),
+            "{drawn} of 100 seeds remove a voter"
+        );
+    }
+
+    #[test]
     fn the_clock_spread_covers_steps_in_opposite_directions() {
         let mut schedule = Schedule::draw(1, &FaultConfig::for_nodes(3));
         schedule.faults = vec![
@@ -764,7 +863,17 @@ mod tests {
             let config = FaultConfig::for_nodes(nodes);
             let schedule = Schedule::draw(seed, &config);
             prop_assert!(!schedule.families.is_empty());
-            prop_assert!(schedule.faults.len() as u64 <= config.max_faults + MACHINE_FAULTS_MAX);
+            prop_assert!(
+                schedule.faults.len() as u64
+                    <= config.max_faults + MACHINE_FAULTS_MAX + MEMBERSHIP_FAULTS_MAX
+            );
+            let removals = schedule
+                .faults
+                .iter()
+                .filter(|planned| matches!(planned.fault, Fault::RemoveVoter { .. }))
+                .count() as u64;
+            prop_assert!(removals <= MEMBERSHIP_FAULTS_MAX);
+            prop_assert!(nodes >= 3 || removals == 0, "a voter removed from {nodes} nodes");
             let run_ms = config.safety_ms + config.liveness_ms;
             for clock in &schedule.clocks {
                 for at in [0, run_ms / 2, run_ms] {

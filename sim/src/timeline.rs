@@ -83,6 +83,7 @@ fn kind_colour(kind: &str) -> &'static str {
         "slow-disk" => "#4e342e",
         "slow-apply" => "#37474f",
         "disk-error" => "#b71c1c",
+        "membership" => "#1565c0",
         _ => "#616161",
     }
 }
