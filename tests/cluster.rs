@@ -272,6 +272,70 @@ async fn a_fourth_node_joins_as_voter_and_one_leaves() {
     assert_grants_survive(&direct, &after).await;
 }
 
+/// A leader that removes itself from the cluster leads on until its next tick: a membership
+/// change it is sent meanwhile must go to the next leader, not to its own Raft (which requires
+/// the leader to be a member), and the node stays healthy, so it can be added back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_removed_itself_takes_no_membership_change_and_can_rejoin() {
+    let cluster = Cluster::start(3, Tuning::default());
+    let old = leader(&cluster).await;
+    let spec = cluster.nodes[cluster.index_of(old)].spec.clone();
+    let others: Vec<u64> = (1..=3).filter(|id| *id != old).collect();
+    let through_old = pinned(&spec.grpc.to_string());
+    let reply = through_old
+        .change_membership(others.clone(), false)
+        .await
+        .expect("the leader removes itself");
+    let ids: Vec<u64> = reply.members.iter().map(|member| member.id).collect();
+    assert_eq!(ids, others, "the leader left");
+    // At once, while it may still lead: refused or forwarded, never taken by its own Raft. Out
+    // of the cluster it hears of no new leader, so the call is cut short rather than retried.
+    let _ = tokio::time::timeout(
+        Duration::from_secs(5),
+        through_old.change_membership(others.clone(), false),
+    )
+    .await;
+
+    // The removed node hears from no leader now: ask the remaining voters.
+    let remaining: Vec<String> = others
+        .iter()
+        .map(|id| cluster.nodes[cluster.index_of(*id)].spec.grpc.to_string())
+        .collect();
+    let everyone = Client::with_config(remaining.clone(), ClientConfig::default()).expect("client");
+    let new = eventually(ELECTION, "a leader among the remaining voters", || async {
+        let status = everyone.status_of(&remaining[0]).await.ok()?;
+        others
+            .contains(&status.leader_id)
+            .then_some(status.leader_id)
+    })
+    .await;
+    everyone
+        .add_learner(old, spec.grpc.to_string(), spec.http.to_string())
+        .await
+        .expect("the removed node is added back as a learner (it caught up)");
+    let reply = everyone
+        .change_membership(vec![1, 2, 3], false)
+        .await
+        .expect("it votes again");
+    assert!(
+        reply.members.iter().all(|member| member.voter) && reply.members.len() == 3,
+        "three voters: {:?}",
+        reply.members
+    );
+    // Its Raft still runs: it applies what the new leader commits after it rejoined.
+    let granted = acquire_many(&everyone, "after-rejoin", 3).await;
+    let leader_endpoint = cluster.nodes[cluster.index_of(new)].spec.grpc.to_string();
+    let leader_index = applied_index(&everyone, &leader_endpoint)
+        .await
+        .expect("the leader's status");
+    eventually(ELECTION, "the rejoined node catches up", || async {
+        let index = applied_index(&through_old, &spec.grpc.to_string()).await?;
+        (index >= leader_index).then_some(())
+    })
+    .await;
+    assert_grants_survive(&through_old, &granted).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_joining_under_a_voters_id_is_refused_unless_it_replaces_it() {
     let mut cluster = Cluster::start(3, Tuning::default());

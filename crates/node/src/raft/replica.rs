@@ -545,6 +545,19 @@ impl Replica {
         if self.leader() != Some(Leader::Me) {
             return ForwardReply::Refused(ForwardRefusal::NotLeader);
         }
+        // A leader whose membership change removed it from the cluster leads on until its next
+        // tick. openraft must not be handed another membership change meanwhile (it requires the
+        // leader to be a member, and its debug builds assert it, stopping the node's Raft), so
+        // the change waits for the next leader.
+        let changes_membership = matches!(
+            request,
+            ForwardRequest::AddLearner { .. }
+                | ForwardRequest::ChangeMembership { .. }
+                | ForwardRequest::SetMemberAddress { .. }
+        );
+        if changes_membership && !self.is_member() {
+            return ForwardReply::Refused(ForwardRefusal::NotLeader);
+        }
         match request {
             ForwardRequest::Write(commands)
                 if commands.is_empty() || commands.len() > PROPOSAL_COMMANDS_MAX =>
@@ -663,6 +676,17 @@ impl Replica {
                 WriteOutcome::Applied(_) => unreachable!("an error is not an application"),
             },
         }
+    }
+
+    /// Whether the membership this node knows (the latest it appended) includes it.
+    pub fn is_member(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        metrics
+            .membership_config
+            .membership()
+            .get_node(&self.id)
+            .is_some()
     }
 
     /// The membership this node knows.
