@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use certus_core::{Command, Response};
 use certus_node::acme::AcmeServer;
+use certus_node::raft::forward::{ForwardRefusal, ForwardReply, ForwardRequest};
 use certus_node::{
     CertusNode, Clock, CtNode, CtSetup, Leader, Node, NodeConfig, NodeParts, ServiceError,
     SessionParts, StartError,
@@ -171,6 +172,19 @@ impl std::fmt::Debug for SimCluster {
         f.debug_struct("SimCluster")
             .field("nodes", &self.machines.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
+    }
+}
+
+/// What the harness makes of the leader's answer to a membership change.
+fn membership_changed(reply: ForwardReply) -> Result<(), ServiceError> {
+    match reply {
+        ForwardReply::Membership(_) => Ok(()),
+        ForwardReply::Refused(ForwardRefusal::NotLeader) => Err(ServiceError::NoLeader(
+            "the node asked does not lead".to_owned(),
+        )),
+        other => Err(ServiceError::FailedPrecondition(format!(
+            "membership change refused: {other:?}"
+        ))),
     }
 }
 
@@ -569,36 +583,37 @@ impl SimCluster {
             .await
     }
 
-    /// Makes `voters` the cluster's voters through node `via` (forwarded to the leader if need
-    /// be), as `certus ctl` would: the members no longer voting stay learners if `retain`, and
-    /// leave the cluster if not. Abandoned after `timeout` (see [`SimCluster::on_node_within`]).
+    /// Makes `voters` the cluster's voters on node `leader`, as its admin service would: the
+    /// members no longer voting stay learners if `retain`, and leave the cluster if not.
+    /// Refused `no-leader` if `leader` does not lead (never forwarded: a forwarded request runs
+    /// on in the leader's handler after its caller gave up, as madsim does not cancel it, and
+    /// could land after a later change). Abandoned after `timeout`.
     pub async fn change_voters(
         &self,
-        via: u64,
+        leader: u64,
         voters: std::collections::BTreeSet<u64>,
         retain: bool,
         timeout: Duration,
     ) -> Result<(), ServiceError> {
-        self.on_node_within(via, Some(timeout), move |replica| async move {
-            replica
-                .change_membership(voters, retain)
-                .await
-                .map(|_view| ())
+        let change = ForwardRequest::ChangeMembership { voters, retain };
+        self.on_node_within(leader, Some(timeout), move |replica| async move {
+            membership_changed(replica.serve_forwarded(change).await)
         })
         .await
     }
 
-    /// Adds node `id` back as a learner through node `via`, answering once it caught up.
-    /// Abandoned after `timeout`.
+    /// Adds node `id` back as a learner on node `leader`, answering once it caught up; as
+    /// [`SimCluster::change_voters`], never forwarded, and abandoned after `timeout`.
     pub async fn add_learner(
         &self,
-        via: u64,
+        leader: u64,
         id: u64,
         timeout: Duration,
     ) -> Result<(), ServiceError> {
-        let member = self.members[&id].clone();
-        self.on_node_within(via, Some(timeout), move |replica| async move {
-            replica.add_learner(id, member).await.map(|_view| ())
+        let node = self.members[&id].clone();
+        let add = ForwardRequest::AddLearner { id, node };
+        self.on_node_within(leader, Some(timeout), move |replica| async move {
+            membership_changed(replica.serve_forwarded(add).await)
         })
         .await
     }
