@@ -586,9 +586,22 @@ impl Replica {
                 .await
             }
             ForwardRequest::ChangeMembership { voters, retain } => {
-                self.membership_reply(|| {
+                self.membership_reply(|| async {
+                    // A change whose caller went away between its two steps leaves the
+                    // cluster in a joint configuration no one finishes. openraft's next change
+                    // from there drops every voter of the first half from the members when
+                    // not retaining them, the leader among them, and then cannot append its own
+                    // second step; so finish the old change first, keeping whom it left out as
+                    // learners (a joint change still in progress is refused as in progress and
+                    // waited for instead).
+                    if let Some(unfinished) = self.unfinished_change_goal() {
+                        self.raft
+                            .change_membership(ChangeMembers::ReplaceAllVoters(unfinished), true)
+                            .await?;
+                    }
                     self.raft
                         .change_membership(ChangeMembers::ReplaceAllVoters(voters.clone()), retain)
+                        .await
                 })
                 .await
             }
@@ -676,6 +689,16 @@ impl Replica {
                 WriteOutcome::Applied(_) => unreachable!("an error is not an application"),
             },
         }
+    }
+
+    /// The voters a joint configuration this node knows is changing to, if it knows one.
+    fn unfinished_change_goal(&self) -> Option<BTreeSet<NodeId>> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let configs = metrics.membership_config.membership().get_joint_config();
+        (configs.len() > 1)
+            .then(|| configs.last().cloned())
+            .flatten()
     }
 
     /// Whether the membership this node knows (the latest it appended) includes it.
