@@ -195,7 +195,10 @@ impl FaultDriver {
             let timeout = Duration::from_millis(left_ms.min(MEMBERSHIP_CALL_MS_MAX));
             // Through the leader itself, so an abandoned call cannot land after a later one.
             if let Some(leader) = self.cluster.leader(Duration::from_millis(500)).await {
-                match self.change_voters(leader, &voters, retain, timeout).await {
+                match self
+                    .readd_and_change_voters(leader, &voters, retain, timeout)
+                    .await
+                {
                     Ok(()) => {
                         info!(?voters, retain, "voters changed");
                         return true;
@@ -209,7 +212,7 @@ impl FaultDriver {
 
     /// One attempt at making `voters` the voters through `leader`: a voter to be that is no
     /// longer a member is added back as a learner first.
-    async fn change_voters(
+    async fn readd_and_change_voters(
         &self,
         leader: u64,
         voters: &BTreeSet<u64>,
