@@ -45,6 +45,10 @@ struct Args {
     /// shard and run count), so that shards' files concatenate and `--merge` adds them up.
     #[arg(long)]
     summary: Option<PathBuf>,
+    /// Go on with a sweep that stopped partway (killed, the machine lost): run only what its
+    /// `--summary` file does not hold yet, and append to it. Give the options of the first try.
+    #[arg(long, requires = "summary")]
+    resume: bool,
     /// Add up the JSON lines files of a sweep's shards (`--summary`), print the table, and fail
     /// if a run failed, or a shard is missing or incomplete.
     #[arg(long, num_args = 1.., conflicts_with_all = ["seed", "seeds", "deep"])]
@@ -169,6 +173,35 @@ pub fn main() -> ExitCode {
         eprintln!("this shard of the sweep holds no seed");
         return ExitCode::from(2);
     }
+    let mut plan = plan;
+    let mut resumed = 0;
+    if args.resume
+        && let Some(path) = &args.summary
+    {
+        let recorded = match recorded_runs(path) {
+            Ok(recorded) => recorded,
+            Err(error) => {
+                eprintln!("--resume: {error}");
+                return ExitCode::from(2);
+            }
+        };
+        if recorded.ended {
+            eprintln!(
+                "--resume: {} already holds the end of a sweep; `certus-sim --merge {}` gives its table",
+                path.display(),
+                path.display()
+            );
+            return ExitCode::from(2);
+        }
+        let before = plan.len();
+        plan.retain(|(scenario, seed)| !recorded.runs.contains(&(scenario.name.to_owned(), *seed)));
+        resumed = before - plan.len();
+        eprintln!(
+            "--resume: {resumed} of {before} runs are in {} already; {} to go",
+            path.display(),
+            plan.len()
+        );
+    }
     if args.schedule_only {
         for (scenario, seed) in &plan {
             println!(
@@ -182,7 +215,7 @@ pub fn main() -> ExitCode {
     if args.child {
         return child(&plan[0].0, plan[0].1, &args);
     }
-    sweep(&plan, &args, &sweep_label)
+    sweep(&plan, resumed, &args, &sweep_label)
 }
 
 /// The scenarios `--scenario` names: one by name, every one for `all` and `each`, and without
@@ -316,8 +349,8 @@ fn run_one(scenario: &'static str, seed: u64, deterministic: bool, args: &Args) 
 
 /// Runs the planned seeds (one right here; more in child processes, `--jobs` at once), then
 /// prints the table of the sweep.
-fn sweep(plan: &[(Scenario, u64)], args: &Args, sweep_label: &str) -> ExitCode {
-    let single = plan.len() == 1 && !args.check_determinism;
+fn sweep(plan: &[(Scenario, u64)], resumed: usize, args: &Args, sweep_label: &str) -> ExitCode {
+    let single = plan.len() == 1 && !args.check_determinism && !args.resume;
     if single {
         // One seed: run it right here, so a debugger or a log sees it.
         let (scenario, seed) = &plan[0];
@@ -439,7 +472,7 @@ fn sweep(plan: &[(Scenario, u64)], args: &Args, sweep_label: &str) -> ExitCode {
             shard: args
                 .shard
                 .map_or_else(|| "0/1".to_owned(), |shard| shard.to_string()),
-            runs: plan.len() as u64,
+            runs: (plan.len() + resumed) as u64,
         };
         if let Err(error) = write_line(lines, &footer) {
             eprintln!("--summary: {error}");
@@ -448,6 +481,14 @@ fn sweep(plan: &[(Scenario, u64)], args: &Args, sweep_label: &str) -> ExitCode {
     }
     print_summary(&totals, started.elapsed(), args.check_determinism, jobs);
     report_unproven(&totals, args.allow_unproven);
+    if resumed > 0
+        && let Some(path) = &args.summary
+    {
+        println!(
+            "the table counts this run's part; with the {resumed} runs before it: certus-sim --merge {}",
+            path.display()
+        );
+    }
     if failures == 0 {
         ExitCode::SUCCESS
     } else {
@@ -757,6 +798,47 @@ enum Line {
     Run(RunLine),
 }
 
+/// What a `--summary` file already holds: its runs, and whether a sweep wrote its end.
+#[derive(Debug, Default)]
+struct Recorded {
+    runs: std::collections::BTreeSet<(String, u64)>,
+    ended: bool,
+}
+
+/// Reads back a `--summary` file for `--resume` (a missing file holds nothing). A last line cut
+/// short by the stop is cut off the file, so that run is made again and the lines appended
+/// after it stay whole.
+fn recorded_runs(path: &Path) -> Result<Recorded, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(error) => return Err(format!("{}: {error}", path.display())),
+    };
+    let whole = text.rfind('\n').map_or(0, |end| end + 1);
+    if whole < text.len() {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|file| file.set_len(whole as u64))
+            .map_err(|error| format!("{}: cutting its last line: {error}", path.display()))?;
+    }
+    Ok(recorded_in(&text[..whole]))
+}
+
+fn recorded_in(text: &str) -> Recorded {
+    let mut recorded = Recorded::default();
+    for line in text.lines() {
+        match serde_json::from_str::<Line>(line) {
+            Ok(Line::Run(run)) => {
+                recorded.runs.insert((run.scenario, run.seed));
+            }
+            Ok(Line::Shard(_)) => recorded.ended = true,
+            Err(_) => {}
+        }
+    }
+    recorded
+}
+
 fn open_summary(path: &Path) -> Result<std::fs::File, String> {
     std::fs::OpenOptions::new()
         .create(true)
@@ -1013,6 +1095,35 @@ mod tests {
             "{gaps:?}"
         );
         assert!(!shard_gaps(&BTreeMap::new(), 0).is_empty());
+    }
+
+    #[test]
+    fn a_resumed_sweep_skips_what_its_summary_holds_and_redoes_a_line_cut_short() {
+        let text = concat!(
+            r#"{"scenario":"leases","seed":1,"passed":true}"#,
+            "\n",
+            r#"{"scenario":"ct","seed":2,"passed":false,"failure":"x"}"#,
+            "\n",
+            r#"{"scenario":"ct","seed":3,"pas"#,
+        );
+        let recorded = recorded_in(text);
+        assert!(!recorded.ended);
+        // What `recorded_runs` reads once it has cut the last line short of its newline.
+        let whole = &text[..=text.rfind('\n').expect("lines")];
+        let path = std::env::temp_dir().join(format!("certus-resume-{}.jsonl", std::process::id()));
+        std::fs::write(&path, text).expect("writes");
+        assert_eq!(recorded_runs(&path).expect("reads").runs.len(), 2);
+        assert_eq!(std::fs::read_to_string(&path).expect("reads"), whole);
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(
+            recorded.runs.into_iter().collect::<Vec<_>>(),
+            [("ct".to_owned(), 2), ("leases".to_owned(), 1)]
+        );
+        let ended = format!(
+            "{text}\n{}",
+            r#"{"sweep":"1..4","scenario":"all","shard":"0/1","runs":3}"#
+        );
+        assert!(recorded_in(&ended).ended);
     }
 
     #[test]
