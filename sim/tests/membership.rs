@@ -1,5 +1,6 @@
 //! Membership changes under the simulation: a change whose caller went away between its two
-//! steps leaves a joint configuration no one finishes, and the next change must still work.
+//! steps leaves a joint configuration no one finishes, and the next change must still work; a
+//! change forwarded by a follower may take as long as the leader gives it.
 
 #![cfg(madsim)]
 
@@ -97,5 +98,67 @@ async fn a_change_after_one_left_half_made_finishes_it_first() {
     assert!(
         members.contains(&leader),
         "the old leader stays a member (a learner): {members:?}"
+    );
+}
+
+/// A learner added through a follower, which takes longer to catch up than a forwarded write
+/// may take (the node was down): the follower waits as long as the leader works on the change
+/// and answers it done, not outcome-unknown while the leader goes on to add it.
+#[madsim::test]
+async fn a_learner_added_through_a_follower_may_take_longer_than_a_forwarded_write() {
+    let cluster = SimCluster::start(3);
+    let leader = cluster
+        .leader(Duration::from_secs(10))
+        .await
+        .expect("a leader within 10 s");
+    cluster
+        .write(leader, vec![put("settled")])
+        .await
+        .expect("a write on a healthy cluster");
+    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let (follower, learner) = (others[0], others[1]);
+    let node = cluster
+        .replica(leader)
+        .expect("the leader runs")
+        .raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .get_node(&learner)
+        .cloned()
+        .expect("the learner-to-be is a member");
+    cluster
+        .change_voters(
+            leader,
+            [leader, follower].into(),
+            false,
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("the node leaves the cluster");
+    cluster.crash(learner);
+
+    let replica = cluster.replica(follower).expect("the follower runs");
+    let machine = madsim::runtime::Handle::current()
+        .get_node(cluster.machine(follower))
+        .expect("the follower's machine");
+    let started = tokio::time::Instant::now();
+    let add = machine.spawn(async move { replica.add_learner(learner, node).await });
+    // Down for longer than a forwarded write may take; then it comes back and catches up.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    cluster.restart(learner);
+    let added = tokio::time::timeout(Duration::from_secs(45), add)
+        .await
+        .expect("an answer within 45 s")
+        .expect("the call's task ran to its end");
+    let view = added.expect("the learner is added, not outcome-unknown");
+    assert!(
+        started.elapsed() >= Duration::from_secs(15),
+        "the answer waited for the catch-up"
+    );
+    assert!(
+        view.members.iter().any(|member| member.id == learner),
+        "the answer's membership holds the learner: {view:?}"
     );
 }

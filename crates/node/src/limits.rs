@@ -40,6 +40,12 @@ pub const READ_QUEUE_MAX: usize = 64 * 1024;
 pub const READY_APPLY_LAG_MAX: u64 = 1000;
 /// How long a membership change may take (adding a learner waits for it to catch up).
 pub const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a follower waits for the leader to answer a forwarded membership change: the
+/// leader's own bound on the change, and [`FORWARD_TIMEOUT`] more for the way there and back, so
+/// a change the leader still works on (an added learner catching up) is not cut short by the
+/// forward and answered outcome-unknown while it goes on to succeed.
+pub const FORWARDED_MEMBERSHIP_TIMEOUT: Duration =
+    Duration::from_secs(MEMBERSHIP_CHANGE_TIMEOUT.as_secs() + FORWARD_TIMEOUT.as_secs());
 /// How often a membership change made while the previous one is still committing tries again.
 pub const MEMBERSHIP_IN_PROGRESS_RETRY: Duration = Duration::from_millis(50);
 /// Largest request to the Pipelines service, in bytes: an enqueue or requeue carries up to two

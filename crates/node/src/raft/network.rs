@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 use tonic::transport::Channel;
 
 use crate::edge::tls::PeerTls;
-use crate::limits::{FORWARD_TIMEOUT, RAFT_MESSAGE_BYTES_MAX};
+use crate::limits::{FORWARD_TIMEOUT, FORWARDED_MEMBERSHIP_TIMEOUT, RAFT_MESSAGE_BYTES_MAX};
 use crate::raft::codec;
 use crate::raft::forward::{ForwardReply, ForwardRequest};
 use crate::raft::types::{CertusNode, NodeId, TypeConfig};
@@ -227,8 +227,18 @@ impl Peers {
         addr: &str,
         request: &ForwardRequest,
     ) -> Result<ForwardReply, PeerError> {
-        self.call(addr, RpcKind::Forward, request, FORWARD_TIMEOUT)
+        self.call(addr, RpcKind::Forward, request, forward_timeout(request))
             .await
+    }
+}
+
+/// How long a forwarded request may take: a membership change as long as the leader lets it.
+fn forward_timeout(request: &ForwardRequest) -> Duration {
+    match request {
+        ForwardRequest::AddLearner { .. }
+        | ForwardRequest::ChangeMembership { .. }
+        | ForwardRequest::SetMemberAddress { .. } => FORWARDED_MEMBERSHIP_TIMEOUT,
+        ForwardRequest::Write(_) | ForwardRequest::ReadIndex => FORWARD_TIMEOUT,
     }
 }
 
