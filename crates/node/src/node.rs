@@ -91,6 +91,11 @@ pub struct NodeFiles {
 
 /// How long a stopping node waits for its storage to be released.
 const DISK_RELEASE_WAIT: Duration = Duration::from_secs(10);
+/// How long a stopping node waits for its servers and tasks to finish what they are doing
+/// before it drops them. Most end at once; a write waits for its commit, which never comes on
+/// a leader that lost its quorum (openraft does not step down for that), and a node must still
+/// stop then.
+const TASKS_STOP_WAIT: Duration = Duration::from_secs(10);
 
 /// What a node is started on besides its configuration: its storage, its clock, and what its
 /// CT log and session daemons work with. Production opens them from the configuration
@@ -466,8 +471,21 @@ impl Node {
     pub async fn shutdown(self) {
         self.replica.tasks.stopping();
         let _ = self.stop.send(true);
-        for server in self.servers {
-            let _ = server.await;
+        let deadline = tokio::time::Instant::now() + TASKS_STOP_WAIT;
+        let mut dropped = 0;
+        for mut server in self.servers {
+            // `timeout`, not `timeout_at`: the simulation's runtime has only the former.
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if tokio::time::timeout(left, &mut server).await.is_err() {
+                server.abort();
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            warn!(
+                id = self.replica.id,
+                dropped, "tasks still busy {TASKS_STOP_WAIT:?} after the stop were dropped"
+            );
         }
         // The CT database holds the disk too.
         drop(self.ct);

@@ -520,3 +520,28 @@ async fn input_past_a_limit_is_refused_before_anything_is_proposed() {
 
     node.shutdown().await;
 }
+
+/// A leader whose followers are gone goes on leading (openraft does not step down for want of a
+/// quorum), and writes it proposes meanwhile (its own ticks) wait for a commit that cannot come.
+/// Stopping it must not wait for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_that_lost_its_quorum_still_stops() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let configs = configs(dir.path());
+    let mut nodes = start(&configs).await;
+    let leader = leader_index(&nodes).await;
+    let leader = nodes.remove(leader);
+    shutdown(nodes).await;
+    // A few ticks, each a write that can no longer commit.
+    tokio::time::sleep(configs[0].tick_interval() * 3).await;
+    assert_eq!(
+        leader.replica().leader(),
+        Some(Leader::Me),
+        "the leader leads on without a quorum"
+    );
+    let stopped = tokio::time::timeout(Duration::from_secs(60), leader.shutdown()).await;
+    assert!(
+        stopped.is_ok(),
+        "a leader without a quorum did not stop within 60 s"
+    );
+}
