@@ -18,6 +18,21 @@ fn put(token: &str) -> Command {
     })
 }
 
+/// A cluster of three with a leader, whose founding membership is committed: a write commits
+/// everything before it (a change while that is uncommitted would be refused as in progress).
+async fn settled_cluster() -> (SimCluster, u64) {
+    let cluster = SimCluster::start(3);
+    let leader = cluster
+        .leader(Duration::from_secs(10))
+        .await
+        .expect("a leader within 10 s");
+    cluster
+        .write(leader, vec![put("settled")])
+        .await
+        .expect("a write on a healthy cluster");
+    (cluster, leader)
+}
+
 /// The voters in each configuration node `id` knows (two while a change is half made).
 fn configs_of(cluster: &SimCluster, id: u64) -> Vec<BTreeSet<u64>> {
     let replica = cluster.replica(id).expect("the node runs");
@@ -37,17 +52,7 @@ fn configs_of(cluster: &SimCluster, id: u64) -> Vec<BTreeSet<u64>> {
 /// the members, and then fail to append its own second step (its debug builds assert).
 #[madsim::test]
 async fn a_change_after_one_left_half_made_finishes_it_first() {
-    let cluster = SimCluster::start(3);
-    let leader = cluster
-        .leader(Duration::from_secs(10))
-        .await
-        .expect("a leader within 10 s");
-    // A write commits everything before it, the founding membership among them (a change
-    // while that is uncommitted would be refused as in progress).
-    cluster
-        .write(leader, vec![put("settled")])
-        .await
-        .expect("a write on a healthy cluster");
+    let (cluster, leader) = settled_cluster().await;
     let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
     let keep: BTreeSet<u64> = [others[0], others[1]].into();
 
@@ -106,15 +111,7 @@ async fn a_change_after_one_left_half_made_finishes_it_first() {
 /// and answers it done, not outcome-unknown while the leader goes on to add it.
 #[madsim::test]
 async fn a_learner_added_through_a_follower_may_take_longer_than_a_forwarded_write() {
-    let cluster = SimCluster::start(3);
-    let leader = cluster
-        .leader(Duration::from_secs(10))
-        .await
-        .expect("a leader within 10 s");
-    cluster
-        .write(leader, vec![put("settled")])
-        .await
-        .expect("a write on a healthy cluster");
+    let (cluster, leader) = settled_cluster().await;
     let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
     let (follower, learner) = (others[0], others[1]);
     let node = cluster
