@@ -1,8 +1,9 @@
 //! Readiness, and the standard gRPC health service (`grpc.health.v1.Health`).
 //!
 //! Live means: Raft runs and so does every long-running task of the node ([`liveness`]). Ready
-//! means: live, a member of the cluster, a leader is known, and this node has applied to within
-//! [`READY_APPLY_LAG_MAX`] entries of the commit index the leader last reported.
+//! means: live, a member of the cluster, a leader is known, on the leader a quorum has
+//! acknowledged it within twice the longest election timeout, and this node has applied to
+//! within [`READY_APPLY_LAG_MAX`] entries of the commit index the leader last reported.
 //!
 //! The health service answers for every service the node serves, for "" (the node: ready) and
 //! for [`LIVENESS_SERVICE_NAME`] (alive), so that a gRPC probe can tell the two apart as
@@ -122,6 +123,10 @@ pub fn readiness(replica: &Replica) -> Readiness {
         Some("this node is not a member of the cluster (removed, or not added yet)".to_owned())
     } else if metrics.current_leader.is_none() {
         Some("no leader is known".to_owned())
+    } else if let Some(silence) =
+        quorum_silence(&metrics, 2 * replica.raft.config().election_timeout_max)
+    {
+        Some(silence)
     } else if commit_index.saturating_sub(applied_index) > READY_APPLY_LAG_MAX {
         Some(format!(
             "applied index {applied_index} lags commit index {commit_index} by more than {READY_APPLY_LAG_MAX}"
@@ -135,6 +140,27 @@ pub fn readiness(replica: &Replica) -> Readiness {
         applied_index,
         commit_index,
         reason,
+    }
+}
+
+/// On a leader no quorum has acknowledged for longer than `limit_ms` (or at all yet), why it
+/// cannot serve. openraft leaves a leader cut off from the majority leading (it does not step
+/// down for want of a quorum): its reads are refused and its writes wait for a commit that
+/// cannot come, while the majority has elected another leader.
+fn quorum_silence(
+    metrics: &openraft::RaftMetrics<crate::raft::types::NodeId, crate::raft::types::CertusNode>,
+    limit_ms: u64,
+) -> Option<String> {
+    if metrics.state != openraft::ServerState::Leader {
+        return None;
+    }
+    match metrics.millis_since_quorum_ack {
+        None => Some("this node leads, but no quorum has acknowledged it yet".to_owned()),
+        Some(silent_ms) if silent_ms > limit_ms => Some(format!(
+            "this node leads, but no quorum has acknowledged it for {silent_ms} ms (cut off from \
+             the majority)"
+        )),
+        Some(_) => None,
     }
 }
 
@@ -259,6 +285,27 @@ impl<T> Stream for ReceiverStream<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leader_no_quorum_acknowledged_lately_is_not_ready_and_a_follower_is_not_judged_so() {
+        let mut metrics = openraft::RaftMetrics::new_initial(1);
+        metrics.millis_since_quorum_ack = None;
+        assert_eq!(quorum_silence(&metrics, 2000), None, "a follower");
+        metrics.state = openraft::ServerState::Leader;
+        assert!(
+            quorum_silence(&metrics, 2000).is_some_and(|why| why.contains("yet")),
+            "a leader never acknowledged"
+        );
+        metrics.millis_since_quorum_ack = Some(150);
+        assert_eq!(quorum_silence(&metrics, 2000), None, "a leader in touch");
+        metrics.millis_since_quorum_ack = Some(2000);
+        assert_eq!(quorum_silence(&metrics, 2000), None, "at the limit");
+        metrics.millis_since_quorum_ack = Some(2001);
+        assert!(
+            quorum_silence(&metrics, 2000).is_some_and(|why| why.contains("2001 ms")),
+            "a leader cut off"
+        );
+    }
 
     #[test]
     fn a_node_with_the_ct_log_names_its_service_and_one_without_does_not() {

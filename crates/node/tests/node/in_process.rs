@@ -523,9 +523,9 @@ async fn input_past_a_limit_is_refused_before_anything_is_proposed() {
 
 /// A leader whose followers are gone goes on leading (openraft does not step down for want of a
 /// quorum), and writes it proposes meanwhile (its own ticks) wait for a commit that cannot come.
-/// Stopping it must not wait for them.
+/// It must say it is not ready, and stopping it must not wait for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_leader_that_lost_its_quorum_still_stops() {
+async fn a_leader_that_lost_its_quorum_is_not_ready_and_still_stops() {
     let dir = tempfile::tempdir().expect("temp dir");
     let configs = configs(dir.path());
     let mut nodes = start(&configs).await;
@@ -538,6 +538,23 @@ async fn a_leader_that_lost_its_quorum_still_stops() {
         leader.replica().leader(),
         Some(Leader::Me),
         "the leader leads on without a quorum"
+    );
+    // ... but says it is not ready, so that probes and load balancers send no one to it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let readiness = loop {
+        let readiness = certus_node::services::health::readiness(leader.replica());
+        if !readiness.ready || Instant::now() >= deadline {
+            break readiness;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        !readiness.ready
+            && readiness
+                .reason
+                .as_deref()
+                .is_some_and(|why| why.contains("no quorum has acknowledged")),
+        "{readiness:?}"
     );
     let stopped = tokio::time::timeout(Duration::from_secs(60), leader.shutdown()).await;
     assert!(
