@@ -49,6 +49,9 @@ pub struct ClaimRecord {
     /// When the worker stopped working the session and sent its result; `None` if it never did
     /// (its node crashed, or the worker abandoned the claim).
     pub finished_ms: Option<u64>,
+    /// When the session had become claimable (machine time), where the worker was told (a
+    /// node's daemons are; the external workers' gRPC answer does not say).
+    pub visible_at_machine_ms: Option<u64>,
 }
 
 /// A session as one node's final state holds it.
@@ -308,6 +311,34 @@ pub fn claims_exclusive(claims: &[ClaimRecord]) -> Verdict {
         }
     }
     Verdict::of_problems(NAME, problems, format!("{} claims", claims.len()))
+}
+
+/// **No claim early**: a queued session is claimed only once it is visible (machine time): not
+/// before the delay its worker released it with, or the retry time of a challenge test, is over.
+/// Claimed sessions are kept apart from the queues, so an early claim never overlaps a live
+/// claim and [`claims_exclusive`] cannot see it.
+pub fn claims_not_early(claims: &[ClaimRecord]) -> Verdict {
+    const NAME: &str = "claims-not-early";
+    let mut judged = 0;
+    let mut problems = Vec::new();
+    for claim in claims {
+        let Some(visible_at) = claim.visible_at_machine_ms else {
+            continue;
+        };
+        judged += 1;
+        if claim.granted_machine_ms < visible_at {
+            problems.push(format!(
+                "session {}: {} was granted token {} at machine {} ms, {} ms before the session \
+                 became visible (machine {visible_at} ms)",
+                claim.session,
+                claim.worker,
+                claim.token,
+                claim.granted_machine_ms,
+                visible_at - claim.granted_machine_ms
+            ));
+        }
+    }
+    Verdict::of_problems(NAME, problems, format!("{judged} claims"))
 }
 
 /// **Claims kept**: a node's daemon keeps the claims it works. While it works a session past

@@ -335,6 +335,7 @@ impl Worker<'_> {
             deadline_machine_ms: session.claim_deadline_ms,
             first_deadline_machine_ms: session.claim_deadline_ms,
             finished_ms: None,
+            visible_at_machine_ms: None,
         };
         let position = self.context.shared.with(|history| {
             history.claims.push(record);

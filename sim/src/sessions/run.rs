@@ -187,6 +187,7 @@ fn record_work(shared: &Shared, worker: &str, event: WorkEvent, now_ms: u64) {
             session,
             token,
             deadline_ms,
+            visible_at_ms,
         } => history.claims.push(ClaimRecord {
             worker: worker.to_owned(),
             session: session.0,
@@ -196,6 +197,7 @@ fn record_work(shared: &Shared, worker: &str, event: WorkEvent, now_ms: u64) {
             deadline_machine_ms: deadline_ms,
             first_deadline_machine_ms: deadline_ms,
             finished_ms: None,
+            visible_at_machine_ms: Some(visible_at_ms),
         }),
         WorkEvent::Extended {
             session,
@@ -460,6 +462,7 @@ impl SessionRun {
                 end_ms,
             ),
             checkers::claims_exclusive(&history.claims),
+            checkers::claims_not_early(&history.claims),
             checkers::claims_redelivered(&history.claims, &finals),
             checkers::claims_kept(
                 &history.claims,

@@ -161,6 +161,8 @@ pub enum WorkEvent {
         token: u64,
         /// The claim's deadline, machine time.
         deadline_ms: u64,
+        /// When the session became claimable (machine time): the grant is at or after it.
+        visible_at_ms: u64,
     },
     /// The claim was extended to `deadline_ms`.
     Extended {
@@ -377,6 +379,7 @@ impl SessionDaemons {
                             session: session.id,
                             token: claim.token,
                             deadline_ms: claim.deadline_ms,
+                            visible_at_ms: session.visible_at_ms,
                         });
                     }
                 }

@@ -79,6 +79,7 @@ fn claim(
         deadline_machine_ms: granted_ms + SKEW_MS + VISIBILITY_MS,
         first_deadline_machine_ms: granted_ms + SKEW_MS + VISIBILITY_MS,
         finished_ms,
+        visible_at_machine_ms: None,
     }
 }
 
@@ -758,5 +759,25 @@ fn orders_resumed_fails_on_a_submission_without_a_claim() {
     assert_fails(
         &verdict,
         "node-3 submitted an order at 900 ms without a claim",
+    );
+}
+
+#[test]
+fn claims_not_early_fails_a_claim_granted_before_the_session_was_visible() {
+    let on_time = ClaimRecord {
+        visible_at_machine_ms: Some(1_000 + SKEW_MS),
+        ..claim("node-1", 7, 3, 1_000, Some(2_000))
+    };
+    // An external worker's claim says nothing of visibility: not judged.
+    let unknown = claim("external", 8, 4, 1_000, None);
+    assert_passes(&claims_not_early(&[on_time.clone(), unknown]), "1 claims");
+    let early = ClaimRecord {
+        visible_at_machine_ms: Some(1_000 + SKEW_MS + 1),
+        token: 5,
+        ..on_time
+    };
+    assert_fails(
+        &claims_not_early(&[early]),
+        "1 ms before the session became visible",
     );
 }
