@@ -31,7 +31,7 @@ pub async fn run(replica: Arc<Replica>, config: NodeConfig, stop: watch::Receive
                 age_ms: config.challenge_retention_ms,
             }),
         ];
-        match tick(&replica, commands, interval).await {
+        match replica.write(commands).await {
             Err(error) => debug!(id = replica.id, %error, "tick not applied"),
             // A tick handles bounded batches (sessions, transactions); when more is due, tick again now.
             Ok(mut responses) => {
@@ -39,7 +39,7 @@ pub async fn run(replica: Arc<Replica>, config: NodeConfig, stop: watch::Receive
                     && reply.more()
                     && replica.leader() == Some(Leader::Me)
                 {
-                    match tick(&replica, vec![Command::Tick], interval).await {
+                    match replica.write(vec![Command::Tick]).await {
                         Ok(next) => responses = next,
                         Err(error) => {
                             debug!(id = replica.id, %error, "tick not applied");
@@ -51,29 +51,3 @@ pub async fn run(replica: Arc<Replica>, config: NodeConfig, stop: watch::Receive
         }
     }
 }
-
-/// Proposes a tick and waits for its answer, but no longer than [`TICK_ANSWER_WAIT_INTERVALS`]
-/// tick intervals. A leader cut off with a tick in flight learns only when the partition heals
-/// that it lost its term, and the tick's answer (unknown) comes later still: waiting for it kept
-/// a node that led again meanwhile from ticking, and its lapsed claims were never taken back.
-/// A tick unanswered is left to land or not; the next one does its work either way.
-async fn tick(
-    replica: &Replica,
-    commands: Vec<Command>,
-    interval: std::time::Duration,
-) -> Result<Vec<Response>, String> {
-    match tokio::time::timeout(
-        interval * TICK_ANSWER_WAIT_INTERVALS,
-        replica.write(commands),
-    )
-    .await
-    {
-        Ok(answered) => answered.map_err(|error| error.to_string()),
-        Err(_elapsed) => Err(format!(
-            "no answer within {TICK_ANSWER_WAIT_INTERVALS} tick intervals"
-        )),
-    }
-}
-
-/// How many tick intervals a tick's answer is waited for.
-const TICK_ANSWER_WAIT_INTERVALS: u32 = 3;
