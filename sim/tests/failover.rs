@@ -275,6 +275,107 @@ async fn a_leader_whose_write_was_overtaken_by_a_snapshot_serves_writes_when_it_
     .expect("a write through the old leader, leading again");
 }
 
+/// The machine clock node `id` has applied (it moves only when an entry proposed with a time is
+/// applied: a write or a tick).
+fn machine_clock_on(cluster: &SimCluster, id: u64) -> u64 {
+    cluster
+        .replica(id)
+        .expect("the node runs")
+        .reader
+        .read(|applied| applied.state.clock_ms())
+}
+
+/// The last log index node `id` holds.
+fn last_log_index(cluster: &SimCluster, id: u64) -> u64 {
+    cluster
+        .replica(id)
+        .expect("the node runs")
+        .metrics()
+        .borrow()
+        .last_log_index
+        .unwrap_or(0)
+}
+
+/// The last log index node `id` has applied.
+fn applied_index(cluster: &SimCluster, id: u64) -> u64 {
+    cluster
+        .replica(id)
+        .expect("the node runs")
+        .metrics()
+        .borrow()
+        .last_applied
+        .map_or(0, |log_id| log_id.index)
+}
+
+/// A leader cut off with a tick in flight learns it lost its term only when the partition heals,
+/// and that tick is answered (outcome unknown) seconds after that. A node that leads again
+/// meanwhile must tick in its new term at once: only ticks take lapsed claims and leases back.
+#[madsim::test]
+async fn a_node_that_leads_again_ticks_without_waiting_for_its_old_tick() {
+    let cluster = snapshotting_every_ten_entries();
+    let all = [1, 2, 3];
+    let old = formed(&cluster, &all).await;
+    let net = madsim::net::NetSim::current();
+    net.clog_node(cluster.machine(old));
+    // The cut-off leader's next tick is appended there only and never commits.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let others: Vec<u64> = all.into_iter().filter(|id| *id != old).collect();
+    let new = leader_among(&cluster, &others).await;
+    let behind = others
+        .into_iter()
+        .find(|id| *id != new)
+        .expect("a third node");
+    // The majority's snapshot overtakes the tick: openraft never answers it (neither applied
+    // nor truncated), and the old leader's proposer gives up on it only 10 s after stepping down.
+    for n in 0..40 {
+        cluster
+            .write(new, vec![put(&format!("t-{n}"))])
+            .await
+            .expect("a write on the majority side");
+    }
+
+    // `behind` misses the ticks the new leader commits with the old one, so that only the old
+    // leader's log is up to date enough to win once the new leader crashes.
+    net.clog_node(cluster.machine(behind));
+    net.unclog_node(cluster.machine(old));
+    for _ in 0..100 {
+        if last_log_index(&cluster, old) > last_log_index(&cluster, behind)
+            && cluster.replica(old).and_then(|replica| replica.leader()) != Some(Leader::Me)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        last_log_index(&cluster, old) > last_log_index(&cluster, behind),
+        "node {old} did not catch up with node {new} within 5 s of the heal"
+    );
+    cluster.crash(new);
+    net.unclog_node(cluster.machine(behind));
+    let leads = leader_among(&cluster, &[old, behind]).await;
+    assert_eq!(leads, old, "only node {old}'s log is up to date");
+
+    // Read once what the new term's first entry commits is applied, so that entries of the
+    // earlier term applied late cannot pass for a tick.
+    let elected_at = last_log_index(&cluster, old);
+    for _ in 0..100 {
+        if applied_index(&cluster, old) >= elected_at {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        applied_index(&cluster, old) >= elected_at,
+        "node {old} applied nothing of its term"
+    );
+    let clock_when_elected = machine_clock_on(&cluster, old);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        machine_clock_on(&cluster, old) > clock_when_elected,
+        "node {old} led again and applied no tick of its own in 3 s (tick interval 1 s)"
+    );
+}
+
 /// openraft purges a follower's log right after queueing a snapshot install, before the
 /// snapshot is on disk, so the purge stops at the older snapshot there; a node that crashes
 /// before its next purge holds a log with a hole below the new snapshot and entries appended
