@@ -121,11 +121,59 @@ pub fn voters_restored(
     }
 }
 
+/// A node's readiness judged as a cut that left it alone ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CutOffReadiness {
+    /// The node.
+    pub node: u64,
+    /// When the cut began and ended (simulated ms since the run began).
+    pub from_ms: u64,
+    /// When it ended.
+    pub until_ms: u64,
+    /// Whether the node said it was ready then.
+    pub ready: bool,
+}
+
+/// **Readiness** (what `/health/ready` and gRPC health answer, for probes and load balancers):
+/// a node cut off alone long enough to notice says it is not ready (`cut_off`: each judged as
+/// its cut ended), and every member that caught up at the end of the run, with no fault left on
+/// it, says it is ready (`unready_at_end`: each that did not, and why).
+pub fn readiness(cut_off: &[CutOffReadiness], unready_at_end: &[(u64, String)]) -> Verdict {
+    let mut problems: Vec<String> = cut_off
+        .iter()
+        .filter(|judged| judged.ready)
+        .map(|judged| {
+            format!(
+                "n{} said it was ready at {} ms, alone since {} ms",
+                judged.node, judged.until_ms, judged.from_ms
+            )
+        })
+        .collect();
+    problems.extend(
+        unready_at_end
+            .iter()
+            .map(|(node, why)| format!("n{node} not ready at the end, caught up: {why}")),
+    );
+    if problems.is_empty() {
+        Verdict::pass(
+            "readiness",
+            format!(
+                "{} nodes cut off alone said not ready; every member caught up at the end said \
+                 ready",
+                cut_off.len()
+            ),
+        )
+    } else {
+        Verdict::fail("readiness", problems.join("; "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
 
-    use super::{AppliedRequest, applied_once, single_master, voters_restored};
+    use super::CutOffReadiness;
+    use super::{AppliedRequest, applied_once, readiness, single_master, voters_restored};
     use crate::observe::{Role, Sample};
 
     fn sample(at_ms: u64, node: u64, role: Role, term: u64) -> Sample {
@@ -200,5 +248,30 @@ mod tests {
         let verdict = voters_restored(3, &not_undone, &fine);
         assert!(!verdict.passed);
         assert!(verdict.detail.contains("n2 was not"), "{}", verdict.detail);
+    }
+
+    #[test]
+    fn a_node_alone_that_says_ready_or_a_caught_up_member_that_does_not_fails_readiness() {
+        let judged = |node, ready| CutOffReadiness {
+            node,
+            from_ms: 4_000,
+            until_ms: 9_000,
+            ready,
+        };
+        assert!(readiness(&[judged(1, false), judged(2, false)], &[]).passed);
+        let verdict = readiness(&[judged(1, false), judged(3, true)], &[]);
+        assert!(!verdict.passed);
+        assert!(
+            verdict.detail.contains("n3 said it was ready at 9000 ms"),
+            "{}",
+            verdict.detail
+        );
+        let verdict = readiness(&[], &[(2, "no leader is known".to_owned())]);
+        assert!(!verdict.passed);
+        assert!(
+            verdict.detail.contains("n2 not ready at the end"),
+            "{}",
+            verdict.detail
+        );
     }
 }

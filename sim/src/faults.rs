@@ -9,6 +9,7 @@ use certus_store::DiskFault;
 use madsim::net::NetSim;
 use tracing::info;
 
+use crate::checkers::CutOffReadiness;
 use crate::cluster::{SimCluster, elapsed_ms};
 use crate::limits::{CRASH_AIM_MS_MAX, MEMBERSHIP_CALL_MS_MAX, VOTERS_RESTORE_MS_MAX};
 use crate::observe::FaultSpan;
@@ -37,7 +38,15 @@ struct Board {
     spans: Vec<FaultSpan>,
     /// Each removed voter the harness could not make a voter again in time, and why.
     unrestored_voters: Vec<String>,
+    /// When each node last started again or resumed (simulated ms since the run began).
+    disturbed_at_ms: BTreeMap<u64, u64>,
+    /// What each node cut off from all the others said of its readiness as its cut ended.
+    cut_off_readiness: Vec<CutOffReadiness>,
 }
+
+/// Slack over twice the election timeout for a node cut off to notice: its last metrics may
+/// be a heartbeat old, and a restart or resume starts its silence afresh.
+const CUT_OFF_NOTICE_SLACK_MS: u64 = 1_000;
 
 /// Drives the faults of one run.
 #[derive(Clone)]
@@ -333,6 +342,7 @@ impl FaultDriver {
     fn end(&self, key: u64) {
         let now = elapsed_ms(self.started);
         let mut board = self.board.lock().expect("board");
+        self.judge_cut_off(&mut board, key, now);
         let Some((fault, _)) = board.active.remove(&key) else {
             return;
         };
@@ -362,8 +372,62 @@ impl FaultDriver {
             self.cluster.crash(node);
             board.paused.remove(&node);
             self.cluster.restart(node);
+            board.disturbed_at_ms.insert(node, now);
             self.apply(&mut board);
         }
+    }
+
+    /// As fault `key` ends: if it left one node alone (an isolation, a split with a minority of
+    /// one) long enough to notice, and the node ran untouched meanwhile, records whether it said
+    /// it was ready. Alone, it cannot serve: as a leader no quorum acknowledges it, as a
+    /// follower or learner no leader reaches it.
+    fn judge_cut_off(&self, board: &mut Board, key: u64, now: u64) {
+        let Some((fault, _)) = board.active.get(&key) else {
+            return;
+        };
+        let node = match fault {
+            Fault::Isolate { node } => *node,
+            Fault::Split { minority } if minority.len() == 1 => minority[0],
+            _ => return,
+        };
+        let label = fault.to_string();
+        let Some(from_ms) = board
+            .spans
+            .iter()
+            .rev()
+            .find(|span| span.label == label && span.until_ms.is_none())
+            .map(|span| span.from_ms)
+        else {
+            return;
+        };
+        let Some(replica) = self.cluster.replica(node) else {
+            return;
+        };
+        let notice_ms = 2 * replica.raft.config().election_timeout_max + CUT_OFF_NOTICE_SLACK_MS;
+        let settled_since = board
+            .disturbed_at_ms
+            .get(&node)
+            .copied()
+            .unwrap_or(0)
+            .max(from_ms);
+        if board.crashed.contains_key(&node)
+            || board.paused.contains_key(&node)
+            || now.saturating_sub(settled_since) < notice_ms
+        {
+            return;
+        }
+        let ready = certus_node::services::health::readiness(&replica).ready;
+        board.cut_off_readiness.push(CutOffReadiness {
+            node,
+            from_ms,
+            until_ms: now,
+            ready,
+        });
+    }
+
+    /// What each node cut off alone said of its readiness as its cut ended.
+    pub fn cut_off_readiness(&self) -> Vec<CutOffReadiness> {
+        self.board.lock().expect("board").cut_off_readiness.clone()
     }
 
     /// Makes the network and machines match the faults in `board.active`.
@@ -468,6 +532,7 @@ impl FaultDriver {
                 info!(node = id, "restart");
                 self.cluster.restart(id);
                 board.crashed.remove(&id);
+                board.disturbed_at_ms.insert(id, elapsed_ms(self.started));
             }
         }
         // Pauses, of the machines that run.
@@ -482,6 +547,7 @@ impl FaultDriver {
                 info!(node = id, "resume");
                 self.cluster.resume(id);
                 board.paused.remove(&id);
+                board.disturbed_at_ms.insert(id, elapsed_ms(self.started));
             }
         }
         // Clocks and disks.

@@ -485,6 +485,28 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
         &driver.unrestored_voters(),
         &final_voters,
     ));
+    // Readiness at the end, of the members that caught up and have no fault left on them.
+    let still_faulty: BTreeSet<u64> = driver
+        .spans()
+        .iter()
+        .filter(|span| span.until_ms.is_none())
+        .flat_map(|span| span.nodes.iter().copied())
+        .collect();
+    let unready_at_end: Vec<(u64, String)> = settled
+        .finals
+        .keys()
+        .filter(|id| !still_faulty.contains(id))
+        .filter_map(|id| cluster.replica(*id).map(|replica| (*id, replica)))
+        .filter(|(_, replica)| replica.is_member())
+        .filter_map(|(id, replica)| {
+            let readiness = certus_node::services::health::readiness(&replica);
+            (!readiness.ready).then(|| (id, readiness.reason.unwrap_or_default()))
+        })
+        .collect();
+    verdicts.push(checkers::readiness(
+        &driver.cut_off_readiness(),
+        &unready_at_end,
+    ));
     let samples = cluster.samples();
     verdicts.push(checkers::single_master(&samples));
     verdicts.push(leases::checkers::exclusive_holding(

@@ -70,6 +70,8 @@ pub struct Replica {
     reads: mpsc::Sender<oneshot::Sender<Result<(), ServiceError>>>,
     /// The highest commit index a leader has told this node about.
     leader_commit_seen: AtomicU64,
+    /// When this node last took an append from a leader (for readiness).
+    leader_heard_at: std::sync::Mutex<Option<tokio::time::Instant>>,
     boot: BootLog,
     /// openraft's metrics, relayed so that their waiters wake in a replayable order.
     metrics: ordered_watch::Receiver<RaftMetrics<NodeId, CertusNode>>,
@@ -145,6 +147,7 @@ impl Replica {
             proposer,
             reads,
             leader_commit_seen: AtomicU64::new(0),
+            leader_heard_at: std::sync::Mutex::new(None),
             boot,
             metrics,
             data_metrics,
@@ -735,6 +738,18 @@ impl Replica {
     /// Notes the commit index a leader sent this node (for readiness and status).
     pub fn observe_leader_commit(&self, index: u64) {
         self.leader_commit_seen.fetch_max(index, Ordering::Relaxed);
+    }
+
+    /// Notes that this node took an append (or a heartbeat) from the leader of its term.
+    pub fn observe_leader_contact(&self) {
+        *self.leader_heard_at.lock().expect("leader contact") = Some(tokio::time::Instant::now());
+    }
+
+    /// How long ago this node last took an append from a leader (`None`: never since it
+    /// started).
+    pub fn millis_since_leader_contact(&self) -> Option<u64> {
+        let heard_at = *self.leader_heard_at.lock().expect("leader contact");
+        heard_at.map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX))
     }
 
     /// The commit index: the highest a leader told this node, or on the leader the index a

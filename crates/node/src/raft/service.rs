@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use certus_proto::v1::RaftMessage;
 use certus_proto::v1::raft_server::Raft as RaftRpc;
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest,
+};
 use tonic::{Request, Response, Status};
 
 use crate::errors::status;
@@ -54,7 +56,13 @@ impl RaftRpc for RaftService {
         if let Some(committed) = request.leader_commit {
             self.replica.observe_leader_commit(committed.index);
         }
-        reply(&self.replica.raft.append_entries(request).await)
+        let answered = self.replica.raft.append_entries(request).await;
+        // A leader that lost its term (refused with a higher vote) is no word from the leader.
+        if matches!(&answered, Ok(response) if !matches!(response, AppendEntriesResponse::HigherVote(_)))
+        {
+            self.replica.observe_leader_contact();
+        }
+        reply(&answered)
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {

@@ -127,6 +127,12 @@ pub fn readiness(replica: &Replica) -> Readiness {
         quorum_silence(&metrics, 2 * replica.raft.config().election_timeout_max)
     {
         Some(silence)
+    } else if let Some(silence) = leader_silence(
+        &metrics,
+        replica.millis_since_leader_contact(),
+        2 * replica.raft.config().election_timeout_max,
+    ) {
+        Some(silence)
     } else if commit_index.saturating_sub(applied_index) > READY_APPLY_LAG_MAX {
         Some(format!(
             "applied index {applied_index} lags commit index {commit_index} by more than {READY_APPLY_LAG_MAX}"
@@ -159,6 +165,30 @@ fn quorum_silence(
         Some(silent_ms) if silent_ms > limit_ms => Some(format!(
             "this node leads, but no quorum has acknowledged it for {silent_ms} ms (cut off from \
              the majority)"
+        )),
+        Some(_) => None,
+    }
+}
+
+/// On a node that does not lead, no append from the leader it knows for longer than `limit_ms`
+/// (or since it started), why it cannot serve: it is cut off from that leader, so its reads and
+/// forwarded writes cannot be served. A follower so cut off soon campaigns and forgets the
+/// leader; a learner never campaigns, and would name the old leader for ever.
+fn leader_silence(
+    metrics: &openraft::RaftMetrics<crate::raft::types::NodeId, crate::raft::types::CertusNode>,
+    millis_since_leader_contact: Option<u64>,
+    limit_ms: u64,
+) -> Option<String> {
+    let leader = metrics.current_leader?;
+    if leader == metrics.id {
+        return None;
+    }
+    match millis_since_leader_contact {
+        None => Some(format!(
+            "no append from leader {leader} has reached this node since it started"
+        )),
+        Some(silent_ms) if silent_ms > limit_ms => Some(format!(
+            "no append from leader {leader} for {silent_ms} ms (cut off from it)"
         )),
         Some(_) => None,
     }
@@ -304,6 +334,39 @@ mod tests {
         assert!(
             quorum_silence(&metrics, 2000).is_some_and(|why| why.contains("2001 ms")),
             "a leader cut off"
+        );
+    }
+
+    #[test]
+    fn a_node_that_has_not_heard_from_its_leader_lately_is_not_ready() {
+        let mut metrics = openraft::RaftMetrics::new_initial(1);
+        assert_eq!(
+            leader_silence(&metrics, None, 2000),
+            None,
+            "no leader known"
+        );
+        metrics.current_leader = Some(1);
+        assert_eq!(
+            leader_silence(&metrics, None, 2000),
+            None,
+            "the leader itself"
+        );
+        metrics.current_leader = Some(2);
+        assert!(
+            leader_silence(&metrics, None, 2000)
+                .is_some_and(|why| why.contains("since it started")),
+            "never heard from the leader"
+        );
+        assert_eq!(leader_silence(&metrics, Some(100), 2000), None, "in touch");
+        assert_eq!(
+            leader_silence(&metrics, Some(2000), 2000),
+            None,
+            "at the limit"
+        );
+        assert!(
+            leader_silence(&metrics, Some(2001), 2000)
+                .is_some_and(|why| why.contains("leader 2 for 2001 ms")),
+            "cut off from the leader"
         );
     }
 
