@@ -217,20 +217,30 @@ fn run_one(mutant: &Mutant, tree: &Path, target_dir: &Path, head: &str, jobs: us
         return Outcome::Broken(format!("the patch does not apply to HEAD: {error}"));
     }
     let target = target_dir.to_string_lossy();
-    let build = Command::new("cargo")
-        .args([
-            "build",
-            "--locked",
-            "--quiet",
-            "--package",
-            "certus-sim",
-            "--target-dir",
-            &target,
-        ])
-        .envs(crate::MADSIM_BUILD)
-        .current_dir(tree)
-        .status();
-    match build {
+    let build = || {
+        Command::new("cargo")
+            .args([
+                "build",
+                "--locked",
+                "--quiet",
+                "--package",
+                "certus-sim",
+                "--target-dir",
+                &target,
+            ])
+            .envs(crate::MADSIM_BUILD)
+            .current_dir(tree)
+            .status()
+    };
+    let mut built = build();
+    if built.as_ref().is_ok_and(|status| !status.success()) {
+        // Switching the scratch tree between commits has left rustc's incremental state
+        // unlinkable ("undefined hidden symbol" from the linker): build once more without it.
+        println!("==> the build failed: once more without the incremental cache");
+        let _ = fs::remove_dir_all(target_dir.join("debug/incremental"));
+        built = build();
+    }
+    match built {
         Ok(status) if status.success() => {}
         Ok(status) => return Outcome::Broken(format!("the mutant does not build ({status})")),
         Err(error) => return Outcome::Broken(format!("cargo: {error}")),
