@@ -28,7 +28,7 @@ use crate::leases::model::LeaseModel;
 use crate::observe::{RunRecord, UnsyncedWrites};
 use crate::pipelines::run::PipelineReport;
 use crate::scenarios::Scenario;
-use crate::schedule::Schedule;
+use crate::schedule::{Fault, Schedule};
 use crate::sessions::run::{SessionReport, SessionSetup};
 use crate::settle::settle;
 use crate::{acme, ct, leases, pipelines, sessions};
@@ -424,11 +424,28 @@ async fn simulate(scenario: Scenario, schedule: Schedule) -> Collected {
                 .as_ref()
                 .map(|fault| fault.nodes(config.nodes))
                 .unwrap_or_default();
+            // The nodes a network fault kept on cuts off (not those merely slowed or skewed).
+            let cut_off_after_heal = schedule
+                .permanent
+                .as_ref()
+                .filter(|fault| {
+                    matches!(
+                        fault,
+                        Fault::Isolate { .. }
+                            | Fault::Split { .. }
+                            | Fault::OneWay { .. }
+                            | Fault::Flap { .. }
+                            | Fault::Demote { .. }
+                    )
+                })
+                .map(|fault| fault.nodes(config.nodes))
+                .unwrap_or_default();
             let (session_verdicts, report) = sessions
                 .finish(
                     &cluster,
                     heal_ms,
                     &faulty_after_heal,
+                    &cut_off_after_heal,
                     schedule.clock_spread_ms(),
                 )
                 .await;

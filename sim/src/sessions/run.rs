@@ -57,9 +57,14 @@ const LEADERSHIP_HELD_MS: u64 = 2_000;
 /// From when the claims are judged: [`LEADER_SETTLE_MS`] after healing, or, when electing took
 /// longer (split votes can take more rounds than that bound counts), a first tick after the
 /// first leadership after the heal that then held for [`LEADERSHIP_HELD_MS`]. Each node is
-/// sampled on its own (every 200 ms or so), so a node's role is its latest sample's.
-fn claims_judged_from(samples: &[Sample], heal_ms: u64) -> u64 {
-    let mut in_order: Vec<&Sample> = samples.iter().collect();
+/// sampled on its own (every 200 ms or so), so a node's role is its latest sample's. The nodes
+/// a network fault kept on after the heal cuts off (`cut_off_after_heal`) are left out: a
+/// leader isolated for good goes on saying it leads, but ticks for no one.
+fn claims_judged_from(samples: &[Sample], heal_ms: u64, cut_off_after_heal: &[u64]) -> u64 {
+    let mut in_order: Vec<&Sample> = samples
+        .iter()
+        .filter(|sample| !cut_off_after_heal.contains(&sample.node))
+        .collect();
     in_order.sort_by_key(|sample| (sample.at_ms, sample.node));
     let settled = heal_ms + LEADER_SETTLE_MS;
     let mut roles: BTreeMap<u64, Role> = BTreeMap::new();
@@ -418,6 +423,7 @@ impl SessionRun {
         cluster: &SimCluster,
         heal_ms: u64,
         faulty_after_heal: &[u64],
+        cut_off_after_heal: &[u64],
         clock_spread_ms: u64,
     ) -> (Vec<Verdict>, SessionReport) {
         self.create_until_ms.store(0, Ordering::SeqCst);
@@ -475,7 +481,7 @@ impl SessionRun {
             ),
             checkers::expired_claims_returned(
                 &observed.overdue,
-                claims_judged_from(&cluster.samples(), heal_ms),
+                claims_judged_from(&cluster.samples(), heal_ms, cut_off_after_heal),
             ),
             checkers::issued_once(&orders, &history.seen),
             checkers::orders_resumed(&submissions, &history.claims, &observed.resumed_claims),
@@ -528,7 +534,10 @@ mod tests {
         let steady: Vec<Sample> = (0..40)
             .map(|i| sample(HEAL + i * 250, 1, Role::Leader))
             .collect();
-        assert_eq!(claims_judged_from(&steady, HEAL), HEAL + LEADER_SETTLE_MS);
+        assert_eq!(
+            claims_judged_from(&steady, HEAL, &[]),
+            HEAL + LEADER_SETTLE_MS
+        );
         // The leader crashed at the heal and the next one led 8 s later, after split votes.
         let mut late: Vec<Sample> = (0..32)
             .flat_map(|i| {
@@ -540,7 +549,7 @@ mod tests {
             .collect();
         late.extend((32..48).map(|i| sample(HEAL + i * 250, 2, Role::Leader)));
         assert_eq!(
-            claims_judged_from(&late, HEAL),
+            claims_judged_from(&late, HEAL, &[]),
             HEAL + 8_000 + FIRST_TICK_AFTER_LEADER_MS
         );
         // A later gap in leadership does not move it.
@@ -548,20 +557,44 @@ mod tests {
         gap_later.push(sample(HEAL + 48 * 250, 2, Role::Follower));
         gap_later.extend((49..60).map(|i| sample(HEAL + i * 250, 3, Role::Leader)));
         assert_eq!(
-            claims_judged_from(&gap_later, HEAL),
+            claims_judged_from(&gap_later, HEAL, &[]),
             HEAL + 8_000 + FIRST_TICK_AFTER_LEADER_MS
         );
         // A leader for an instant at the heal (then crashed) is not the one that settled.
         let mut blip = vec![sample(HEAL, 1, Role::Leader)];
         blip.extend(late.iter().skip(2).cloned());
         assert_eq!(
-            claims_judged_from(&blip, HEAL),
+            claims_judged_from(&blip, HEAL, &[]),
             HEAL + 8_000 + FIRST_TICK_AFTER_LEADER_MS
         );
         // Never led after the heal: the bound (liveness fails such a run on its own).
         let never: Vec<Sample> = (0..8)
             .map(|i| sample(HEAL + i * 250, 2, Role::Candidate))
             .collect();
-        assert_eq!(claims_judged_from(&never, HEAL), HEAL + LEADER_SETTLE_MS);
+        assert_eq!(
+            claims_judged_from(&never, HEAL, &[]),
+            HEAL + LEADER_SETTLE_MS
+        );
+        // The leader isolated for good at the heal goes on saying it leads; the next one led
+        // 6.4 s later (seed 100626 of `sessions`): judged from a tick after that one.
+        let mut isolated: Vec<Sample> = (0..26)
+            .flat_map(|i| {
+                [
+                    sample(HEAL + i * 250, 1, Role::Leader),
+                    sample(HEAL + i * 250, 2, Role::Candidate),
+                ]
+            })
+            .collect();
+        isolated.push(sample(HEAL + 6_400, 1, Role::Leader));
+        isolated.extend((0..16).map(|i| sample(HEAL + 6_400 + i * 250, 2, Role::Leader)));
+        assert_eq!(
+            claims_judged_from(&isolated, HEAL, &[1]),
+            HEAL + 6_400 + FIRST_TICK_AFTER_LEADER_MS
+        );
+        assert_eq!(
+            claims_judged_from(&isolated, HEAL, &[]),
+            HEAL + LEADER_SETTLE_MS,
+            "counted, the isolated leader would settle it at the heal"
+        );
     }
 }
