@@ -87,6 +87,34 @@ impl Drop for KillOnDrop {
 impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            print_log_tail(&self.spec);
+        }
+    }
+}
+
+/// How much of a node's log a failed test shows.
+const LOG_TAIL_LINES: usize = 40;
+
+/// The end of `spec`'s node log on stderr, which the test harness shows with a failed test:
+/// the temporary directory holding the log goes with the test.
+fn print_log_tail(spec: &NodeSpec) {
+    let path = spec.data_dir.with_extension("log");
+    let Ok(log) = std::fs::read_to_string(&path) else {
+        eprintln!("node {}: no log at {}", spec.id, path.display());
+        return;
+    };
+    let lines: Vec<&str> = log.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
+    eprintln!(
+        "---- node {} ({}): last {} of {} log lines ----",
+        spec.id,
+        spec.grpc,
+        tail.len(),
+        lines.len()
+    );
+    for line in tail {
+        eprintln!("{line}");
     }
 }
 
@@ -126,9 +154,11 @@ impl Default for Tuning {
 /// A cluster of real processes in a temporary directory.
 #[derive(Debug)]
 pub struct Cluster {
-    pub dir: tempfile::TempDir,
+    // Before `dir`, so the nodes are stopped (and a failed test shows their logs) before their
+    // directory is removed: fields drop in declaration order.
     pub nodes: Vec<Process>,
     pub tuning: Tuning,
+    pub dir: tempfile::TempDir,
 }
 
 pub fn binary() -> &'static str {
