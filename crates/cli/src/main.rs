@@ -127,8 +127,13 @@ fn init_tracing(format: LogFormat) {
     };
     let routine =
         tracing_subscriber::filter::filter_fn(move |metadata| !(default && is_routine(metadata)));
+    let colours = log_colours(
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        std::env::var_os("NO_COLOR"),
+    );
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => logs.finish().with(routine).init(),
@@ -140,6 +145,13 @@ fn init_tracing(format: LogFormat) {
             .with(routine)
             .init(),
     }
+}
+
+/// Whether text logs are coloured: only on a terminal, and not when `NO_COLOR` is set to
+/// anything (no-color.org). tracing-subscriber colours whatever stderr is, so journald, a log
+/// file or a container's log collector got escape codes in every line.
+fn log_colours(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|value| value.is_empty())
 }
 
 /// openraft logs every failed RPC to an unreachable or slow peer as an ERROR — every heartbeat
@@ -165,6 +177,15 @@ fn is_routine(metadata: &tracing::Metadata<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        assert!(log_colours(true, None));
+        assert!(log_colours(true, Some("".into())));
+        assert!(!log_colours(true, Some("1".into())));
+        assert!(!log_colours(false, None));
+        assert!(!log_colours(false, Some("".into())));
+    }
 
     #[test]
     fn a_bearer_token_starting_with_a_hyphen_is_a_value_not_a_flag() {
