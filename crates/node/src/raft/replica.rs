@@ -280,11 +280,19 @@ impl Replica {
                 _ => self.await_leader(not).await?,
             };
             match leader {
-                Leader::Me => match self.proposer.write(commands.clone()).await {
-                    WriteOutcome::Applied(responses) => return Ok(responses),
-                    WriteOutcome::NotLeader => not = Some(self.id),
-                    WriteOutcome::Failed(error) => return Err(error),
-                },
+                Leader::Me => {
+                    if let Some(silent_ms) = self.quorum_silent_ms() {
+                        return Err(ServiceError::NoLeader(format!(
+                            "this node leads, but no quorum has acknowledged it for {silent_ms} \
+                             ms (cut off from the majority), so nothing was proposed"
+                        )));
+                    }
+                    match self.proposer.write(commands.clone()).await {
+                        WriteOutcome::Applied(responses) => return Ok(responses),
+                        WriteOutcome::NotLeader => not = Some(self.id),
+                        WriteOutcome::Failed(error) => return Err(error),
+                    }
+                }
                 Leader::Peer(leader, node) => {
                     let request = ForwardRequest::Write(commands.clone());
                     // A leader cut off from this node holds the write until the forward times
@@ -571,6 +579,11 @@ impl Replica {
                     commands.len()
                 )))
             }
+            // Refused as by a node that does not lead: the follower looks for another leader,
+            // and says `no-leader` (nothing proposed) if none comes.
+            ForwardRequest::Write(_) if self.quorum_silent_ms().is_some() => {
+                ForwardReply::Refused(ForwardRefusal::NotLeader)
+            }
             ForwardRequest::Write(commands) => match self.proposer.write(commands).await {
                 WriteOutcome::Applied(responses) => ForwardReply::Written(responses),
                 WriteOutcome::NotLeader => ForwardReply::Refused(ForwardRefusal::NotLeader),
@@ -752,6 +765,21 @@ impl Replica {
         heard_at.map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX))
     }
 
+    /// On a leader no quorum has acknowledged for longer than twice the election timeout, how
+    /// long it has been silent. openraft leaves such a leader leading (it does not step down
+    /// for want of a quorum), and a write it proposed would wait for a commit that cannot come
+    /// while the majority elects another leader: the caller learns nothing until its deadline,
+    /// and then only that the write may or may not be applied. Refused before proposing
+    /// instead, the write certainly took no effect and the caller moves on at once. The bound
+    /// is readiness's (`services::health`). A leader not acknowledged yet (just elected) is not
+    /// refused.
+    fn quorum_silent_ms(&self) -> Option<u64> {
+        let limit_ms = 2 * self.raft.config().election_timeout_max;
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        quorum_silent_ms(&metrics, limit_ms)
+    }
+
     /// The commit index: the highest a leader told this node, or on the leader the index a
     /// quorum of voters has stored.
     pub fn commit_index(&self) -> u64 {
@@ -806,6 +834,17 @@ async fn run_read_barriers(
     debug!("read barrier task stopped");
 }
 
+/// How long a leader has gone without a quorum's acknowledgement, if longer than `limit_ms`
+/// (`None` for a node that does not lead, or a leader not acknowledged yet).
+fn quorum_silent_ms(metrics: &RaftMetrics<NodeId, CertusNode>, limit_ms: u64) -> Option<u64> {
+    if metrics.state != ServerState::Leader {
+        return None;
+    }
+    metrics
+        .millis_since_quorum_ack
+        .filter(|silent_ms| *silent_ms > limit_ms)
+}
+
 fn error_refusal(error: ServiceError) -> ForwardRefusal {
     match error {
         ServiceError::OutcomeUnknown(message) => ForwardRefusal::OutcomeUnknown(message),
@@ -835,5 +874,23 @@ fn refusal(reply: ForwardReply) -> ServiceError {
             ServiceError::Unavailable(message)
         }
         other => ServiceError::Unavailable(format!("the leader answered out of turn: {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_leader_silent_past_the_limit_refuses_writes() {
+        let mut metrics = RaftMetrics::new_initial(1);
+        metrics.millis_since_quorum_ack = Some(5_000);
+        assert_eq!(quorum_silent_ms(&metrics, 2_000), None, "a follower");
+        metrics.state = ServerState::Leader;
+        assert_eq!(quorum_silent_ms(&metrics, 2_000), Some(5_000), "cut off");
+        metrics.millis_since_quorum_ack = Some(2_000);
+        assert_eq!(quorum_silent_ms(&metrics, 2_000), None, "at the limit");
+        metrics.millis_since_quorum_ack = None;
+        assert_eq!(quorum_silent_ms(&metrics, 2_000), None, "just elected");
     }
 }

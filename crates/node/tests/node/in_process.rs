@@ -9,7 +9,7 @@ use certus_core::{
     ChallengeCommand, ChallengeToken, Command, HolderId, KeyAuthorization, LeaseCommand, LeaseName,
     LeaseReply, Response, Ttl,
 };
-use certus_node::{CertusNode, Leader, Node, NodeConfig};
+use certus_node::{CertusNode, Leader, Node, NodeConfig, ServiceError};
 
 // The shared one: it never hands out a port twice in this process, where every module's tests
 // run.
@@ -555,6 +555,22 @@ async fn a_leader_that_lost_its_quorum_is_not_ready_and_still_stops() {
                 .as_deref()
                 .is_some_and(|why| why.contains("no quorum has acknowledged")),
         "{readiness:?}"
+    );
+    // A write there is refused at once, before it is proposed, rather than held until the
+    // caller's deadline for a commit that cannot come.
+    let started = Instant::now();
+    let refused = tokio::time::timeout(
+        Duration::from_secs(5),
+        leader
+            .replica()
+            .write(vec![put("cut-off", "never-proposed")]),
+    )
+    .await
+    .expect("a write to a leader without a quorum is answered at once");
+    assert!(
+        matches!(&refused, Err(ServiceError::NoLeader(why)) if why.contains("nothing was proposed")),
+        "{refused:?} after {:?}",
+        started.elapsed()
     );
     let stopped = tokio::time::timeout(Duration::from_secs(60), leader.shutdown()).await;
     assert!(
