@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use certus_core::{ChallengeCommand, ChallengeToken, Command, KeyAuthorization};
-use certus_node::Leader;
+use certus_node::{Leader, ServiceError};
 use certus_sim::cluster::{ClusterSpec, SimCluster};
 
 fn put(token: &str) -> Command {
@@ -374,6 +374,76 @@ async fn a_node_that_leads_again_ticks_without_waiting_for_its_old_tick() {
         machine_clock_on(&cluster, old) > clock_when_elected,
         "node {old} led again and applied no tick of its own in 3 s (tick interval 1 s)"
     );
+}
+
+/// openraft leaves a leader cut off from the majority leading. Once no quorum has acknowledged
+/// it for twice the election timeout, a write through it is refused `no-leader` at once, before
+/// it is proposed (not held for a commit that cannot come): no node ever applies it.
+#[madsim::test]
+async fn a_leader_cut_off_from_the_majority_refuses_writes_without_proposing_them() {
+    let cluster = SimCluster::start_with(&ClusterSpec::plain(3), tokio::time::Instant::now());
+    let all = [1, 2, 3];
+    let old = formed(&cluster, &all).await;
+    let limit_ms = 2 * cluster
+        .replica(old)
+        .expect("the leader runs")
+        .raft
+        .config()
+        .election_timeout_max;
+    let net = madsim::net::NetSim::current();
+    net.clog_node(cluster.machine(old));
+    tokio::time::sleep(Duration::from_millis(limit_ms + 1_000)).await;
+    assert_eq!(
+        cluster.replica(old).and_then(|replica| replica.leader()),
+        Some(Leader::Me),
+        "node {old} leads on, cut off"
+    );
+    let asked_at = tokio::time::Instant::now();
+    let refused = tokio::time::timeout(
+        Duration::from_secs(5),
+        cluster.write(old, vec![put("cut-off")]),
+    )
+    .await
+    .expect("a write to a cut-off leader is answered, not held");
+    let answered_after = asked_at.elapsed();
+    assert!(
+        matches!(&refused, Err(ServiceError::NoLeader(_))),
+        "{refused:?}"
+    );
+    assert!(
+        answered_after < Duration::from_millis(100),
+        "refused only after {answered_after:?}"
+    );
+
+    let others: Vec<u64> = all.into_iter().filter(|id| *id != old).collect();
+    let new = leader_among(&cluster, &others).await;
+    net.unclog_node(cluster.machine(old));
+    cluster
+        .write(new, vec![put("after-heal")])
+        .await
+        .expect("a write after the heal");
+    let after_heal = vec!["after-heal".to_owned()];
+    for _ in 0..200 {
+        if all
+            .iter()
+            .all(|&id| missing_on(&cluster, id, &after_heal).is_empty())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refused_write = vec!["cut-off".to_owned()];
+    for id in all {
+        assert!(
+            missing_on(&cluster, id, &after_heal).is_empty(),
+            "node {id} did not catch up within 10 s of the heal"
+        );
+        assert_eq!(
+            missing_on(&cluster, id, &refused_write),
+            refused_write,
+            "node {id} applied the refused write"
+        );
+    }
 }
 
 /// openraft purges a follower's log right after queueing a snapshot install, before the
