@@ -3,7 +3,7 @@
 #![allow(dead_code)] // Each test file uses a part.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,12 +11,9 @@ use std::time::{Duration, Instant};
 use certus_client::{Client, ClientConfig};
 
 pub mod netns;
+mod ports;
 
-/// A free loopback port (bound, then released for the node to take).
-pub fn free_addr() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local address")
-}
+pub use ports::free_addr;
 
 /// One node's identity and files.
 #[derive(Debug, Clone)]

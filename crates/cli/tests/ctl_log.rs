@@ -2,7 +2,7 @@
 //! processes on loopback, each configured with a `[ct]` table, driven by the `certus` binary as
 //! an operator would. The SCT and STH the commands print are verified under the log's key.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -18,11 +18,9 @@ fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_certus")
 }
 
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("an ephemeral port")
-}
+#[path = "../../../tests/support/ports.rs"]
+mod ports;
+use ports::free_addr;
 
 /// A CA that issues leaves.
 struct Ca {

@@ -3,7 +3,6 @@
 //! client on `ureq` (a client that is not ours).
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -20,25 +19,9 @@ use rcgen::{
 /// The precertificate poison extension (RFC 6962 §3.1).
 const POISON: &[u64] = &[1, 3, 6, 1, 4, 1, 11129, 2, 4, 3];
 
-/// A loopback address with a port that was free a moment ago.
-pub fn free_addr() -> SocketAddr {
-    // The port is free when asked but released at once, so the kernel may hand it out again to
-    // another call in this process (tests run in parallel): never hand out a port twice.
-    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    loop {
-        let addr = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("an ephemeral port");
-        if HANDED_OUT
-            .lock()
-            .expect("handed-out ports")
-            .insert(addr.port())
-        {
-            return addr;
-        }
-    }
-}
+#[path = "../../../../../tests/support/ports.rs"]
+mod ports;
+pub use ports::free_addr;
 
 /// A root CA that issues test leaves and precertificates.
 pub struct Pki {
