@@ -44,7 +44,7 @@ struct Board {
     cut_off_readiness: Vec<CutOffReadiness>,
 }
 
-/// Slack over twice the election timeout for a node cut off to notice: its last metrics may
+/// Slack over `Replica::cut_off_after_ms` for a node cut off to notice: its last metrics may
 /// be a heartbeat old, and a restart or resume starts its silence afresh.
 const CUT_OFF_NOTICE_SLACK_MS: u64 = 1_000;
 
@@ -403,7 +403,7 @@ impl FaultDriver {
         let Some(replica) = self.cluster.replica(node) else {
             return;
         };
-        let notice_ms = 2 * replica.raft.config().election_timeout_max + CUT_OFF_NOTICE_SLACK_MS;
+        let notice_ms = replica.cut_off_after_ms() + CUT_OFF_NOTICE_SLACK_MS;
         let settled_since = board
             .disturbed_at_ms
             .get(&node)

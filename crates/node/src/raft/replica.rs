@@ -765,19 +765,27 @@ impl Replica {
         heard_at.map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX))
     }
 
-    /// On a leader no quorum has acknowledged for longer than twice the election timeout, how
+    /// How long a node may go without word from the rest of the cluster (a leader without a
+    /// quorum's acknowledgement, a follower or learner without an append from its leader)
+    /// before it counts as cut off: twice the longest election timeout, so a heartbeat or an
+    /// election missed on the way is not taken for a cut. Readiness (`services::health`) and
+    /// the refusal of writes on a cut-off leader both use it, so a leader that says it is not
+    /// ready is the one that refuses.
+    pub fn cut_off_after_ms(&self) -> u64 {
+        2 * self.raft.config().election_timeout_max
+    }
+
+    /// On a leader no quorum has acknowledged for longer than [`Self::cut_off_after_ms`], how
     /// long it has been silent. openraft leaves such a leader leading (it does not step down
     /// for want of a quorum), and a write it proposed would wait for a commit that cannot come
     /// while the majority elects another leader: the caller learns nothing until its deadline,
     /// and then only that the write may or may not be applied. Refused before proposing
-    /// instead, the write certainly took no effect and the caller moves on at once. The bound
-    /// is readiness's (`services::health`). A leader not acknowledged yet (just elected) is not
-    /// refused.
+    /// instead, the write certainly took no effect and the caller moves on at once. A leader
+    /// not acknowledged yet (just elected) is not refused.
     fn quorum_silent_ms(&self) -> Option<u64> {
-        let limit_ms = 2 * self.raft.config().election_timeout_max;
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
-        quorum_silent_ms(&metrics, limit_ms)
+        quorum_silent_ms(&metrics, self.cut_off_after_ms())
     }
 
     /// The commit index: the highest a leader told this node, or on the leader the index a

@@ -123,14 +123,12 @@ pub fn readiness(replica: &Replica) -> Readiness {
         Some("this node is not a member of the cluster (removed, or not added yet)".to_owned())
     } else if metrics.current_leader.is_none() {
         Some("no leader is known".to_owned())
-    } else if let Some(silence) =
-        quorum_silence(&metrics, 2 * replica.raft.config().election_timeout_max)
-    {
+    } else if let Some(silence) = quorum_silence(&metrics, replica.cut_off_after_ms()) {
         Some(silence)
     } else if let Some(silence) = leader_silence(
         &metrics,
         replica.millis_since_leader_contact(),
-        2 * replica.raft.config().election_timeout_max,
+        replica.cut_off_after_ms(),
     ) {
         Some(silence)
     } else if commit_index.saturating_sub(applied_index) > READY_APPLY_LAG_MAX {
